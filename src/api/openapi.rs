@@ -1,0 +1,152 @@
+//! The published interface description (OpenAPI 3.1), served at `/swagger.json` and rendered as a
+//! self-contained page at `/swagger/` (no external scripts, so it works offline).
+
+use axum::Json;
+use axum::response::Html;
+use serde_json::{Value, json};
+
+fn query(name: &str, required: bool, description: &str) -> Value {
+    json!({"name": name, "in": "query", "required": required, "schema": {"type": "string"}, "description": description})
+}
+
+fn operation(summary: &str, parameters: Vec<Value>, body: Option<Value>, response: Value) -> Value {
+    let mut op = json!({
+        "summary": summary,
+        "parameters": parameters,
+        "security": [{"bearer": []}],
+        "responses": {
+            "200": {"description": "success", "content": {"application/json": {"schema": response}}},
+            "400": {"$ref": "#/components/responses/BadRequest"},
+            "401": {"$ref": "#/components/responses/Unauthorized"},
+            "404": {"$ref": "#/components/responses/NotFound"},
+            "413": {"$ref": "#/components/responses/PayloadTooLarge"}
+        }
+    });
+    if let Some(body) = body {
+        op["requestBody"] = body;
+    }
+    op
+}
+
+fn public(summary: &str) -> Value {
+    json!({"summary": summary, "security": [], "responses": {"200": {"description": "success"}, "503": {"description": "not ready"}}})
+}
+
+fn form_body(properties: Value, required: &[&str], multipart: bool) -> Value {
+    let schema = json!({"type": "object", "properties": properties, "required": required});
+    let mut content = json!({
+        "application/json": {"schema": schema},
+        "application/x-www-form-urlencoded": {"schema": schema}
+    });
+    if multipart {
+        content["multipart/form-data"] = json!({"schema": schema});
+    }
+    json!({"required": true, "content": content})
+}
+
+/// The whole document; every route of `api::router` appears here (a test checks it).
+pub fn document() -> Value {
+    let function = json!({"$ref": "#/components/schemas/Function"});
+    let file_params = || vec![query("function", true, "function title"), query("provider", false, "provider name")];
+    let file_params_required_provider = || vec![query("function", true, "function title"), query("provider", true, "provider name")];
+    let with_file = |mut params: Vec<Value>| {
+        params.push(query("file", true, "file name"));
+        params
+    };
+    let upload_file = || form_body(json!({"file": {"type": "string", "format": "binary"}}), &["file"], true);
+    let file_list = json!({"type": "object", "properties": {"results": {"type": "array", "items": {"type": "string"}}}});
+    let message = json!({"type": "object", "properties": {"message": {"type": "string"}}});
+    let binary = json!({"type": "string", "format": "binary"});
+    json!({
+        "openapi": "3.1.0",
+        "info": {"title": "Gantry gateway API", "version": env!("CARGO_PKG_VERSION"),
+                 "description": "Job gateway for user-uploaded functions, compatible with the qiskit-serverless client. Every path is also served without its trailing slash."},
+        "paths": {
+            "/api/v1/programs/": {"get": operation("List the functions the caller can see", vec![
+                query("filter", false, "serverless (own functions) or catalog (provider functions the caller may run)"),
+                query("provider", false, "only functions of this provider")], None, json!({"type": "array", "items": function}))},
+            "/api/v1/programs/get_by_title/{title}/": {"get": {
+                "summary": "One function by title (own function, or a provider's with `provider`)",
+                "parameters": [{"name": "title", "in": "path", "required": true, "schema": {"type": "string"}}, query("provider", false, "provider name")],
+                "security": [{"bearer": []}],
+                "responses": {"200": {"description": "the function", "content": {"application/json": {"schema": function}}},
+                              "404": {"$ref": "#/components/responses/NotFound"}}}},
+            "/api/v1/programs/upload/": {"post": operation("Create or update a function (upsert)", vec![], Some(form_body(json!({
+                "title": {"type": "string"}, "provider": {"type": "string"}, "entrypoint": {"type": "string"},
+                "artifact": {"type": "string", "format": "binary", "description": "uncompressed .tar of the function's folder"},
+                "image": {"type": "string"}, "dependencies": {"type": "string", "description": "JSON array of pinned requirements"},
+                "env_vars": {"type": "string", "description": "JSON object"}, "description": {"type": "string"},
+                "version": {"type": "string"}, "type": {"type": "string", "enum": ["GENERIC", "APPLICATION", "CIRCUIT"]},
+                "arguments_schema": {"type": "string", "description": "JSON Schema (object or boolean); {} removes it"},
+                "sizes": {"type": "string", "description": "JSON object {label: compute profile}, labels S, M, L, XL"},
+                "default_size": {"type": "string"}, "function_size": {"type": "string", "enum": ["S", "M", "L", "XL"]},
+                "gpu": {"type": "boolean"}}), &["title"], true)), function.clone())},
+            "/api/v1/programs/validate_arguments/": {"post": operation("Validate arguments against a function's schema", vec![],
+                Some(form_body(json!({"title": {"type": "string"}, "provider": {"type": "string"},
+                    "arguments": {"type": "string", "description": "encoded JSON text"}}), &["title", "arguments"], false)),
+                json!({"type": "object", "properties": {"valid": {"type": "boolean"}}}))},
+            "/api/v1/files/": {"get": operation("List the caller's files of a function", file_params(), None, file_list.clone())},
+            "/api/v1/files/list/": {"get": operation("List the caller's files of a function (spec shape)", file_params(), None,
+                json!({"type": "object", "properties": {"files": {"type": "array", "items": {"type": "string"}}}}))},
+            "/api/v1/files/upload/": {"post": operation("Upload a file to the caller's area", file_params(), Some(upload_file()), message.clone())},
+            "/api/v1/files/download/": {"get": operation("Download a file (streamed in 64 KB chunks)", with_file(file_params()), None, binary.clone())},
+            "/api/v1/files/delete/": {"delete": operation("Delete a file", with_file(file_params()), None, message.clone())},
+            "/api/v1/files/provider/": {"get": operation("List a provider's files of a function", file_params_required_provider(), None, file_list)},
+            "/api/v1/files/provider/upload/": {"post": operation("Upload a provider file", file_params_required_provider(), Some(upload_file()), message.clone())},
+            "/api/v1/files/provider/download/": {"get": operation("Download a provider file", with_file(file_params_required_provider()), None, binary)},
+            "/api/v1/files/provider/delete/": {"delete": operation("Delete a provider file", with_file(file_params_required_provider()), None, message)},
+            "/api/v1/dependencies-versions/": {"get": operation("Allowed extra dependencies", vec![], None, json!({"type": "array", "items": {"type": "string"}}))},
+            "/api/v1/version/": {"get": public("Gateway version")},
+            "/api/v1/readiness/": {"get": public("Ready when database and storage answer")},
+            "/api/v1/liveness/": {"get": public("Alive")},
+            "/version/": {"get": public("Gateway version")},
+            "/readiness/": {"get": public("Ready when database and storage answer")},
+            "/liveness/": {"get": public("Alive")}
+        },
+        "components": {
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "schemas": {
+                "Function": {"type": "object", "properties": {
+                    "id": {"type": "string", "format": "uuid"}, "title": {"type": "string"}, "provider": {"type": ["string", "null"]},
+                    "entrypoint": {"type": ["string", "null"]}, "image": {"type": ["string", "null"]},
+                    "dependencies": {"type": "array", "items": {"type": "string"}}, "type": {"type": "string"},
+                    "version": {"type": ["string", "null"]}, "description": {"type": ["string", "null"]}, "gpu": {"type": "boolean"},
+                    "arguments_schema": {"type": ["object", "boolean", "null"]}, "function_size": {"type": ["string", "null"]},
+                    "sizes": {"type": "object"}, "default_size": {"type": ["string", "null"]}}},
+                "Error": {"type": "object", "properties": {"message": {"type": "string"}, "path": {"type": "array"}}}
+            },
+            "responses": {
+                "BadRequest": {"description": "invalid input", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+                "Unauthorized": {"description": "missing or invalid token", "content": {"application/json": {"schema": {"type": "object", "properties": {"detail": {"type": "string"}}}}}},
+                "NotFound": {"description": "not found or not visible", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}},
+                "PayloadTooLarge": {"description": "body above MAX_REQUEST_BODY_SIZE_MB", "content": {"application/json": {"schema": {"$ref": "#/components/schemas/Error"}}}}
+            }
+        }
+    })
+}
+
+pub async fn swagger_json() -> Json<Value> {
+    Json(document())
+}
+
+/// A plain page listing every operation; the JSON document is one link away.
+pub async fn swagger_ui() -> Html<String> {
+    let document = document();
+    let mut rows = String::new();
+    if let Some(paths) = document["paths"].as_object() {
+        for (path, operations) in paths {
+            for (method, operation) in operations.as_object().into_iter().flatten() {
+                rows.push_str(&format!(
+                    "<tr><td><code>{}</code></td><td><code>{path}</code></td><td>{}</td></tr>\n",
+                    method.to_uppercase(),
+                    operation["summary"].as_str().unwrap_or_default()
+                ));
+            }
+        }
+    }
+    Html(format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>Gantry API</title></head><body>\
+         <h1>Gantry gateway API</h1><p>OpenAPI document: <a href=\"/swagger.json\">/swagger.json</a></p>\
+         <table border=\"1\" cellpadding=\"4\"><tr><th>method</th><th>path</th><th>summary</th></tr>\n{rows}</table></body></html>"
+    ))
+}

@@ -1,0 +1,361 @@
+//! Command line: one `Args` per subcommand. Every flag also reads an environment variable; the
+//! spec's names (`MAX_REQUEST_BODY_SIZE_MB`, `SETTINGS_AUTH_MECHANISM`, ...) are kept, Gantry's
+//! own use the `GANTRY_` prefix.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::{Args, Parser, Subcommand};
+
+use crate::api::{self, AppState, GatewayConfig};
+use crate::auth::AuthMechanism;
+use crate::db::{self, Db};
+use crate::storage::{S3Settings, Storage};
+
+/// MIME types accepted by file uploads unless configured otherwise (the spec's list).
+pub const DEFAULT_UPLOAD_MIME_TYPES: &str =
+    "application/x-tar,application/gzip,application/json,application/octet-stream,application/zip,text/plain,text/csv";
+
+#[derive(Debug, Parser)]
+#[command(name = "gantry", version, about = "Job gateway for user-uploaded functions")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run the gateway with its embedded defaults (SQLite and a local directory under --data-dir).
+    Serve(ServeArgs),
+    /// Apply database migrations and exit.
+    Migrate(DatabaseArgs),
+    /// Manage users, groups, providers and grants without SQL.
+    Admin(AdminArgs),
+}
+
+/// Where the database is.
+#[derive(Debug, Clone, Args)]
+pub struct DatabaseArgs {
+    /// Folder for the embedded database, local object storage and upload spooling.
+    #[arg(long, env = "GANTRY_DATA_DIR", default_value = ".gantry")]
+    pub data_dir: PathBuf,
+    /// Database URL: sqlite://PATH or postgres://USER@HOST/DB. Default: SQLite in --data-dir.
+    #[arg(long, env = "GANTRY_DATABASE_URL")]
+    pub database_url: Option<String>,
+}
+
+impl DatabaseArgs {
+    pub fn url(&self) -> String {
+        self.database_url
+            .clone()
+            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("gantry.db").display()))
+    }
+
+    /// Connects and migrates.
+    pub async fn open(&self) -> anyhow::Result<Db> {
+        std::fs::create_dir_all(&self.data_dir)
+            .with_context(|| format!("failed to create the data directory {}", self.data_dir.display()))?;
+        let db = Db::connect(&self.url()).await?;
+        db.migrate().await?;
+        Ok(db)
+    }
+}
+
+/// Where objects are stored.
+#[derive(Debug, Clone, Args)]
+pub struct StorageArgs {
+    /// Object storage: a directory, or s3://BUCKET[/PREFIX]. Default: DATA_DIR/objects.
+    #[arg(long, env = "GANTRY_STORAGE")]
+    pub storage: Option<String>,
+    /// S3 endpoint URL (MinIO, Ceph, ...); default: AWS for the region.
+    #[arg(long, env = "GANTRY_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region.
+    #[arg(long, env = "GANTRY_S3_REGION", default_value = "us-east-1")]
+    pub s3_region: String,
+    /// S3 access key id.
+    #[arg(long, env = "AWS_ACCESS_KEY_ID", hide_env_values = true)]
+    pub s3_access_key_id: Option<String>,
+    /// S3 secret access key.
+    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
+    pub s3_secret_access_key: Option<String>,
+    /// Address buckets by path (`endpoint/bucket/key`) instead of virtual host; MinIO needs it.
+    #[arg(long, env = "GANTRY_S3_PATH_STYLE")]
+    pub s3_path_style: bool,
+}
+
+impl StorageArgs {
+    pub fn open(&self, data_dir: &std::path::Path) -> anyhow::Result<Storage> {
+        match self.storage.as_deref() {
+            Some(location) if location.starts_with("s3://") => {
+                let (bucket, prefix) = Storage::parse_s3_location(location)?;
+                let (Some(access_key_id), Some(secret_access_key)) = (&self.s3_access_key_id, &self.s3_secret_access_key) else {
+                    bail!("S3 storage needs credentials: set --s3-access-key-id/AWS_ACCESS_KEY_ID and --s3-secret-access-key/AWS_SECRET_ACCESS_KEY");
+                };
+                Ok(Storage::s3(&S3Settings {
+                    bucket,
+                    prefix,
+                    endpoint: self.s3_endpoint.clone(),
+                    region: self.s3_region.clone(),
+                    access_key_id: access_key_id.clone(),
+                    secret_access_key: secret_access_key.clone(),
+                    path_style: self.s3_path_style,
+                }))
+            }
+            Some(directory) => Ok(Storage::local(directory)),
+            None => Ok(Storage::local(data_dir.join("objects"))),
+        }
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "GANTRY_LISTEN", default_value = "127.0.0.1:8000")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// How bearer tokens are checked.
+    #[arg(long, env = "SETTINGS_AUTH_MECHANISM", value_enum, default_value = "mock_token")]
+    pub auth_mechanism: AuthMechanism,
+    /// Largest request body in MB; larger bodies get a 413.
+    #[arg(long, env = "MAX_REQUEST_BODY_SIZE_MB", default_value_t = 50)]
+    pub max_request_body_size_mb: u64,
+    /// Largest `arguments` text in MB validated against a function's schema.
+    #[arg(long, env = "MAX_ARGUMENTS_LENGTH_MB", default_value_t = 32)]
+    pub max_arguments_length_mb: u64,
+    /// MIME types accepted by file uploads, comma-separated.
+    #[arg(long, env = "GANTRY_UPLOAD_MIME_TYPES", default_value = DEFAULT_UPLOAD_MIME_TYPES)]
+    pub upload_mime_types: String,
+    /// Version reported by `GET version/`.
+    #[arg(long, env = "GANTRY_REPORTED_VERSION", default_value = env!("CARGO_PKG_VERSION"))]
+    pub reported_version: String,
+}
+
+impl ServeArgs {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let Self {
+            listen,
+            database,
+            storage,
+            auth_mechanism,
+            max_request_body_size_mb,
+            max_arguments_length_mb,
+            upload_mime_types,
+            reported_version,
+        } = self;
+        if auth_mechanism != AuthMechanism::MockToken {
+            bail!(
+                "SETTINGS_AUTH_MECHANISM={} is not built yet; this version of Gantry supports mock_token only",
+                clap::ValueEnum::to_possible_value(&auth_mechanism).map(|v| v.get_name().to_string()).unwrap_or_default()
+            );
+        }
+        let db = database.open().await?;
+        let storage = storage.open(&database.data_dir)?;
+        storage.check().await.context("object storage is not reachable")?;
+        let config = GatewayConfig {
+            max_body_bytes: max_request_body_size_mb * 1024 * 1024,
+            max_arguments_bytes: usize::try_from(max_arguments_length_mb * 1024 * 1024).unwrap_or(usize::MAX),
+            spool_dir: database.data_dir.join("spool"),
+            version: reported_version,
+            allowed_mime_types: upload_mime_types.split(',').map(|m| m.trim().to_string()).filter(|m| !m.is_empty()).collect(),
+        };
+        let listener = tokio::net::TcpListener::bind(listen)
+            .await
+            .with_context(|| format!("failed to listen on {listen}"))?;
+        let address = listener.local_addr()?;
+        println!(
+            "gantry listening on http://{address} (database: {} {}, storage: {}, auth: mock_token)",
+            db.backend_name(),
+            db::redact(&database.url()),
+            storage.backend_name()
+        );
+        let state = AppState { db, storage, config: Arc::new(config) };
+        let app = api::app(state);
+        axum::serve(listener, tower::make::Shared::new(app))
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .context("server failed")?;
+        Ok(())
+    }
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+}
+
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Create a provider (or change its registry) and its admin group `<name>-admins`.
+    CreateProvider {
+        name: String,
+        /// Custom images of this provider must equal this registry or start with it and `/`.
+        #[arg(long)]
+        registry: Option<String>,
+    },
+    /// Add a user to a provider's admin group (creates the user if needed).
+    AddAdmin {
+        #[arg(long)]
+        provider: String,
+        #[arg(long)]
+        user: String,
+    },
+    /// Remove a user from a provider's admin group.
+    RemoveAdmin {
+        #[arg(long)]
+        provider: String,
+        #[arg(long)]
+        user: String,
+    },
+    /// Add a user to a group (creates both if needed).
+    AddMember {
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        user: String,
+    },
+    /// Grant a group view and/or run on a provider function; with neither flag, revoke.
+    Grant {
+        #[arg(long)]
+        provider: String,
+        #[arg(long)]
+        function: String,
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        view: bool,
+        #[arg(long)]
+        run: bool,
+    },
+    /// Refuse every request of a user (401) until reactivated.
+    DeactivateUser { user: String },
+    /// Allow a deactivated user again.
+    ActivateUser { user: String },
+}
+
+impl AdminArgs {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let Self { database, command } = self;
+        let db = database.open().await?;
+        println!("{}", admin(&db, command).await?);
+        Ok(())
+    }
+}
+
+fn check_user_name(user: &str) -> anyhow::Result<()> {
+    if !crate::domain::names::is_valid_user_name(user) {
+        bail!("invalid user name '{user}': use 1-150 letters, digits, '_', '.', '@' or '-'");
+    }
+    Ok(())
+}
+
+async fn find_provider(db: &Db, name: &str) -> anyhow::Result<db::providers::ProviderRow> {
+    db::providers::find_by_name(db, name)
+        .await?
+        .with_context(|| format!("provider {name} does not exist (create it with `gantry admin create-provider {name}`)"))
+}
+
+/// Carries out one admin command and says what it did.
+pub async fn admin(db: &Db, command: AdminCommand) -> anyhow::Result<String> {
+    use crate::db::{programs, providers, users};
+    Ok(match command {
+        AdminCommand::CreateProvider { name, registry } => {
+            let clean = crate::domain::names::sanitize_title(&name, false);
+            if clean != name || name.is_empty() {
+                bail!("invalid provider name '{name}': use letters, digits, '_' and '-'");
+            }
+            providers::upsert(db, &name, registry.as_deref()).await?;
+            format!("provider {name} ready (admin group {})", providers::admin_group_name(&name))
+        }
+        AdminCommand::AddAdmin { provider, user } => {
+            check_user_name(&user)?;
+            let provider = find_provider(db, &provider).await?;
+            let group = users::ensure_group(db, &providers::admin_group_name(&provider.name)).await?;
+            providers::add_admin_group(db, &provider.id, &group.id).await?;
+            let user_row = users::ensure(db, &user).await?;
+            users::add_member(db, &group.id, &user_row.id).await?;
+            format!("{user} is now an admin of provider {}", provider.name)
+        }
+        AdminCommand::RemoveAdmin { provider, user } => {
+            let provider = find_provider(db, &provider).await?;
+            let group = users::find_group(db, &providers::admin_group_name(&provider.name)).await?;
+            let user_row = users::find_by_username(db, &user).await?;
+            let removed = match (group, user_row) {
+                (Some(group), Some(user_row)) => users::remove_member(db, &group.id, &user_row.id).await?,
+                _ => false,
+            };
+            if removed {
+                format!("{user} is no longer an admin of provider {}", provider.name)
+            } else {
+                format!("{user} was not an admin of provider {}", provider.name)
+            }
+        }
+        AdminCommand::AddMember { group, user } => {
+            check_user_name(&user)?;
+            let group_row = users::ensure_group(db, &group).await?;
+            let user_row = users::ensure(db, &user).await?;
+            users::add_member(db, &group_row.id, &user_row.id).await?;
+            format!("{user} is now a member of group {group}")
+        }
+        AdminCommand::Grant { provider, function, group, view, run } => {
+            let provider_row = find_provider(db, &provider).await?;
+            // Any user id works for the lookup: only the function itself is needed here.
+            let program = programs::find_provider_function(db, "", &provider_row.id, &function)
+                .await?
+                .with_context(|| format!("function {provider}/{function} does not exist"))?;
+            let group_row = users::ensure_group(db, &group).await?;
+            programs::grant(db, &program.id, &group_row.id, view, run).await?;
+            format!("group {group} on {provider}/{function}: view={view} run={run}")
+        }
+        AdminCommand::DeactivateUser { user } => {
+            check_user_name(&user)?;
+            users::ensure(db, &user).await?;
+            users::set_active(db, &user, false).await?;
+            format!("user {user} deactivated")
+        }
+        AdminCommand::ActivateUser { user } => {
+            if !users::set_active(db, &user, true).await? {
+                bail!("user {user} does not exist");
+            }
+            format!("user {user} activated")
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn the_command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

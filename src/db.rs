@@ -1,0 +1,161 @@
+//! The database: SQLite (embedded default) or PostgreSQL (production), behind one `Db` value.
+//! Queries are written once in the portable subset both dialects share (`$N` placeholders, text
+//! ids, integer timestamps) and run on either pool through `on_db!`; each table's queries live in
+//! `db/<table>.rs` with their row types.
+
+pub mod programs;
+pub mod providers;
+pub mod users;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::postgres::{PgPool, PgPoolOptions};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
+
+/// Runs `$body` with `$pool` bound to the backend's pool; the body is type-checked per backend.
+macro_rules! on_db {
+    ($db:expr, $pool:ident => $body:expr) => {
+        match $db {
+            $crate::db::Db::Sqlite($pool) => $body,
+            $crate::db::Db::Postgres($pool) => $body,
+        }
+    };
+}
+pub(crate) use on_db;
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to connect to the database at {url}")]
+    Connect { url: String, source: sqlx::Error },
+    #[error("failed to apply database migrations")]
+    Migrate { source: sqlx::migrate::MigrateError },
+    #[error("unsupported database url {url}: use sqlite://PATH or postgres://...")]
+    UnsupportedUrl { url: String },
+    #[error("database query failed: {operation}")]
+    Query { operation: &'static str, source: sqlx::Error },
+}
+
+impl Error {
+    /// Name of the violated unique constraint, when the failure is one.
+    pub fn unique_violation(&self) -> Option<String> {
+        match self {
+            Error::Query { source: sqlx::Error::Database(error), .. } if error.is_unique_violation() => {
+                Some(error.constraint().map(str::to_string).unwrap_or_else(|| error.message().to_string()))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// Wraps a sqlx error with the operation that failed.
+pub(crate) fn query_error(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
+    move |source| Error::Query { operation, source }
+}
+
+#[derive(Clone, Debug)]
+pub enum Db {
+    Sqlite(SqlitePool),
+    Postgres(PgPool),
+}
+
+impl Db {
+    /// Connects to `url` (`sqlite://path` creates the file; `postgres://…`).
+    pub async fn connect(url: &str) -> Result<Db, Error> {
+        let connect_error = |source| Error::Connect { url: redact(url), source };
+        if url.starts_with("sqlite:") {
+            let options = SqliteConnectOptions::from_str(url)
+                .map_err(connect_error)?
+                .create_if_missing(true)
+                .journal_mode(SqliteJournalMode::Wal)
+                .synchronous(SqliteSynchronous::Normal)
+                .foreign_keys(true)
+                .busy_timeout(Duration::from_secs(10));
+            let pool = SqlitePoolOptions::new()
+                .max_connections(8)
+                .connect_with(options)
+                .await
+                .map_err(connect_error)?;
+            Ok(Db::Sqlite(pool))
+        } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            let pool = PgPoolOptions::new()
+                .max_connections(16)
+                .acquire_timeout(Duration::from_secs(10))
+                .connect(url)
+                .await
+                .map_err(connect_error)?;
+            Ok(Db::Postgres(pool))
+        } else {
+            Err(Error::UnsupportedUrl { url: redact(url) })
+        }
+    }
+
+    pub async fn migrate(&self) -> Result<(), Error> {
+        let result = match self {
+            Db::Sqlite(pool) => sqlx::migrate!("migrations/sqlite").run(pool).await,
+            Db::Postgres(pool) => sqlx::migrate!("migrations/postgres").run(pool).await,
+        };
+        result.map_err(|source| Error::Migrate { source })
+    }
+
+    /// `SELECT 1`, for readiness.
+    pub async fn ping(&self) -> Result<(), Error> {
+        on_db!(self, pool => sqlx::query("SELECT 1").execute(pool).await.map(|_| ()))
+            .map_err(query_error("ping"))
+    }
+
+    pub fn backend_name(&self) -> &'static str {
+        match self {
+            Db::Sqlite(_) => "sqlite",
+            Db::Postgres(_) => "postgres",
+        }
+    }
+}
+
+/// A database URL without its password, for messages and logs.
+pub fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let credentials = &url[scheme_end + 3..at];
+            match credentials.find(':') {
+                Some(colon) => format!("{}{}:***{}", &url[..scheme_end + 3], &credentials[..colon], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+/// Microseconds since the Unix epoch, the stored form of every timestamp.
+pub fn now_micros() -> i64 {
+    chrono::Utc::now().timestamp_micros()
+}
+
+/// The API form of a stored timestamp: ISO 8601 UTC with microseconds and `Z`.
+pub fn format_timestamp(micros: i64) -> String {
+    chrono::DateTime::from_timestamp_micros(micros)
+        .unwrap_or_default()
+        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
+        .to_string()
+}
+
+pub fn new_id() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn passwords_never_reach_messages() {
+        assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
+        assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
+        assert_eq!(redact("sqlite://x.db"), "sqlite://x.db");
+    }
+
+    #[test]
+    fn timestamps_render_like_the_reference() {
+        assert_eq!(format_timestamp(1_675_351_843_281_796), "2023-02-02T15:30:43.281796Z");
+    }
+}

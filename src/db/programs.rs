@@ -1,0 +1,244 @@
+//! Functions ("programs"): lookups that also load the caller's relation to the function, and the
+//! create/update writes of the upload upsert.
+
+use super::{Db, Error, new_id, now_micros, on_db, query_error};
+use crate::domain::visibility::FunctionAccess;
+
+/// Columns of a program plus the caller's relation to it; `$1` is always the caller's user id.
+macro_rules! program_select {
+    () => {
+        "SELECT p.id, p.title, p.provider_id, pr.name AS provider_name, p.author_id, p.entrypoint, \
+         p.artifact_key, p.image, p.dependencies, p.env_vars, p.arguments_schema, p.type AS program_type, \
+         p.version, p.description, p.documentation_url, p.runner, p.gpu, p.disabled, p.disabled_message, \
+         p.sizes, p.default_size, p.created, p.updated, \
+         (p.author_id = $1) AS is_author, \
+         EXISTS (SELECT 1 FROM provider_admin_groups a JOIN group_members m ON m.group_id = a.group_id \
+                 WHERE a.provider_id = p.provider_id AND m.user_id = $1) AS is_provider_admin, \
+         EXISTS (SELECT 1 FROM program_grants g JOIN group_members m ON m.group_id = g.group_id \
+                 WHERE g.program_id = p.id AND m.user_id = $1 AND g.can_view) AS view_granted, \
+         EXISTS (SELECT 1 FROM program_grants g JOIN group_members m ON m.group_id = g.group_id \
+                 WHERE g.program_id = p.id AND m.user_id = $1 AND g.can_run) AS run_granted \
+         FROM programs p LEFT JOIN providers pr ON pr.id = p.provider_id "
+    };
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct ProgramRow {
+    pub id: String,
+    pub title: String,
+    pub provider_id: Option<String>,
+    pub provider_name: Option<String>,
+    pub author_id: String,
+    pub entrypoint: Option<String>,
+    pub artifact_key: Option<String>,
+    pub image: Option<String>,
+    pub dependencies: String,
+    pub env_vars: String,
+    pub arguments_schema: Option<String>,
+    pub program_type: String,
+    pub version: Option<String>,
+    pub description: Option<String>,
+    pub documentation_url: Option<String>,
+    pub runner: String,
+    pub gpu: bool,
+    pub disabled: bool,
+    pub disabled_message: Option<String>,
+    pub sizes: String,
+    pub default_size: Option<String>,
+    pub created: i64,
+    pub updated: i64,
+    pub is_author: bool,
+    pub is_provider_admin: bool,
+    pub view_granted: bool,
+    pub run_granted: bool,
+}
+
+impl ProgramRow {
+    pub fn access(&self) -> FunctionAccess {
+        FunctionAccess {
+            has_provider: self.provider_id.is_some(),
+            is_author: self.is_author,
+            is_provider_admin: self.is_provider_admin,
+            view_granted: self.view_granted,
+            run_granted: self.run_granted,
+        }
+    }
+}
+
+/// The provider function `(provider_id, title)`, with the caller's relation to it.
+pub async fn find_provider_function(db: &Db, user_id: &str, provider_id: &str, title: &str) -> Result<Option<ProgramRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, ProgramRow>(concat!(program_select!(), "WHERE p.provider_id = $2 AND p.title = $3"))
+        .bind(user_id)
+        .bind(provider_id)
+        .bind(title)
+        .fetch_optional(pool)
+        .await)
+    .map_err(query_error("find provider function"))
+}
+
+/// The caller's own user function (no provider) with that title.
+pub async fn find_user_function(db: &Db, user_id: &str, title: &str) -> Result<Option<ProgramRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, ProgramRow>(concat!(program_select!(), "WHERE p.author_id = $1 AND p.provider_id IS NULL AND p.title = $2"))
+        .bind(user_id)
+        .bind(title)
+        .fetch_optional(pool)
+        .await)
+    .map_err(query_error("find user function"))
+}
+
+pub async fn find_by_id(db: &Db, user_id: &str, id: &str) -> Result<Option<ProgramRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, ProgramRow>(concat!(program_select!(), "WHERE p.id = $2"))
+        .bind(user_id)
+        .bind(id)
+        .fetch_optional(pool)
+        .await)
+    .map_err(query_error("find function"))
+}
+
+/// Every function the caller might see: their own user functions and provider functions
+/// (optionally of one provider). The visibility rules then filter this set.
+pub async fn list_candidates(db: &Db, user_id: &str, provider: Option<&str>) -> Result<Vec<ProgramRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, ProgramRow>(concat!(program_select!(),
+        "WHERE ((p.provider_id IS NULL AND p.author_id = $1) OR p.provider_id IS NOT NULL) \
+         AND ($2 IS NULL OR pr.name = $2) ORDER BY p.created, p.id"))
+        .bind(user_id)
+        .bind(provider)
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("list functions"))
+}
+
+/// Every stored field of a function, as written by an upload.
+#[derive(Debug, Clone, Default)]
+pub struct ProgramFields {
+    pub entrypoint: Option<String>,
+    pub artifact_key: Option<String>,
+    pub image: Option<String>,
+    pub dependencies: String,
+    pub env_vars: String,
+    pub arguments_schema: Option<String>,
+    pub program_type: String,
+    pub version: Option<String>,
+    pub description: Option<String>,
+    pub documentation_url: Option<String>,
+    pub runner: String,
+    pub gpu: bool,
+    pub sizes: String,
+    pub default_size: Option<String>,
+}
+
+impl ProgramFields {
+    pub fn from_row(row: &ProgramRow) -> Self {
+        Self {
+            entrypoint: row.entrypoint.clone(),
+            artifact_key: row.artifact_key.clone(),
+            image: row.image.clone(),
+            dependencies: row.dependencies.clone(),
+            env_vars: row.env_vars.clone(),
+            arguments_schema: row.arguments_schema.clone(),
+            program_type: row.program_type.clone(),
+            version: row.version.clone(),
+            description: row.description.clone(),
+            documentation_url: row.documentation_url.clone(),
+            runner: row.runner.clone(),
+            gpu: row.gpu,
+            sizes: row.sizes.clone(),
+            default_size: row.default_size.clone(),
+        }
+    }
+}
+
+/// Inserts a new function and returns its id. A concurrent upload of the same title surfaces as a
+/// unique violation (`Error::unique_violation`).
+pub async fn insert(db: &Db, id: &str, title: &str, provider_id: Option<&str>, author_id: &str, fields: &ProgramFields) -> Result<(), Error> {
+    let now = now_micros();
+    on_db!(db, pool => sqlx::query(
+        "INSERT INTO programs (id, title, provider_id, author_id, entrypoint, artifact_key, image, dependencies, env_vars, \
+         arguments_schema, type, version, description, documentation_url, runner, gpu, sizes, default_size, created, updated) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $19)")
+        .bind(id)
+        .bind(title)
+        .bind(provider_id)
+        .bind(author_id)
+        .bind(&fields.entrypoint)
+        .bind(&fields.artifact_key)
+        .bind(&fields.image)
+        .bind(&fields.dependencies)
+        .bind(&fields.env_vars)
+        .bind(&fields.arguments_schema)
+        .bind(&fields.program_type)
+        .bind(&fields.version)
+        .bind(&fields.description)
+        .bind(&fields.documentation_url)
+        .bind(&fields.runner)
+        .bind(fields.gpu)
+        .bind(&fields.sizes)
+        .bind(&fields.default_size)
+        .bind(now)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(query_error("create function"))?;
+    Ok(())
+}
+
+/// Overwrites the mutable fields of an existing function (`type` and author never change).
+pub async fn update(db: &Db, id: &str, fields: &ProgramFields) -> Result<(), Error> {
+    on_db!(db, pool => sqlx::query(
+        "UPDATE programs SET entrypoint = $2, artifact_key = $3, image = $4, dependencies = $5, env_vars = $6, \
+         arguments_schema = $7, version = $8, description = $9, documentation_url = $10, runner = $11, gpu = $12, \
+         sizes = $13, default_size = $14, updated = $15 WHERE id = $1")
+        .bind(id)
+        .bind(&fields.entrypoint)
+        .bind(&fields.artifact_key)
+        .bind(&fields.image)
+        .bind(&fields.dependencies)
+        .bind(&fields.env_vars)
+        .bind(&fields.arguments_schema)
+        .bind(&fields.version)
+        .bind(&fields.description)
+        .bind(&fields.documentation_url)
+        .bind(&fields.runner)
+        .bind(fields.gpu)
+        .bind(&fields.sizes)
+        .bind(&fields.default_size)
+        .bind(now_micros())
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(query_error("update function"))?;
+    Ok(())
+}
+
+/// Grants (or revokes, with both false) a group's view/run rights on a function.
+pub async fn grant(db: &Db, program_id: &str, group_id: &str, can_view: bool, can_run: bool) -> Result<(), Error> {
+    on_db!(db, pool => sqlx::query(
+        "INSERT INTO program_grants (program_id, group_id, can_view, can_run) VALUES ($1, $2, $3, $4) \
+         ON CONFLICT (program_id, group_id) DO UPDATE SET can_view = excluded.can_view, can_run = excluded.can_run")
+        .bind(program_id)
+        .bind(group_id)
+        .bind(can_view)
+        .bind(can_run)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(query_error("grant function access"))?;
+    Ok(())
+}
+
+/// Sets a provider function's GPU flag (an operator decision, not an upload field).
+pub async fn set_gpu(db: &Db, program_id: &str, gpu: bool) -> Result<(), Error> {
+    on_db!(db, pool => sqlx::query("UPDATE programs SET gpu = $2, updated = $3 WHERE id = $1")
+        .bind(program_id)
+        .bind(gpu)
+        .bind(now_micros())
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(query_error("set function gpu"))?;
+    Ok(())
+}
+
+pub fn new_program_id() -> String {
+    new_id()
+}

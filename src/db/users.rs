@@ -1,0 +1,100 @@
+//! Users and groups: who a token is, whether they are active, which groups they belong to.
+
+use super::{Db, Error, new_id, now_micros, on_db, query_error};
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct UserRow {
+    pub id: String,
+    pub username: String,
+    pub is_active: bool,
+}
+
+pub async fn find_by_username(db: &Db, username: &str) -> Result<Option<UserRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, UserRow>("SELECT id, username, is_active FROM users WHERE username = $1")
+        .bind(username)
+        .fetch_optional(pool)
+        .await)
+    .map_err(query_error("find user"))
+}
+
+/// The user with that name, created (active) on first sight. One read on the common path.
+pub async fn ensure(db: &Db, username: &str) -> Result<UserRow, Error> {
+    if let Some(user) = find_by_username(db, username).await? {
+        return Ok(user);
+    }
+    on_db!(db, pool => sqlx::query("INSERT INTO users (id, username, is_active, created) VALUES ($1, $2, TRUE, $3) ON CONFLICT (username) DO NOTHING")
+        .bind(new_id())
+        .bind(username)
+        .bind(now_micros())
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(query_error("create user"))?;
+    find_by_username(db, username)
+        .await?
+        .ok_or(Error::Query { operation: "create user", source: sqlx::Error::RowNotFound })
+}
+
+/// Sets `is_active`; returns false when no such user exists.
+pub async fn set_active(db: &Db, username: &str, active: bool) -> Result<bool, Error> {
+    let result = on_db!(db, pool => sqlx::query("UPDATE users SET is_active = $1 WHERE username = $2")
+        .bind(active)
+        .bind(username)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(query_error("update user"))?;
+    Ok(result > 0)
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct GroupRow {
+    pub id: String,
+    pub name: String,
+}
+
+pub async fn ensure_group(db: &Db, name: &str) -> Result<GroupRow, Error> {
+    on_db!(db, pool => sqlx::query("INSERT INTO user_groups (id, name, created) VALUES ($1, $2, $3) ON CONFLICT (name) DO NOTHING")
+        .bind(new_id())
+        .bind(name)
+        .bind(now_micros())
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(query_error("create group"))?;
+    on_db!(db, pool => sqlx::query_as::<_, GroupRow>("SELECT id, name FROM user_groups WHERE name = $1")
+        .bind(name)
+        .fetch_one(pool)
+        .await)
+    .map_err(query_error("find group"))
+}
+
+pub async fn find_group(db: &Db, name: &str) -> Result<Option<GroupRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, GroupRow>("SELECT id, name FROM user_groups WHERE name = $1")
+        .bind(name)
+        .fetch_optional(pool)
+        .await)
+    .map_err(query_error("find group"))
+}
+
+pub async fn add_member(db: &Db, group_id: &str, user_id: &str) -> Result<(), Error> {
+    on_db!(db, pool => sqlx::query("INSERT INTO group_members (group_id, user_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+        .bind(group_id)
+        .bind(user_id)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(query_error("add group member"))?;
+    Ok(())
+}
+
+pub async fn remove_member(db: &Db, group_id: &str, user_id: &str) -> Result<bool, Error> {
+    let removed = on_db!(db, pool => sqlx::query("DELETE FROM group_members WHERE group_id = $1 AND user_id = $2")
+        .bind(group_id)
+        .bind(user_id)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(query_error("remove group member"))?;
+    Ok(removed > 0)
+}

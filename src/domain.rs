@@ -1,0 +1,12 @@
+//! Pure rules of the gateway: name sanitization, size labels, dependency and version checks,
+//! argument-schema validation and function visibility. Nothing here does I/O; the API layer
+//! calls these functions with values it has loaded.
+
+pub mod dependencies;
+pub mod names;
+pub mod schema;
+pub mod sizes;
+pub mod visibility;
+
+/// Status values of a job, as stored and as sent on the wire.
+pub const JOB_STATUSES: [&str; 6] = ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"];

@@ -1,0 +1,20 @@
+use clap::Parser;
+use gantry::cli::{Cli, Command};
+use tracing_subscriber::EnvFilter;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")))
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Serve(args) => args.run().await,
+        Command::Migrate(args) => {
+            args.open().await?;
+            println!("migrations applied to {}", gantry::db::redact(&args.url()));
+            Ok(())
+        }
+        Command::Admin(args) => args.run().await,
+    }
+}

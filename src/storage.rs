@@ -1,0 +1,389 @@
+//! Object storage for artifacts, user files, provider files (and, later, job arguments, results
+//! and logs): a local directory (embedded default) or an S3-compatible bucket. Object keys come
+//! from the pure functions in `keys`, which only ever see sanitized names. Transfers stream: an
+//! upload is first spooled to a temporary file by the API layer and then moved in; a download is
+//! read in 64 KiB chunks.
+
+use std::io;
+use std::path::{Component, Path, PathBuf};
+use std::pin::Pin;
+
+use aws_sdk_s3::primitives::ByteStream;
+use bytes::Bytes;
+use futures::{Stream, StreamExt, TryStreamExt};
+use tokio_util::io::ReaderStream;
+
+/// Chunk size of streamed downloads.
+pub const CHUNK_BYTES: usize = 64 * 1024;
+
+pub type ObjectStream = Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send>>;
+
+/// An object opened for reading.
+pub struct Object {
+    pub size: u64,
+    pub body: ObjectStream,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to {operation} object {key} in local storage")]
+    Local { operation: &'static str, key: String, source: io::Error },
+    #[error("failed to {operation} object {key} in bucket {bucket}")]
+    S3 { operation: &'static str, bucket: String, key: String, source: Box<dyn std::error::Error + Send + Sync> },
+    #[error("refusing unsafe object key {key}")]
+    UnsafeKey { key: String },
+    #[error("invalid storage location {location}: use a directory path or s3://bucket[/prefix]")]
+    Location { location: String },
+}
+
+/// The S3 connection settings.
+#[derive(Clone)]
+pub struct S3Settings {
+    pub bucket: String,
+    pub prefix: String,
+    pub endpoint: Option<String>,
+    pub region: String,
+    pub access_key_id: String,
+    pub secret_access_key: String,
+    pub path_style: bool,
+}
+
+impl std::fmt::Debug for S3Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("S3Settings")
+            .field("bucket", &self.bucket)
+            .field("prefix", &self.prefix)
+            .field("endpoint", &self.endpoint)
+            .field("region", &self.region)
+            .field("path_style", &self.path_style)
+            .finish_non_exhaustive()
+    }
+}
+
+#[derive(Clone, Debug)]
+pub enum Storage {
+    Local { root: PathBuf },
+    S3 { client: aws_sdk_s3::Client, bucket: String, prefix: String },
+}
+
+impl Storage {
+    pub fn local(root: impl Into<PathBuf>) -> Storage {
+        Storage::Local { root: root.into() }
+    }
+
+    pub fn s3(settings: &S3Settings) -> Storage {
+        let credentials = aws_credential_types::Credentials::from_keys(
+            settings.access_key_id.clone(),
+            settings.secret_access_key.clone(),
+            None,
+        );
+        let mut config = aws_sdk_s3::Config::builder()
+            .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
+            .region(aws_sdk_s3::config::Region::new(settings.region.clone()))
+            .credentials_provider(credentials)
+            .force_path_style(settings.path_style);
+        if let Some(endpoint) = &settings.endpoint {
+            config = config.endpoint_url(endpoint);
+        }
+        let prefix = settings.prefix.trim_matches('/');
+        Storage::S3 {
+            client: aws_sdk_s3::Client::from_conf(config.build()),
+            bucket: settings.bucket.clone(),
+            prefix: if prefix.is_empty() { String::new() } else { format!("{prefix}/") },
+        }
+    }
+
+    /// Splits `s3://bucket/prefix` into bucket and prefix.
+    pub fn parse_s3_location(location: &str) -> Result<(String, String), Error> {
+        let rest = location.strip_prefix("s3://").ok_or_else(|| Error::Location { location: location.into() })?;
+        let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(Error::Location { location: location.into() });
+        }
+        Ok((bucket.to_string(), prefix.to_string()))
+    }
+
+    pub fn backend_name(&self) -> String {
+        match self {
+            Storage::Local { root } => format!("local directory {}", root.display()),
+            Storage::S3 { bucket, prefix, .. } => format!("s3://{bucket}/{prefix}"),
+        }
+    }
+
+    fn local_path(root: &Path, key: &str) -> Result<PathBuf, Error> {
+        let relative = Path::new(key);
+        let safe = !key.is_empty() && relative.components().all(|c| matches!(c, Component::Normal(_)));
+        if !safe || key.contains('\0') {
+            return Err(Error::UnsafeKey { key: key.into() });
+        }
+        Ok(root.join(relative))
+    }
+
+    /// Checks that the storage answers (readiness).
+    pub async fn check(&self) -> Result<(), Error> {
+        match self {
+            Storage::Local { root } => tokio::fs::create_dir_all(root)
+                .await
+                .map_err(|source| Error::Local { operation: "open", key: root.display().to_string(), source }),
+            Storage::S3 { client, bucket, .. } => client
+                .head_bucket()
+                .bucket(bucket)
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| s3_error("reach", bucket, "", e)),
+        }
+    }
+
+    /// Moves a finished local file (the spooled upload) into the object `key`, replacing it.
+    /// The object appears whole or not at all.
+    pub async fn put_file(&self, key: &str, file: &Path) -> Result<(), Error> {
+        match self {
+            Storage::Local { root } => {
+                let local_error = |operation, source| Error::Local { operation, key: key.to_string(), source };
+                let destination = Self::local_path(root, key)?;
+                let parent = destination.parent().expect("object paths have a parent");
+                tokio::fs::create_dir_all(parent).await.map_err(|e| local_error("create folder for", e))?;
+                let staging = parent.join(format!(".incoming-{}", uuid::Uuid::new_v4()));
+                tokio::fs::copy(file, &staging).await.map_err(|e| local_error("write", e))?;
+                tokio::fs::rename(&staging, &destination).await.map_err(|e| {
+                    let _ = std::fs::remove_file(&staging);
+                    local_error("store", e)
+                })
+            }
+            Storage::S3 { client, bucket, prefix } => {
+                let body = ByteStream::from_path(file)
+                    .await
+                    .map_err(|e| s3_error("read upload for", bucket, key, e))?;
+                client
+                    .put_object()
+                    .bucket(bucket)
+                    .key(format!("{prefix}{key}"))
+                    .body(body)
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| s3_error("write", bucket, key, e))
+            }
+        }
+    }
+
+    /// Stores a small object from memory.
+    pub async fn put_bytes(&self, key: &str, bytes: Bytes) -> Result<(), Error> {
+        match self {
+            Storage::Local { root } => {
+                let local_error = |operation, source| Error::Local { operation, key: key.to_string(), source };
+                let destination = Self::local_path(root, key)?;
+                let parent = destination.parent().expect("object paths have a parent");
+                tokio::fs::create_dir_all(parent).await.map_err(|e| local_error("create folder for", e))?;
+                let staging = parent.join(format!(".incoming-{}", uuid::Uuid::new_v4()));
+                tokio::fs::write(&staging, &bytes).await.map_err(|e| local_error("write", e))?;
+                tokio::fs::rename(&staging, &destination).await.map_err(|e| local_error("store", e))
+            }
+            Storage::S3 { client, bucket, prefix } => client
+                .put_object()
+                .bucket(bucket)
+                .key(format!("{prefix}{key}"))
+                .body(ByteStream::from(bytes))
+                .send()
+                .await
+                .map(|_| ())
+                .map_err(|e| s3_error("write", bucket, key, e)),
+        }
+    }
+
+    /// Opens an object for streaming, `None` when it does not exist.
+    pub async fn get(&self, key: &str) -> Result<Option<Object>, Error> {
+        match self {
+            Storage::Local { root } => {
+                let path = Self::local_path(root, key)?;
+                let file = match tokio::fs::File::open(&path).await {
+                    Ok(file) => file,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+                    Err(source) => return Err(Error::Local { operation: "open", key: key.into(), source }),
+                };
+                let metadata = file
+                    .metadata()
+                    .await
+                    .map_err(|source| Error::Local { operation: "inspect", key: key.into(), source })?;
+                if !metadata.is_file() {
+                    return Ok(None);
+                }
+                Ok(Some(Object {
+                    size: metadata.len(),
+                    body: ReaderStream::with_capacity(file, CHUNK_BYTES).boxed(),
+                }))
+            }
+            Storage::S3 { client, bucket, prefix } => {
+                let response = client.get_object().bucket(bucket).key(format!("{prefix}{key}")).send().await;
+                match response {
+                    Ok(output) => {
+                        let size = output.content_length().unwrap_or_default().max(0) as u64;
+                        let reader = output.body.into_async_read();
+                        Ok(Some(Object { size, body: ReaderStream::with_capacity(reader, CHUNK_BYTES).boxed() }))
+                    }
+                    Err(error) if error.as_service_error().is_some_and(|e| e.is_no_such_key()) => Ok(None),
+                    Err(error) => Err(s3_error("read", bucket, key, error)),
+                }
+            }
+        }
+    }
+
+    /// Reads a whole (small) object into memory.
+    pub async fn read_to_bytes(&self, key: &str) -> Result<Option<Bytes>, Error> {
+        let Some(object) = self.get(key).await? else { return Ok(None) };
+        let chunks: Vec<Bytes> = object
+            .body
+            .try_collect()
+            .await
+            .map_err(|source| Error::Local { operation: "read", key: key.into(), source })?;
+        Ok(Some(chunks.concat().into()))
+    }
+
+    /// Names of the objects directly under `prefix` (which ends with `/`), sorted; sub-folders
+    /// are not listed.
+    pub async fn list(&self, prefix: &str) -> Result<Vec<String>, Error> {
+        let mut names = Vec::new();
+        match self {
+            Storage::Local { root } => {
+                let folder = Self::local_path(root, prefix.trim_end_matches('/'))?;
+                let mut entries = match tokio::fs::read_dir(&folder).await {
+                    Ok(entries) => entries,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(names),
+                    Err(source) => return Err(Error::Local { operation: "list", key: prefix.into(), source }),
+                };
+                while let Some(entry) = entries
+                    .next_entry()
+                    .await
+                    .map_err(|source| Error::Local { operation: "list", key: prefix.into(), source })?
+                {
+                    let is_file = entry.file_type().await.map(|t| t.is_file()).unwrap_or(false);
+                    let name = entry.file_name().to_string_lossy().into_owned();
+                    if is_file && !name.starts_with(".incoming-") {
+                        names.push(name);
+                    }
+                }
+            }
+            Storage::S3 { client, bucket, prefix: root } => {
+                let full = format!("{root}{prefix}");
+                let mut pages = client
+                    .list_objects_v2()
+                    .bucket(bucket)
+                    .prefix(&full)
+                    .delimiter("/")
+                    .into_paginator()
+                    .send();
+                while let Some(page) = pages.next().await {
+                    let page = page.map_err(|e| s3_error("list", bucket, prefix, e))?;
+                    for object in page.contents() {
+                        if let Some(name) = object.key().and_then(|k| k.strip_prefix(&full)) {
+                            if !name.is_empty() && !name.contains('/') {
+                                names.push(name.to_string());
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        names.sort();
+        Ok(names)
+    }
+
+    /// Deletes an object; false when there was none.
+    pub async fn delete(&self, key: &str) -> Result<bool, Error> {
+        match self {
+            Storage::Local { root } => {
+                let path = Self::local_path(root, key)?;
+                match tokio::fs::metadata(&path).await {
+                    Ok(metadata) if metadata.is_file() => {}
+                    Ok(_) => return Ok(false),
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+                    Err(source) => return Err(Error::Local { operation: "inspect", key: key.into(), source }),
+                }
+                tokio::fs::remove_file(&path)
+                    .await
+                    .map(|_| true)
+                    .map_err(|source| Error::Local { operation: "delete", key: key.into(), source })
+            }
+            Storage::S3 { client, bucket, prefix } => {
+                let full = format!("{prefix}{key}");
+                match client.head_object().bucket(bucket).key(&full).send().await {
+                    Ok(_) => {}
+                    Err(error) if error.as_service_error().is_some_and(|e| e.is_not_found()) => return Ok(false),
+                    Err(error) => return Err(s3_error("inspect", bucket, key, error)),
+                }
+                client
+                    .delete_object()
+                    .bucket(bucket)
+                    .key(&full)
+                    .send()
+                    .await
+                    .map(|_| true)
+                    .map_err(|e| s3_error("delete", bucket, key, e))
+            }
+        }
+    }
+}
+
+fn s3_error(operation: &'static str, bucket: &str, key: &str, error: impl std::error::Error + Send + Sync + 'static) -> Error {
+    Error::S3 { operation, bucket: bucket.into(), key: key.into(), source: Box::new(error) }
+}
+
+/// Object keys. Every argument is a sanitized name (see `domain::names`), so none contains `/`
+/// or `..`.
+pub mod keys {
+    /// The current artifact of a function; each upload gets a new key so a running job keeps
+    /// the artifact it started with.
+    pub fn artifact(program_id: &str, upload_id: &str) -> String {
+        format!("artifacts/{program_id}/{upload_id}.tar")
+    }
+
+    /// Folder (ending with `/`) of a user's own files for one function.
+    pub fn user_files(username: &str, provider: Option<&str>, title: &str) -> String {
+        match provider {
+            None => format!("users/{username}/functions/{title}/data/"),
+            Some(provider) => format!("users/{username}/providers/{provider}/{title}/data/"),
+        }
+    }
+
+    /// Folder (ending with `/`) of a provider's files for one of its functions.
+    pub fn provider_files(provider: &str, title: &str) -> String {
+        format!("providers/{provider}/{title}/data/")
+    }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        #[test]
+        fn keys_separate_users_providers_and_functions() {
+            assert_eq!(user_files("alice", None, "fn"), "users/alice/functions/fn/data/");
+            assert_eq!(user_files("alice", Some("ibm"), "fn"), "users/alice/providers/ibm/fn/data/");
+            assert_eq!(provider_files("ibm", "fn"), "providers/ibm/fn/data/");
+            assert_eq!(artifact("p", "u"), "artifacts/p/u.tar");
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn local_keys_cannot_escape_the_root() {
+        let root = Path::new("/data");
+        assert!(Storage::local_path(root, "../etc/passwd").is_err());
+        assert!(Storage::local_path(root, "/etc/passwd").is_err());
+        assert!(Storage::local_path(root, "a/./b").is_ok());
+        assert!(Storage::local_path(root, "a/../b").is_err());
+        assert!(Storage::local_path(root, "").is_err());
+    }
+
+    #[test]
+    fn s3_locations_split_into_bucket_and_prefix() {
+        assert_eq!(Storage::parse_s3_location("s3://b/p/q").unwrap(), ("b".into(), "p/q".into()));
+        assert_eq!(Storage::parse_s3_location("s3://b").unwrap(), ("b".into(), "".into()));
+        assert!(Storage::parse_s3_location("s3://").is_err());
+        assert!(Storage::parse_s3_location("/tmp").is_err());
+    }
+}
