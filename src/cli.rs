@@ -15,11 +15,14 @@ use crate::db::{self, Db};
 use crate::storage::{S3Settings, Storage};
 
 /// MIME types accepted by file uploads unless configured otherwise (the spec's list).
-pub const DEFAULT_UPLOAD_MIME_TYPES: &str =
-    "application/x-tar,application/gzip,application/json,application/octet-stream,application/zip,text/plain,text/csv";
+pub const DEFAULT_UPLOAD_MIME_TYPES: &str = "application/x-tar,application/gzip,application/json,application/octet-stream,application/zip,text/plain,text/csv";
 
 #[derive(Debug, Parser)]
-#[command(name = "gantry", version, about = "Job gateway for user-uploaded functions")]
+#[command(
+    name = "gantry",
+    version,
+    about = "Job gateway for user-uploaded functions"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -55,8 +58,12 @@ impl DatabaseArgs {
 
     /// Connects and migrates.
     pub async fn open(&self) -> anyhow::Result<Db> {
-        std::fs::create_dir_all(&self.data_dir)
-            .with_context(|| format!("failed to create the data directory {}", self.data_dir.display()))?;
+        std::fs::create_dir_all(&self.data_dir).with_context(|| {
+            format!(
+                "failed to create the data directory {}",
+                self.data_dir.display()
+            )
+        })?;
         let db = Db::connect(&self.url()).await?;
         db.migrate().await?;
         Ok(db)
@@ -91,8 +98,12 @@ impl StorageArgs {
         match self.storage.as_deref() {
             Some(location) if location.starts_with("s3://") => {
                 let (bucket, prefix) = Storage::parse_s3_location(location)?;
-                let (Some(access_key_id), Some(secret_access_key)) = (&self.s3_access_key_id, &self.s3_secret_access_key) else {
-                    bail!("S3 storage needs credentials: set --s3-access-key-id/AWS_ACCESS_KEY_ID and --s3-secret-access-key/AWS_SECRET_ACCESS_KEY");
+                let (Some(access_key_id), Some(secret_access_key)) =
+                    (&self.s3_access_key_id, &self.s3_secret_access_key)
+                else {
+                    bail!(
+                        "S3 storage needs credentials: set --s3-access-key-id/AWS_ACCESS_KEY_ID and --s3-secret-access-key/AWS_SECRET_ACCESS_KEY"
+                    );
                 };
                 Ok(Storage::s3(&S3Settings {
                     bucket,
@@ -120,7 +131,12 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub storage: StorageArgs,
     /// How bearer tokens are checked.
-    #[arg(long, env = "SETTINGS_AUTH_MECHANISM", value_enum, default_value = "mock_token")]
+    #[arg(
+        long,
+        env = "SETTINGS_AUTH_MECHANISM",
+        value_enum,
+        default_value = "mock_token"
+    )]
     pub auth_mechanism: AuthMechanism,
     /// Largest request body in MB; larger bodies get a 413.
     #[arg(long, env = "MAX_REQUEST_BODY_SIZE_MB", default_value_t = 50)]
@@ -151,18 +167,28 @@ impl ServeArgs {
         if auth_mechanism != AuthMechanism::MockToken {
             bail!(
                 "SETTINGS_AUTH_MECHANISM={} is not built yet; this version of Gantry supports mock_token only",
-                clap::ValueEnum::to_possible_value(&auth_mechanism).map(|v| v.get_name().to_string()).unwrap_or_default()
+                clap::ValueEnum::to_possible_value(&auth_mechanism)
+                    .map(|v| v.get_name().to_string())
+                    .unwrap_or_default()
             );
         }
         let db = database.open().await?;
         let storage = storage.open(&database.data_dir)?;
-        storage.check().await.context("object storage is not reachable")?;
+        storage
+            .check()
+            .await
+            .context("object storage is not reachable")?;
         let config = GatewayConfig {
             max_body_bytes: max_request_body_size_mb * 1024 * 1024,
-            max_arguments_bytes: usize::try_from(max_arguments_length_mb * 1024 * 1024).unwrap_or(usize::MAX),
+            max_arguments_bytes: usize::try_from(max_arguments_length_mb * 1024 * 1024)
+                .unwrap_or(usize::MAX),
             spool_dir: database.data_dir.join("spool"),
             version: reported_version,
-            allowed_mime_types: upload_mime_types.split(',').map(|m| m.trim().to_string()).filter(|m| !m.is_empty()).collect(),
+            allowed_mime_types: upload_mime_types
+                .split(',')
+                .map(|m| m.trim().to_string())
+                .filter(|m| !m.is_empty())
+                .collect(),
         };
         let listener = tokio::net::TcpListener::bind(listen)
             .await
@@ -174,7 +200,11 @@ impl ServeArgs {
             db::redact(&database.url()),
             storage.backend_name()
         );
-        let state = AppState { db, storage, config: Arc::new(config) };
+        let state = AppState {
+            db,
+            storage,
+            config: Arc::new(config),
+        };
         let app = api::app(state);
         axum::serve(listener, tower::make::Shared::new(app))
             .with_graceful_shutdown(shutdown_signal())
@@ -292,12 +322,16 @@ pub async fn admin(db: &Db, command: AdminCommand) -> anyhow::Result<String> {
                 bail!("invalid provider name '{name}': use letters, digits, '_' and '-'");
             }
             providers::upsert(db, &name, registry.as_deref()).await?;
-            format!("provider {name} ready (admin group {})", providers::admin_group_name(&name))
+            format!(
+                "provider {name} ready (admin group {})",
+                providers::admin_group_name(&name)
+            )
         }
         AdminCommand::AddAdmin { provider, user } => {
             check_user_name(&user)?;
             let provider = find_provider(db, &provider).await?;
-            let group = users::ensure_group(db, &providers::admin_group_name(&provider.name)).await?;
+            let group =
+                users::ensure_group(db, &providers::admin_group_name(&provider.name)).await?;
             providers::add_admin_group(db, &provider.id, &group.id).await?;
             let user_row = users::ensure(db, &user).await?;
             users::add_member(db, &group.id, &user_row.id).await?;
@@ -308,7 +342,9 @@ pub async fn admin(db: &Db, command: AdminCommand) -> anyhow::Result<String> {
             let group = users::find_group(db, &providers::admin_group_name(&provider.name)).await?;
             let user_row = users::find_by_username(db, &user).await?;
             let removed = match (group, user_row) {
-                (Some(group), Some(user_row)) => users::remove_member(db, &group.id, &user_row.id).await?,
+                (Some(group), Some(user_row)) => {
+                    users::remove_member(db, &group.id, &user_row.id).await?
+                }
                 _ => false,
             };
             if removed {
@@ -324,7 +360,13 @@ pub async fn admin(db: &Db, command: AdminCommand) -> anyhow::Result<String> {
             users::add_member(db, &group_row.id, &user_row.id).await?;
             format!("{user} is now a member of group {group}")
         }
-        AdminCommand::Grant { provider, function, group, view, run } => {
+        AdminCommand::Grant {
+            provider,
+            function,
+            group,
+            view,
+            run,
+        } => {
             let provider_row = find_provider(db, &provider).await?;
             // Any user id works for the lookup: only the function itself is needed here.
             let program = programs::find_provider_function(db, "", &provider_row.id, &function)

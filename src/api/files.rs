@@ -36,46 +36,80 @@ fn target(query: &FileQuery, provider_required: bool) -> Result<Target, ApiError
         .map(|f| names::sanitize_title(f, false))
         .filter(|f| !f.is_empty())
         .ok_or_else(|| ApiError::BadRequest("'function' not provided or is not valid".into()))?;
-    let provider = query.provider.as_deref().map(|p| names::sanitize_title(p, false)).filter(|p| !p.is_empty());
+    let provider = query
+        .provider
+        .as_deref()
+        .map(|p| names::sanitize_title(p, false))
+        .filter(|p| !p.is_empty());
     if provider_required && provider.is_none() {
-        return Err(ApiError::BadRequest("'provider' not provided or is not valid".into()));
+        return Err(ApiError::BadRequest(
+            "'provider' not provided or is not valid".into(),
+        ));
     }
     Ok(Target { function, provider })
 }
 
 fn file_name(query: &FileQuery) -> Result<Option<String>, ApiError> {
     match query.file.as_deref() {
-        None | Some("") => Err(ApiError::BadRequest("'file' not provided or is not valid".into())),
+        None | Some("") => Err(ApiError::BadRequest(
+            "'file' not provided or is not valid".into(),
+        )),
         Some(raw) => Ok(names::sanitize_file_name(raw)),
     }
 }
 
 /// The caller's own file folder of a function they may use.
-async fn user_folder(state: &AppState, caller: &Caller, query: &FileQuery) -> Result<String, ApiError> {
+async fn user_folder(
+    state: &AppState,
+    caller: &Caller,
+    query: &FileQuery,
+) -> Result<String, ApiError> {
     let target = target(query, false)?;
-    let row = resolve_function(state, caller, target.provider.as_deref(), &target.function, visibility::can_use_user_files)
-        .await
-        .map_err(|error| match error {
-            ApiError::NotFound(_) => ApiError::function_not_found(None, &target.function),
-            other => other,
-        })?;
-    Ok(keys::user_files(&caller.username, row.provider_name.as_deref(), &row.title))
+    let row = resolve_function(
+        state,
+        caller,
+        target.provider.as_deref(),
+        &target.function,
+        visibility::can_use_user_files,
+    )
+    .await
+    .map_err(|error| match error {
+        ApiError::NotFound(_) => ApiError::function_not_found(None, &target.function),
+        other => other,
+    })?;
+    Ok(keys::user_files(
+        &caller.username,
+        row.provider_name.as_deref(),
+        &row.title,
+    ))
 }
 
 /// The provider's file folder of one of its functions, for those who manage it.
-async fn provider_folder(state: &AppState, caller: &Caller, query: &FileQuery) -> Result<String, ApiError> {
+async fn provider_folder(
+    state: &AppState,
+    caller: &Caller,
+    query: &FileQuery,
+) -> Result<String, ApiError> {
     let target = target(query, true)?;
     let provider_name = target.provider.expect("required above");
     let provider = providers::find_by_name(&state.db, &provider_name)
         .await?
         .ok_or_else(|| ApiError::provider_not_found(&provider_name))?;
-    let row = programs::find_provider_function(&state.db, &caller.user_id, &provider.id, &target.function).await?;
+    let row = programs::find_provider_function(
+        &state.db,
+        &caller.user_id,
+        &provider.id,
+        &target.function,
+    )
+    .await?;
     match row {
-        Some(row) if visibility::can_manage(row.access()) => Ok(keys::provider_files(&provider.name, &row.title)),
-        Some(_) => Err(ApiError::provider_not_found(&provider_name)),
-        None if providers::is_admin(&state.db, &provider.id, &caller.user_id).await? => {
-            Err(ApiError::function_not_found(Some(&provider_name), &target.function))
+        Some(row) if visibility::can_manage(row.access()) => {
+            Ok(keys::provider_files(&provider.name, &row.title))
         }
+        Some(_) => Err(ApiError::provider_not_found(&provider_name)),
+        None if providers::is_admin(&state.db, &provider.id, &caller.user_id).await? => Err(
+            ApiError::function_not_found(Some(&provider_name), &target.function),
+        ),
         None => Err(ApiError::provider_not_found(&provider_name)),
     }
 }
@@ -84,27 +118,41 @@ async fn list_in(state: &AppState, folder: &str) -> Result<Vec<String>, ApiError
     Ok(state.storage.list(folder).await?)
 }
 
-async fn download_from(state: &AppState, folder: &str, query: &FileQuery) -> Result<Response, ApiError> {
+async fn download_from(
+    state: &AppState,
+    folder: &str,
+    query: &FileQuery,
+) -> Result<Response, ApiError> {
     let name = file_name(query)?.ok_or_else(ApiError::file_not_found)?;
     let object = state
         .storage
         .get(&format!("{folder}{name}"))
         .await?
         .ok_or_else(ApiError::file_not_found)?;
-    let content_type = mime_guess::from_path(&name).first_or_octet_stream().to_string();
+    let content_type = mime_guess::from_path(&name)
+        .first_or_octet_stream()
+        .to_string();
     let size = object.size;
     let mut response = super::stream_body(object).into_response();
     let headers = response.headers_mut();
-    headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(&content_type).expect("mime types are valid headers"));
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_str(&content_type).expect("mime types are valid headers"),
+    );
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
     headers.insert(
         header::CONTENT_DISPOSITION,
-        HeaderValue::from_str(&format!("attachment; filename={name}")).expect("sanitized names are valid headers"),
+        HeaderValue::from_str(&format!("attachment; filename={name}"))
+            .expect("sanitized names are valid headers"),
     );
     Ok(response)
 }
 
-async fn delete_from(state: &AppState, folder: &str, query: &FileQuery) -> Result<Json<Value>, ApiError> {
+async fn delete_from(
+    state: &AppState,
+    folder: &str,
+    query: &FileQuery,
+) -> Result<Json<Value>, ApiError> {
     let name = file_name(query)?.ok_or_else(ApiError::file_not_found)?;
     if state.storage.delete(&format!("{folder}{name}")).await? {
         Ok(Json(json!({ "message": "Requested file was deleted." })))
@@ -128,18 +176,25 @@ pub fn sniff_mime(head: &[u8]) -> String {
     let text = match std::str::from_utf8(head) {
         Ok(text) => Some(text),
         // The head may cut a multi-byte character.
-        Err(error) if error.error_len().is_none() => std::str::from_utf8(&head[..error.valid_up_to()]).ok(),
+        Err(error) if error.error_len().is_none() => {
+            std::str::from_utf8(&head[..error.valid_up_to()]).ok()
+        }
         Err(_) => None,
     };
     match text {
         Some(text) if !text.contains('\0') => {
             let trimmed = text.trim_start();
             let lower = trimmed.to_ascii_lowercase();
-            if lower.starts_with("<!doctype html") || lower.starts_with("<html") || lower.starts_with("<script") {
+            if lower.starts_with("<!doctype html")
+                || lower.starts_with("<html")
+                || lower.starts_with("<script")
+            {
                 "text/html".into()
             } else if lower.starts_with("#!") {
                 "text/x-shellscript".into()
-            } else if (trimmed.starts_with('{') || trimmed.starts_with('[')) && serde_json::from_str::<Value>(text).is_ok() {
+            } else if (trimmed.starts_with('{') || trimmed.starts_with('['))
+                && serde_json::from_str::<Value>(text).is_ok()
+            {
                 "application/json".into()
             } else {
                 "text/plain".into()
@@ -153,7 +208,11 @@ fn is_tar(head: &[u8]) -> bool {
     head.len() >= 262 && &head[257..262] == b"ustar"
 }
 
-async fn upload_to(state: &AppState, folder: &str, file: UploadedFile) -> Result<Json<Value>, ApiError> {
+async fn upload_to(
+    state: &AppState,
+    folder: &str,
+    file: UploadedFile,
+) -> Result<Json<Value>, ApiError> {
     let name = file
         .file_name
         .as_deref()
@@ -166,9 +225,16 @@ async fn upload_to(state: &AppState, folder: &str, file: UploadedFile) -> Result
 
 /// File checks happen before the function lookup, as with the reference.
 fn checked_file(state: &AppState, fields: &mut RequestFields) -> Result<UploadedFile, ApiError> {
-    let file = fields.take_file("file").ok_or_else(|| ApiError::BadRequest("A file should be uploaded.".into()))?;
+    let file = fields
+        .take_file("file")
+        .ok_or_else(|| ApiError::BadRequest("A file should be uploaded.".into()))?;
     let mime = sniff_mime(&file.head);
-    if !state.config.allowed_mime_types.iter().any(|allowed| allowed == &mime) {
+    if !state
+        .config
+        .allowed_mime_types
+        .iter()
+        .any(|allowed| allowed == &mime)
+    {
         return Err(ApiError::BadRequest(format!(
             "Uploaded file is not a valid type ({mime}). Accepted types: {}.",
             state.config.allowed_mime_types.join(", ")
@@ -177,23 +243,39 @@ fn checked_file(state: &AppState, fields: &mut RequestFields) -> Result<Uploaded
     Ok(file)
 }
 
-pub async fn list_user_files(State(state): State<AppState>, caller: Caller, Query(query): Query<FileQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn list_user_files(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<FileQuery>,
+) -> Result<Json<Value>, ApiError> {
     let folder = user_folder(&state, &caller, &query).await?;
     Ok(Json(json!({ "results": list_in(&state, &folder).await? })))
 }
 
 /// The spec's listing path and shape (`{"files": [...]}`).
-pub async fn list_user_files_spec(State(state): State<AppState>, caller: Caller, Query(query): Query<FileQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn list_user_files_spec(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<FileQuery>,
+) -> Result<Json<Value>, ApiError> {
     let folder = user_folder(&state, &caller, &query).await?;
     Ok(Json(json!({ "files": list_in(&state, &folder).await? })))
 }
 
-pub async fn download_user_file(State(state): State<AppState>, caller: Caller, Query(query): Query<FileQuery>) -> Result<Response, ApiError> {
+pub async fn download_user_file(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<FileQuery>,
+) -> Result<Response, ApiError> {
     let folder = user_folder(&state, &caller, &query).await?;
     download_from(&state, &folder, &query).await
 }
 
-pub async fn delete_user_file(State(state): State<AppState>, caller: Caller, Query(query): Query<FileQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn delete_user_file(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<FileQuery>,
+) -> Result<Json<Value>, ApiError> {
     let folder = user_folder(&state, &caller, &query).await?;
     delete_from(&state, &folder, &query).await
 }
@@ -209,17 +291,29 @@ pub async fn upload_user_file(
     upload_to(&state, &folder, file).await
 }
 
-pub async fn list_provider_files(State(state): State<AppState>, caller: Caller, Query(query): Query<FileQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn list_provider_files(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<FileQuery>,
+) -> Result<Json<Value>, ApiError> {
     let folder = provider_folder(&state, &caller, &query).await?;
     Ok(Json(json!({ "results": list_in(&state, &folder).await? })))
 }
 
-pub async fn download_provider_file(State(state): State<AppState>, caller: Caller, Query(query): Query<FileQuery>) -> Result<Response, ApiError> {
+pub async fn download_provider_file(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<FileQuery>,
+) -> Result<Response, ApiError> {
     let folder = provider_folder(&state, &caller, &query).await?;
     download_from(&state, &folder, &query).await
 }
 
-pub async fn delete_provider_file(State(state): State<AppState>, caller: Caller, Query(query): Query<FileQuery>) -> Result<Json<Value>, ApiError> {
+pub async fn delete_provider_file(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(query): Query<FileQuery>,
+) -> Result<Json<Value>, ApiError> {
     let folder = provider_folder(&state, &caller, &query).await?;
     delete_from(&state, &folder, &query).await
 }
@@ -244,7 +338,10 @@ mod tests {
         assert_eq!(sniff_mime(b"hello world\n"), "text/plain");
         assert_eq!(sniff_mime(b"{\"a\": 1}"), "application/json");
         assert_eq!(sniff_mime(b"a,b\n1,2\n"), "text/plain");
-        assert_eq!(sniff_mime(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0]), "application/gzip");
+        assert_eq!(
+            sniff_mime(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0]),
+            "application/gzip"
+        );
         assert_eq!(sniff_mime(b"PK\x03\x04rest"), "application/zip");
         assert_eq!(sniff_mime(b"\x89PNG\r\n\x1a\n0000"), "image/png");
         assert_eq!(sniff_mime(b"<html><body>x</body></html>"), "text/html");

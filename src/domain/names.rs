@@ -5,15 +5,22 @@
 /// titles and provider names: `"Provider Function"` becomes `"ProviderFunction"`.
 pub fn sanitize_title(raw: &str, allow_slash: bool) -> String {
     raw.chars()
-        .filter(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '-' || (allow_slash && *c == '/'))
+        .filter(|c| {
+            c.is_ascii_alphanumeric() || *c == '_' || *c == '-' || (allow_slash && *c == '/')
+        })
         .collect()
 }
 
 /// A title split into an optional provider and the function title, following the upload and
 /// validate rules: `"prov/title"` names a provider function; two slashes are malformed.
-pub fn split_title(raw_title: &str, provider: Option<&str>) -> Result<(Option<String>, String), String> {
+pub fn split_title(
+    raw_title: &str,
+    provider: Option<&str>,
+) -> Result<(Option<String>, String), String> {
     let title = sanitize_title(raw_title, true);
-    let provider = provider.map(|p| sanitize_title(p, false)).filter(|p| !p.is_empty());
+    let provider = provider
+        .map(|p| sanitize_title(p, false))
+        .filter(|p| !p.is_empty());
     let mut parts = title.split('/');
     let first = parts.next().unwrap_or_default().to_string();
     match (parts.next(), parts.next()) {
@@ -32,7 +39,9 @@ pub fn split_title(raw_title: &str, provider: Option<&str>) -> Result<(Option<St
             }
             Ok((Some(first), second.to_string()))
         }
-        (Some(_), Some(_)) => Err("Qiskit Function title is malformed. It can only contain one slash.".into()),
+        (Some(_), Some(_)) => {
+            Err("Qiskit Function title is malformed. It can only contain one slash.".into())
+        }
     }
 }
 
@@ -57,7 +66,9 @@ pub fn is_valid_user_name(name: &str) -> bool {
     !name.is_empty()
         && name.len() <= 150
         && !name.chars().all(|c| c == '.')
-        && name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '@' | '-'))
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '@' | '-'))
 }
 
 /// Normalizes an entry point: a relative POSIX path to a `.py` file without `..` segments or
@@ -103,7 +114,10 @@ mod tests {
 
     #[test]
     fn titles_lose_everything_but_safe_characters() {
-        assert_eq!(sanitize_title("Provider Function", false), "ProviderFunction");
+        assert_eq!(
+            sanitize_title("Provider Function", false),
+            "ProviderFunction"
+        );
         assert_eq!(sanitize_title("../../etc", false), "etc");
         assert_eq!(sanitize_title("a/b", true), "a/b");
         assert_eq!(sanitize_title("a%2Fb\0", false), "a2Fb");
@@ -111,20 +125,36 @@ mod tests {
 
     #[test]
     fn split_title_applies_the_slash_rules() {
-        assert_eq!(split_title("default/Provider Function", None), Ok((Some("default".into()), "ProviderFunction".into())));
-        assert_eq!(split_title("fn", Some("p")), Ok((Some("p".into()), "fn".into())));
+        assert_eq!(
+            split_title("default/Provider Function", None),
+            Ok((Some("default".into()), "ProviderFunction".into()))
+        );
+        assert_eq!(
+            split_title("fn", Some("p")),
+            Ok((Some("p".into()), "fn".into()))
+        );
         assert!(split_title("p/fn", Some("q")).is_err());
-        assert!(split_title("a/b/c", None).unwrap_err().contains("one slash"));
+        assert!(
+            split_title("a/b/c", None)
+                .unwrap_err()
+                .contains("one slash")
+        );
         assert_eq!(split_title("   ", None), Err("Invalid title.".into()));
     }
 
     #[test]
     fn file_names_cannot_traverse() {
-        assert_eq!(sanitize_file_name("../other/x.txt").as_deref(), Some("x.txt"));
+        assert_eq!(
+            sanitize_file_name("../other/x.txt").as_deref(),
+            Some("x.txt")
+        );
         assert_eq!(sanitize_file_name("/etc/passwd").as_deref(), Some("passwd"));
         assert_eq!(sanitize_file_name(".."), None);
         assert_eq!(sanitize_file_name("a\0b"), Some("ab".into()));
-        assert_eq!(sanitize_file_name("..\\..\\win.ini").as_deref(), Some("win.ini"));
+        assert_eq!(
+            sanitize_file_name("..\\..\\win.ini").as_deref(),
+            Some("win.ini")
+        );
         assert_eq!(sanitize_file_name(""), None);
     }
 
@@ -140,7 +170,15 @@ mod tests {
 
     #[test]
     fn versions_follow_pep_440() {
-        for ok in ["1.2.3", "0.1", "v1.0", "2.0rc1", "1.0.post1", "1.0.dev3", "1.0+local.1"] {
+        for ok in [
+            "1.2.3",
+            "0.1",
+            "v1.0",
+            "2.0rc1",
+            "1.0.post1",
+            "1.0.dev3",
+            "1.0+local.1",
+        ] {
             assert!(is_valid_version(ok), "{ok}");
         }
         for bad in ["", "abc", "1..2", "1.2.3-beta-x"] {

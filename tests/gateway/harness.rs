@@ -1,0 +1,365 @@
+//! Test harness: a gateway on a fresh database and fresh storage, driven through the real router
+//! with `tower::ServiceExt::oneshot`. Two backends: SQLite + local directory, and a real
+//! PostgreSQL (a database per test, dropped afterwards) + a real S3 protocol server (s3s-fs on
+//! loopback, started in-process).
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Request, StatusCode, header};
+use gantry::api::{AppState, GatewayConfig};
+use gantry::cli::{AdminCommand, DEFAULT_UPLOAD_MIME_TYPES};
+use gantry::db::Db;
+use gantry::storage::{S3Settings, Storage};
+use serde_json::Value;
+use tower::ServiceExt;
+
+#[derive(Debug, Clone, Copy)]
+pub enum Backend {
+    SqliteLocal,
+    PostgresS3,
+}
+
+/// Default PostgreSQL of the project's machines; CI exports its own `DATABASE_URL`.
+const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
+const S3_KEY: &str = "gantry-test-key";
+const S3_SECRET: &str = "gantry-test-secret";
+
+pub struct Gateway {
+    pub state: AppState,
+    _dir: tempfile::TempDir,
+    postgres: Option<(String, String)>,
+}
+
+/// A response: status, headers and body (JSON when it parses, else a string).
+pub struct Reply {
+    pub status: StatusCode,
+    pub headers: axum::http::HeaderMap,
+    pub bytes: Vec<u8>,
+    pub json: Value,
+}
+
+impl Reply {
+    pub fn message(&self) -> String {
+        self.json["message"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+impl Gateway {
+    pub async fn start(backend: Backend) -> Gateway {
+        Self::start_with(backend, |_| {}).await
+    }
+
+    pub async fn start_with(
+        backend: Backend,
+        configure: impl FnOnce(&mut GatewayConfig),
+    ) -> Gateway {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let mut config = GatewayConfig {
+            max_body_bytes: 50 * 1024 * 1024,
+            max_arguments_bytes: 32 * 1024 * 1024,
+            spool_dir: dir.path().join("spool"),
+            version: "9.9.9".into(),
+            allowed_mime_types: DEFAULT_UPLOAD_MIME_TYPES
+                .split(',')
+                .map(str::to_string)
+                .collect(),
+        };
+        configure(&mut config);
+        let (db, storage, postgres) = match backend {
+            Backend::SqliteLocal => {
+                let url = format!("sqlite://{}", dir.path().join("gantry.db").display());
+                let db = Db::connect(&url).await.expect("sqlite");
+                (db, Storage::local(dir.path().join("objects")), None)
+            }
+            Backend::PostgresS3 => {
+                let admin_url =
+                    std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.into());
+                let name = format!("gantry_test_{}", uuid::Uuid::new_v4().simple());
+                let admin = Db::connect(&admin_url).await.unwrap_or_else(|e| {
+                    panic!("PostgreSQL tests need a server at DATABASE_URL ({admin_url}): {e:?}")
+                });
+                let Db::Postgres(pool) = &admin else {
+                    panic!("DATABASE_URL must be a postgres:// URL")
+                };
+                sqlx::query(&format!("CREATE DATABASE {name}"))
+                    .execute(pool)
+                    .await
+                    .expect("create test database");
+                pool.close().await;
+                let base = admin_url
+                    .rsplit_once('/')
+                    .expect("database url has a path")
+                    .0;
+                let db = Db::connect(&format!("{base}/{name}"))
+                    .await
+                    .expect("connect to test database");
+                let endpoint = start_s3(dir.path().join("s3")).await;
+                let storage = Storage::s3(&S3Settings {
+                    bucket: "gantry".into(),
+                    prefix: "test".into(),
+                    endpoint: Some(endpoint),
+                    region: "us-east-1".into(),
+                    access_key_id: S3_KEY.into(),
+                    secret_access_key: S3_SECRET.into(),
+                    path_style: true,
+                });
+                (db, storage, Some((admin_url, name)))
+            }
+        };
+        db.migrate().await.expect("migrations");
+        storage.check().await.expect("storage reachable");
+        Gateway {
+            state: AppState {
+                db,
+                storage,
+                config: Arc::new(config),
+            },
+            _dir: dir,
+            postgres,
+        }
+    }
+
+    pub async fn send(&self, request: Request<Body>) -> Reply {
+        let response = gantry::api::app(self.state.clone())
+            .oneshot(request)
+            .await
+            .expect("infallible");
+        let status = response.status();
+        let headers = response.headers().clone();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
+            .await
+            .expect("body")
+            .to_vec();
+        let json = serde_json::from_slice(&bytes)
+            .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
+        Reply {
+            status,
+            headers,
+            bytes,
+            json,
+        }
+    }
+
+    pub async fn call(
+        &self,
+        method: &str,
+        uri: &str,
+        token: Option<&str>,
+        content_type: Option<&str>,
+        body: Body,
+    ) -> Reply {
+        let mut request = Request::builder().method(method).uri(uri);
+        if let Some(token) = token {
+            request = request.header(header::AUTHORIZATION, format!("Bearer {token}"));
+        }
+        if let Some(content_type) = content_type {
+            request = request.header(header::CONTENT_TYPE, content_type);
+        }
+        self.send(request.body(body).expect("request")).await
+    }
+
+    pub async fn get(&self, uri: &str, token: &str) -> Reply {
+        self.call("GET", uri, Some(token), None, Body::empty())
+            .await
+    }
+
+    pub async fn delete(&self, uri: &str, token: &str) -> Reply {
+        self.call("DELETE", uri, Some(token), None, Body::empty())
+            .await
+    }
+
+    pub async fn post_json(&self, uri: &str, token: &str, body: Value) -> Reply {
+        self.call(
+            "POST",
+            uri,
+            Some(token),
+            Some("application/json"),
+            Body::from(body.to_string()),
+        )
+        .await
+    }
+
+    pub async fn post_form(&self, uri: &str, token: &str, fields: &[(&str, &str)]) -> Reply {
+        let body = serde_urlencoded::to_string(fields).expect("form");
+        self.call(
+            "POST",
+            uri,
+            Some(token),
+            Some("application/x-www-form-urlencoded"),
+            Body::from(body),
+        )
+        .await
+    }
+
+    pub async fn post_multipart(
+        &self,
+        uri: &str,
+        token: &str,
+        fields: &[(&str, &str)],
+        files: &[(&str, &str, &[u8])],
+    ) -> Reply {
+        let (content_type, body) = multipart(fields, files);
+        self.call(
+            "POST",
+            uri,
+            Some(token),
+            Some(&content_type),
+            Body::from(body),
+        )
+        .await
+    }
+
+    /// Uploads a user function `title` whose artifact holds `main.py`.
+    pub async fn upload_function(&self, token: &str, fields: &[(&str, &str)]) -> Reply {
+        let artifact = tar_of(&[("main.py", b"print('hello')\n")]);
+        self.post_multipart(
+            "/api/v1/programs/upload/",
+            token,
+            fields,
+            &[("artifact", "artifact.tar", &artifact)],
+        )
+        .await
+    }
+
+    pub async fn admin(&self, command: AdminCommand) -> String {
+        gantry::cli::admin(&self.state.db, command)
+            .await
+            .expect("admin command")
+    }
+
+    /// A provider `name` with `admin` in its admin group.
+    pub async fn provider(&self, name: &str, registry: Option<&str>, admin: &str) {
+        self.admin(AdminCommand::CreateProvider {
+            name: name.into(),
+            registry: registry.map(str::to_string),
+        })
+        .await;
+        self.admin(AdminCommand::AddAdmin {
+            provider: name.into(),
+            user: admin.into(),
+        })
+        .await;
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        if let Some((admin_url, name)) = self.postgres.take() {
+            let db = self.state.db.clone();
+            // Dropping needs async I/O; do it on a thread with its own runtime.
+            let _ = std::thread::spawn(move || {
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .expect("runtime");
+                runtime.block_on(async move {
+                    if let Db::Postgres(pool) = db {
+                        pool.close().await;
+                    }
+                    if let Ok(Db::Postgres(pool)) = Db::connect(&admin_url).await {
+                        let _ =
+                            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                                .execute(&pool)
+                                .await;
+                        pool.close().await;
+                    }
+                });
+            })
+            .join();
+        }
+    }
+}
+
+/// Serves the S3 protocol from `root` on a loopback port; returns the endpoint URL.
+async fn start_s3(root: std::path::PathBuf) -> String {
+    std::fs::create_dir_all(root.join("gantry")).expect("bucket folder");
+    let mut builder =
+        s3s::service::S3ServiceBuilder::new(s3s_fs::FileSystem::new(&root).expect("s3s-fs"));
+    builder.set_auth(s3s::auth::SimpleAuth::from_single(S3_KEY, S3_SECRET));
+    let service = builder.build();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind s3");
+    let address = listener.local_addr().expect("s3 address");
+    tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                break;
+            };
+            let service = service.clone();
+            tokio::spawn(async move {
+                let _ = hyper_util::server::conn::auto::Builder::new(
+                    hyper_util::rt::TokioExecutor::new(),
+                )
+                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                .await;
+            });
+        }
+    });
+    format!("http://{address}")
+}
+
+/// A multipart body; returns its content type and bytes.
+pub fn multipart(fields: &[(&str, &str)], files: &[(&str, &str, &[u8])]) -> (String, Vec<u8>) {
+    let boundary = "gantry-test-boundary-7d1f";
+    let mut body = Vec::new();
+    for (name, value) in fields {
+        body.extend_from_slice(
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
+            )
+            .as_bytes(),
+        );
+    }
+    for (name, file_name, bytes) in files {
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{file_name}\"\r\n\r\n").as_bytes(),
+        );
+        body.extend_from_slice(bytes);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// An uncompressed tar of the given files.
+pub fn tar_of(files: &[(&str, &[u8])]) -> Vec<u8> {
+    let mut builder = tar::Builder::new(Vec::new());
+    for (path, bytes) in files {
+        let mut header = tar::Header::new_gnu();
+        header.set_size(bytes.len() as u64);
+        header.set_mode(0o644);
+        header.set_cksum();
+        builder
+            .append_data(&mut header, path, *bytes)
+            .expect("tar member");
+    }
+    builder.into_inner().expect("tar")
+}
+
+/// Declares each scenario once per backend: `sqlite::name` and `postgres_s3::name`.
+#[macro_export]
+macro_rules! both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::harness::Backend::SqliteLocal).await
+                }
+            )*
+        }
+        mod postgres_s3 {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name($crate::harness::Backend::PostgresS3).await
+                }
+            )*
+        }
+    };
+}

@@ -1,0 +1,8 @@
+//! Gateway tests: the real router on SQLite + local storage and on PostgreSQL + S3.
+
+mod harness;
+
+mod files;
+mod programs;
+mod system;
+mod visibility;
