@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The test command: formatting, lints, unit tests, the gateway suite on SQLite+local and on
+# PostgreSQL+S3, and the end-to-end checks with the real Python client against `gantry serve`.
+# Needs DATABASE_URL (a PostgreSQL superuser; default postgres://postgres@127.0.0.1:5432/test)
+# and GANTRY_TEST_PYTHON (a Python with qiskit-serverless 0.37.0); `.ci/run` provides both.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
+PYTHON=${GANTRY_TEST_PYTHON:-.venv/bin/python}
+
+step() { printf '\n== %s\n' "$*"; }
+
+step "cargo fmt --check"
+cargo fmt --all -- --check
+
+step "cargo clippy (warnings denied)"
+cargo clippy --all-targets --quiet -- -D warnings
+
+step "cargo test (unit tests and gateway suite on both backends)"
+cargo test --quiet 2>&1 | grep -v '^test .* ok$'
+
+step "end to end: the real qiskit-serverless client against gantry serve"
+cargo build --quiet --bin gantry
+DATA=$(mktemp -d)
+PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+target/debug/gantry serve --listen "127.0.0.1:$PORT" --data-dir "$DATA/gantry" >"$DATA/serve.log" 2>&1 &
+SERVER=$!
+cleanup() { kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -rf "$DATA"; }
+trap cleanup EXIT
+for _ in $(seq 1 100); do
+  curl -fsS "http://127.0.0.1:$PORT/readiness/" >/dev/null 2>&1 && break
+  kill -0 "$SERVER" 2>/dev/null || { cat "$DATA/serve.log"; exit 1; }
+  sleep 0.1
+done
+if ! "$PYTHON" tests/e2e/client_foundation.py "http://127.0.0.1:$PORT"; then
+  echo "--- gantry serve log ---"; cat "$DATA/serve.log"; exit 1
+fi
