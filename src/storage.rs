@@ -479,6 +479,26 @@ pub mod keys {
         }
     }
 
+    /// The result a job saved (`RESULTS_PATH`), shipped by the launcher at exit.
+    pub fn job_result(job_id: &str) -> String {
+        format!("jobs/{job_id}/result.json")
+    }
+
+    /// The user (public) log of a finished job.
+    pub fn job_user_log(job_id: &str) -> String {
+        format!("jobs/{job_id}/user.log")
+    }
+
+    /// The provider (private) log of a finished provider-function job.
+    pub fn job_provider_log(job_id: &str) -> String {
+        format!("jobs/{job_id}/provider.log")
+    }
+
+    /// How the job's process ended, written by the launcher last: `{"exit_code", "signal", "error"}`.
+    pub fn job_exit(job_id: &str) -> String {
+        format!("jobs/{job_id}/exit.json")
+    }
+
     /// Folder (ending with `/`) of a provider's files for one of its functions.
     pub fn provider_files(provider: &str, title: &str) -> String {
         format!("providers/{provider}/{title}/data/")
