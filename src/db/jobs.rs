@@ -1,0 +1,455 @@
+//! Jobs, their events and runtime jobs. Every status move is one transaction that writes the job
+//! and its `STATUS_CHANGE` event together, conditioned on the status it moves from.
+
+use super::{Db, Error, new_id, now_micros, on_db, query_error};
+use crate::domain::admission::QueuedJob;
+use crate::domain::lifecycle::{JobStatus, Move};
+
+macro_rules! job_select {
+    () => {
+        "SELECT j.id, j.program_id, p.title AS program_title, pr.name AS provider_name, j.provider_id, \
+         j.author_id, u.username AS author_name, j.status, j.sub_status, j.gpu, j.function_size, j.runner, \
+         j.created, j.updated, j.last_activity, j.backend_ref, j.stop_requested, j.result \
+         FROM jobs j LEFT JOIN programs p ON p.id = j.program_id LEFT JOIN providers pr ON pr.id = j.provider_id \
+         JOIN users u ON u.id = j.author_id "
+    };
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct JobRow {
+    pub id: String,
+    pub program_id: Option<String>,
+    pub program_title: Option<String>,
+    pub provider_name: Option<String>,
+    pub provider_id: Option<String>,
+    pub author_id: String,
+    pub author_name: String,
+    pub status: String,
+    pub sub_status: Option<String>,
+    pub gpu: bool,
+    pub function_size: Option<String>,
+    pub runner: String,
+    pub created: i64,
+    pub updated: i64,
+    pub last_activity: i64,
+    pub backend_ref: Option<String>,
+    pub stop_requested: bool,
+    pub result: Option<String>,
+}
+
+impl JobRow {
+    pub fn status(&self) -> JobStatus {
+        self.status.parse().unwrap_or(JobStatus::Failed)
+    }
+}
+
+/// A job to create.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub id: String,
+    pub program_id: String,
+    pub provider_id: Option<String>,
+    pub author_id: String,
+    pub arguments: String,
+    pub config: String,
+    pub env_vars: String,
+    pub runner: String,
+    pub gpu: bool,
+    pub function_size: Option<String>,
+}
+
+/// Creates a `QUEUED` job and its first event in one transaction, unless the author already has
+/// `active_limit` active jobs (then nothing is written and `false` is returned). On PostgreSQL the
+/// author's row is locked first so concurrent runs of one user serialize; SQLite serializes all
+/// writers, and the conditional insert is one statement.
+pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64) -> Result<bool, Error> {
+    let lock = match db {
+        Db::Postgres(_) => "SELECT id FROM users WHERE id = $1 FOR UPDATE",
+        Db::Sqlite(_) => "SELECT id FROM users WHERE id = $1",
+    };
+    let now = now_micros();
+    let event = serde_json::json!({ "status": "QUEUED" }).to_string();
+    on_db!(db, pool => async {
+        let mut tx = pool.begin().await?;
+        sqlx::query(lock).bind(&job.author_id).execute(&mut *tx).await?;
+        let inserted = sqlx::query(
+            "INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
+             function_size, created, updated, last_activity) \
+             SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $11, $11, $11 \
+             WHERE (SELECT COUNT(*) FROM jobs WHERE author_id = $4 AND status IN ('QUEUED', 'PENDING', 'RUNNING')) < $12")
+            .bind(&job.id)
+            .bind(&job.program_id)
+            .bind(&job.provider_id)
+            .bind(&job.author_id)
+            .bind(&job.arguments)
+            .bind(&job.config)
+            .bind(&job.env_vars)
+            .bind(&job.runner)
+            .bind(job.gpu)
+            .bind(&job.function_size)
+            .bind(now)
+            .bind(active_limit)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if inserted == 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $4)")
+            .bind(new_id())
+            .bind(&job.id)
+            .bind(now)
+            .bind(&event)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }.await)
+    .map_err(query_error("create job"))
+}
+
+pub async fn find(db: &Db, id: &str) -> Result<Option<JobRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, JobRow>(concat!(job_select!(), "WHERE j.id = $1"))
+        .bind(id)
+        .fetch_optional(pool)
+        .await)
+    .map_err(query_error("find job"))
+}
+
+/// Applies a move decided by the state machine, if the job is still in `mv.from`. Returns
+/// whether it was applied. Terminal moves clear `sub_status` and the stored environment (which
+/// holds the caller's token).
+pub async fn apply_move(db: &Db, job_id: &str, mv: &Move) -> Result<bool, Error> {
+    let now = now_micros();
+    let terminal = mv.to.is_terminal();
+    on_db!(db, pool => async {
+        let mut tx = pool.begin().await?;
+        let updated = sqlx::query(
+            "UPDATE jobs SET status = $2, updated = $4, last_activity = $4, \
+             sub_status = CASE WHEN $5 THEN NULL ELSE sub_status END, \
+             env_vars = CASE WHEN $5 THEN '{}' ELSE env_vars END \
+             WHERE id = $1 AND status = $3")
+            .bind(job_id)
+            .bind(mv.to.as_str())
+            .bind(mv.from.as_str())
+            .bind(now)
+            .bind(terminal)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if updated == 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'STATUS_CHANGE', $4, $5, $6)")
+            .bind(new_id())
+            .bind(job_id)
+            .bind(now)
+            .bind(mv.origin.as_str())
+            .bind(mv.context)
+            .bind(mv.data.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }.await)
+    .map_err(query_error("move job status"))
+}
+
+/// Outcome of a sub-status update.
+#[derive(Debug, PartialEq, Eq)]
+pub enum SubStatusOutcome {
+    Updated,
+    Unchanged,
+    NotActive(String),
+    Missing,
+}
+
+/// Sets the sub-status of an active job, with a `SUB_STATUS_CHANGE` event when it changes.
+pub async fn set_sub_status(db: &Db, job_id: &str, value: &str) -> Result<SubStatusOutcome, Error> {
+    let now = now_micros();
+    on_db!(db, pool => async {
+        let mut tx = pool.begin().await?;
+        let changed = sqlx::query(
+            "UPDATE jobs SET sub_status = $2, updated = $3, last_activity = $3 \
+             WHERE id = $1 AND status IN ('QUEUED', 'PENDING', 'RUNNING') AND (sub_status IS NULL OR sub_status <> $2)")
+            .bind(job_id)
+            .bind(value)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if changed == 0 {
+            tx.rollback().await?;
+            let status: Option<String> = sqlx::query_scalar("SELECT status FROM jobs WHERE id = $1")
+                .bind(job_id)
+                .fetch_optional(pool)
+                .await?;
+            return Ok(match status {
+                None => SubStatusOutcome::Missing,
+                Some(status) if ["QUEUED", "PENDING", "RUNNING"].contains(&status.as_str()) => SubStatusOutcome::Unchanged,
+                Some(status) => SubStatusOutcome::NotActive(status),
+            });
+        }
+        sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'SUB_STATUS_CHANGE', 'API', 'SET_SUB_STATUS', $4)")
+            .bind(new_id())
+            .bind(job_id)
+            .bind(now)
+            .bind(serde_json::json!({ "sub_status": value }).to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(SubStatusOutcome::Updated)
+    }.await)
+    .map_err(query_error("set job sub-status"))
+}
+
+/// Records an `ERROR` event of an active job (which also extends its timeout). False when the
+/// job is not active.
+pub async fn insert_error_event(db: &Db, job_id: &str, data: &serde_json::Value) -> Result<bool, Error> {
+    let now = now_micros();
+    on_db!(db, pool => async {
+        let mut tx = pool.begin().await?;
+        let active = sqlx::query("UPDATE jobs SET last_activity = $2 WHERE id = $1 AND status IN ('QUEUED', 'PENDING', 'RUNNING')")
+            .bind(job_id)
+            .bind(now)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if active == 0 {
+            tx.rollback().await?;
+            return Ok(false);
+        }
+        sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'ERROR', 'API', 'SEND_ERROR', $4)")
+            .bind(new_id())
+            .bind(job_id)
+            .bind(now)
+            .bind(data.to_string())
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(true)
+    }.await)
+    .map_err(query_error("record job event"))
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct EventRow {
+    pub id: String,
+    pub created: i64,
+    pub event_type: String,
+    pub origin: String,
+    pub context: String,
+    pub data: String,
+}
+
+/// Events of a job, newest first, optionally of one type.
+pub async fn list_events(db: &Db, job_id: &str, event_type: Option<&str>) -> Result<Vec<EventRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, EventRow>(
+        "SELECT id, created, event_type, origin, context, data FROM job_events \
+         WHERE job_id = $1 AND ($2 IS NULL OR event_type = $2) ORDER BY created DESC, id DESC")
+        .bind(job_id)
+        .bind(event_type)
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("list job events"))
+}
+
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct RuntimeJobRow {
+    pub runtime_job: String,
+    pub runtime_session: Option<String>,
+}
+
+pub async fn list_runtime_jobs(db: &Db, job_id: &str) -> Result<Vec<RuntimeJobRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, RuntimeJobRow>(
+        "SELECT runtime_job, runtime_session FROM runtime_jobs WHERE job_id = $1 ORDER BY created, runtime_job")
+        .bind(job_id)
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("list runtime jobs"))
+}
+
+pub async fn insert_runtime_job(db: &Db, job_id: &str, runtime_job: &str, session: Option<&str>) -> Result<(), Error> {
+    on_db!(db, pool => sqlx::query("INSERT INTO runtime_jobs (runtime_job, job_id, runtime_session, created) VALUES ($1, $2, $3, $4)")
+        .bind(runtime_job)
+        .bind(job_id)
+        .bind(session)
+        .bind(now_micros())
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(query_error("record runtime job"))?;
+    Ok(())
+}
+
+/// A value bound into a dynamically built query.
+#[derive(Debug, Clone)]
+pub enum Param {
+    Text(String),
+    Int(i64),
+}
+
+/// Filters of the job listings; each present filter narrows the result.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub author_id: Option<String>,
+    pub provider_id: Option<String>,
+    pub program_ids: Option<Vec<String>>,
+    pub status: Option<String>,
+    /// `Some(true)`: provider functions only (catalog); `Some(false)`: user functions only.
+    pub catalog: Option<bool>,
+    pub created_after: Option<i64>,
+}
+
+impl JobFilter {
+    fn where_clause(&self) -> (String, Vec<Param>) {
+        let mut clauses = Vec::new();
+        let mut params = Vec::new();
+        let mut push = |clause: &str, param: Param, params: &mut Vec<Param>| {
+            params.push(param);
+            clauses.push(clause.replace('?', &format!("${}", params.len())));
+        };
+        if let Some(author) = &self.author_id {
+            push("j.author_id = ?", Param::Text(author.clone()), &mut params);
+        }
+        if let Some(provider) = &self.provider_id {
+            push("j.provider_id = ?", Param::Text(provider.clone()), &mut params);
+        }
+        if let Some(status) = &self.status {
+            push("j.status = ?", Param::Text(status.clone()), &mut params);
+        }
+        if let Some(after) = self.created_after {
+            push("j.created >= ?", Param::Int(after), &mut params);
+        }
+        if let Some(ids) = &self.program_ids {
+            if ids.is_empty() {
+                clauses.push("1 = 0".to_string());
+            } else {
+                let mut placeholders = Vec::new();
+                for id in ids {
+                    params.push(Param::Text(id.clone()));
+                    placeholders.push(format!("${}", params.len()));
+                }
+                clauses.push(format!("j.program_id IN ({})", placeholders.join(", ")));
+            }
+        }
+        match self.catalog {
+            Some(true) => clauses.push("j.provider_id IS NOT NULL".into()),
+            Some(false) => clauses.push("j.provider_id IS NULL".into()),
+            None => {}
+        }
+        let clause = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
+        (clause, params)
+    }
+}
+
+macro_rules! bind_params {
+    ($query:expr, $params:expr) => {{
+        let mut query = $query;
+        for param in $params {
+            query = match param {
+                Param::Text(text) => query.bind(text.clone()),
+                Param::Int(value) => query.bind(*value),
+            };
+        }
+        query
+    }};
+}
+
+/// One page of jobs, newest first, and the total matching.
+pub async fn list(db: &Db, filter: &JobFilter, limit: Option<i64>, offset: i64) -> Result<(i64, Vec<JobRow>), Error> {
+    let (clause, params) = filter.where_clause();
+    let count_sql = format!("SELECT COUNT(*) FROM jobs j {clause}");
+    let page_sql = format!(
+        "{} {clause} ORDER BY j.created DESC, j.id DESC LIMIT {} OFFSET {}",
+        job_select!(),
+        limit.map(|l| l.max(0)).unwrap_or(i64::MAX),
+        offset.max(0)
+    );
+    let count = on_db!(db, pool => bind_params!(sqlx::query_scalar::<_, i64>(&count_sql), &params).fetch_one(pool).await)
+        .map_err(query_error("count jobs"))?;
+    let rows = on_db!(db, pool => bind_params!(sqlx::query_as::<_, JobRow>(&page_sql), &params).fetch_all(pool).await)
+        .map_err(query_error("list jobs"))?;
+    Ok((count, rows))
+}
+
+/// Ids of programs with that title (and provider, when given), for the `function` filter.
+pub async fn program_ids_by_title(db: &Db, title: &str, provider_id: Option<&str>) -> Result<Vec<String>, Error> {
+    on_db!(db, pool => sqlx::query_scalar::<_, String>(
+        "SELECT id FROM programs WHERE title = $1 AND ($2 IS NULL OR provider_id = $2)")
+        .bind(title)
+        .bind(provider_id)
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("find programs by title"))
+}
+
+/// Queued jobs, oldest first (at most `limit`), for admission.
+pub async fn queued(db: &Db, limit: i64) -> Result<Vec<QueuedJob>, Error> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        id: String,
+        author_id: String,
+        gpu: bool,
+        created: i64,
+    }
+    let rows = on_db!(db, pool => sqlx::query_as::<_, Row>(
+        "SELECT id, author_id, gpu, created FROM jobs WHERE status = 'QUEUED' ORDER BY created, id LIMIT $1")
+        .bind(limit)
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("list queued jobs"))?;
+    Ok(rows.into_iter().map(|r| QueuedJob { id: r.id, author_id: r.author_id, gpu: r.gpu, created: r.created }).collect())
+}
+
+/// Pending and running jobs (for load, timeouts and reconciliation).
+pub async fn in_flight(db: &Db) -> Result<Vec<JobRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, JobRow>(concat!(job_select!(), "WHERE j.status IN ('PENDING', 'RUNNING')"))
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("list running jobs"))
+}
+
+/// What the runner needs to start a job.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct LaunchRow {
+    pub arguments: String,
+    pub env_vars: String,
+    pub artifact_key: Option<String>,
+    pub entrypoint: Option<String>,
+    pub image: Option<String>,
+    pub function_env_vars: Option<String>,
+}
+
+pub async fn launch_info(db: &Db, job_id: &str) -> Result<Option<LaunchRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, LaunchRow>(
+        "SELECT j.arguments, j.env_vars, p.artifact_key, p.entrypoint, p.image, p.env_vars AS function_env_vars \
+         FROM jobs j LEFT JOIN programs p ON p.id = j.program_id WHERE j.id = $1")
+        .bind(job_id)
+        .fetch_optional(pool)
+        .await)
+    .map_err(query_error("load job launch data"))
+}
+
+pub async fn set_backend_ref(db: &Db, job_id: &str, backend_ref: Option<&str>) -> Result<(), Error> {
+    on_db!(db, pool => sqlx::query("UPDATE jobs SET backend_ref = $2 WHERE id = $1")
+        .bind(job_id)
+        .bind(backend_ref)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(query_error("record job backend"))?;
+    Ok(())
+}
+
+pub async fn mark_stop_requested(db: &Db, job_id: &str) -> Result<(), Error> {
+    on_db!(db, pool => sqlx::query("UPDATE jobs SET stop_requested = TRUE WHERE id = $1")
+        .bind(job_id)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(query_error("record stop request"))?;
+    Ok(())
+}

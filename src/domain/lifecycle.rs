@@ -1,0 +1,194 @@
+//! The job state machine. Every status change goes through `decide`, which says whether a move
+//! is allowed and which event records it; the database then applies it with a compare-and-set
+//! on the current status, so concurrent movers cannot both win.
+
+use std::fmt;
+use std::str::FromStr;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum JobStatus {
+    Queued,
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Stopped,
+}
+
+impl JobStatus {
+    pub const ACTIVE: [JobStatus; 3] = [JobStatus::Queued, JobStatus::Pending, JobStatus::Running];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobStatus::Queued => "QUEUED",
+            JobStatus::Pending => "PENDING",
+            JobStatus::Running => "RUNNING",
+            JobStatus::Succeeded => "SUCCEEDED",
+            JobStatus::Failed => "FAILED",
+            JobStatus::Stopped => "STOPPED",
+        }
+    }
+
+    pub fn is_terminal(self) -> bool {
+        matches!(self, JobStatus::Succeeded | JobStatus::Failed | JobStatus::Stopped)
+    }
+
+    /// Counts towards `LIMITS_ACTIVE_JOBS_PER_USER`; allows sub-status and error events.
+    pub fn is_active(self) -> bool {
+        !self.is_terminal()
+    }
+}
+
+impl fmt::Display for JobStatus {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for JobStatus {
+    type Err = String;
+
+    fn from_str(value: &str) -> Result<Self, Self::Err> {
+        Ok(match value {
+            "QUEUED" => JobStatus::Queued,
+            "PENDING" => JobStatus::Pending,
+            "RUNNING" => JobStatus::Running,
+            "SUCCEEDED" => JobStatus::Succeeded,
+            "FAILED" => JobStatus::Failed,
+            "STOPPED" => JobStatus::Stopped,
+            other => return Err(format!("unknown job status '{other}'")),
+        })
+    }
+}
+
+/// What happened to a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Trigger {
+    /// Admission chose it; it is handed to the compute backend.
+    Admitted,
+    /// The backend could not start it.
+    LaunchFailed { reason: String },
+    /// Its process is executing.
+    Started,
+    /// Its process ended by itself.
+    Exited { success: bool },
+    /// A user asked to stop it and the backend accepted.
+    StopRequested,
+    /// It ran longer than `PROGRAM_TIMEOUT`.
+    TimedOut,
+    /// Its process is gone and nobody saw it end (for example across a restart).
+    Lost { reason: String },
+}
+
+/// Who moved the job; stored as the event's `origin`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Origin {
+    Api,
+    Scheduler,
+}
+
+impl Origin {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Origin::Api => "API",
+            Origin::Scheduler => "SCHEDULER",
+        }
+    }
+}
+
+/// An allowed move with the `STATUS_CHANGE` event that records it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Move {
+    pub from: JobStatus,
+    pub to: JobStatus,
+    pub origin: Origin,
+    pub context: &'static str,
+    pub data: serde_json::Value,
+}
+
+/// Decides the move for `trigger` from `current`, or `None` when the trigger does not apply
+/// (a finished job stays finished; a queued job cannot exit).
+pub fn decide(current: JobStatus, trigger: &Trigger) -> Option<Move> {
+    use JobStatus::*;
+    let (to, origin, context, reason) = match (current, trigger) {
+        (Queued, Trigger::Admitted) => (Pending, Origin::Scheduler, "SCHEDULE_JOBS", None),
+        (Queued | Pending, Trigger::LaunchFailed { reason }) => (Failed, Origin::Scheduler, "SCHEDULE_JOBS", Some(reason.clone())),
+        (Pending, Trigger::Started) => (Running, Origin::Scheduler, "UPDATE_JOB_STATUS", None),
+        (Pending | Running, Trigger::Exited { success }) => {
+            (if *success { Succeeded } else { Failed }, Origin::Scheduler, "UPDATE_JOB_STATUS", None)
+        }
+        (Queued | Pending | Running, Trigger::StopRequested) => (Stopped, Origin::Api, "STOP_JOB", None),
+        (Pending | Running, Trigger::TimedOut) => {
+            (Stopped, Origin::Scheduler, "UPDATE_JOB_STATUS", Some("the job exceeded PROGRAM_TIMEOUT".to_string()))
+        }
+        (Pending | Running, Trigger::Lost { reason }) => (Failed, Origin::Scheduler, "RECONCILE", Some(reason.clone())),
+        _ => return None,
+    };
+    let mut data = serde_json::json!({ "status": to.as_str() });
+    if let Some(reason) = reason {
+        data["reason"] = serde_json::Value::String(reason);
+    }
+    Some(Move { from: current, to, origin, context, data })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use JobStatus::*;
+
+    #[test]
+    fn the_happy_path_goes_queued_pending_running_succeeded() {
+        let admitted = decide(Queued, &Trigger::Admitted).unwrap();
+        assert_eq!((admitted.to, admitted.origin, admitted.context), (Pending, Origin::Scheduler, "SCHEDULE_JOBS"));
+        assert_eq!(decide(Pending, &Trigger::Started).unwrap().to, Running);
+        let done = decide(Running, &Trigger::Exited { success: true }).unwrap();
+        assert_eq!(done.to, Succeeded);
+        assert_eq!(done.data, serde_json::json!({"status": "SUCCEEDED"}));
+        assert_eq!(decide(Running, &Trigger::Exited { success: false }).unwrap().to, Failed);
+    }
+
+    #[test]
+    fn terminal_jobs_never_move() {
+        let triggers = [
+            Trigger::Admitted,
+            Trigger::Started,
+            Trigger::Exited { success: true },
+            Trigger::StopRequested,
+            Trigger::TimedOut,
+            Trigger::Lost { reason: "x".into() },
+            Trigger::LaunchFailed { reason: "x".into() },
+        ];
+        for status in [Succeeded, Failed, Stopped] {
+            for trigger in &triggers {
+                assert_eq!(decide(status, trigger), None, "{status} {trigger:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn stops_timeouts_and_losses() {
+        for status in [Queued, Pending, Running] {
+            let stop = decide(status, &Trigger::StopRequested).unwrap();
+            assert_eq!((stop.to, stop.origin, stop.context), (Stopped, Origin::Api, "STOP_JOB"));
+        }
+        assert_eq!(decide(Queued, &Trigger::TimedOut), None);
+        let timeout = decide(Running, &Trigger::TimedOut).unwrap();
+        assert_eq!(timeout.to, Stopped);
+        assert!(timeout.data["reason"].as_str().unwrap().contains("PROGRAM_TIMEOUT"));
+        let lost = decide(Running, &Trigger::Lost { reason: "process gone after restart".into() }).unwrap();
+        assert_eq!((lost.to, lost.context), (Failed, "RECONCILE"));
+        assert_eq!(lost.data["reason"], "process gone after restart");
+        assert_eq!(decide(Queued, &Trigger::Exited { success: true }), None);
+        assert_eq!(decide(Running, &Trigger::Admitted), None);
+    }
+
+    #[test]
+    fn statuses_round_trip_and_classify() {
+        for status in [Queued, Pending, Running, Succeeded, Failed, Stopped] {
+            assert_eq!(status.as_str().parse::<JobStatus>().unwrap(), status);
+        }
+        assert!("DONE".parse::<JobStatus>().is_err());
+        assert_eq!(JobStatus::ACTIVE.iter().filter(|s| s.is_active()).count(), 3);
+        assert!(Stopped.is_terminal() && !Running.is_terminal());
+    }
+}
