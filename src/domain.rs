@@ -2,7 +2,9 @@
 //! argument-schema validation and function visibility. Nothing here does I/O; the API layer
 //! calls these functions with values it has loaded.
 
+pub mod admission;
 pub mod dependencies;
+pub mod lifecycle;
 pub mod names;
 pub mod schema;
 pub mod sizes;
