@@ -3,6 +3,7 @@
 //! endpoint that takes a body (`RequestFields`: JSON, form-urlencoded or multipart).
 
 pub mod files;
+pub mod jobs;
 pub mod openapi;
 pub mod programs;
 pub mod system;
@@ -17,7 +18,7 @@ use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Request};
 use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, patch, post};
 use axum::{Json, Router};
 use serde_json::{Map, Value, json};
 
@@ -37,6 +38,8 @@ pub struct GatewayConfig {
     pub version: String,
     /// MIME types accepted by file uploads.
     pub allowed_mime_types: Vec<String>,
+    /// `LIMITS_ACTIVE_JOBS_PER_USER`: queued+pending+running jobs one user may have.
+    pub active_jobs_per_user: i64,
 }
 
 impl GatewayConfig {
@@ -51,6 +54,10 @@ pub struct AppState {
     pub db: Db,
     pub storage: Storage,
     pub config: Arc<GatewayConfig>,
+    /// The local compute backend, when this process runs jobs (`gantry serve`).
+    pub runner: Option<Arc<crate::runner::LocalRunner>>,
+    /// Where job status moves are published.
+    pub publisher: Arc<dyn crate::events::Publisher>,
 }
 
 /// The gateway's route table. Paths are registered with their trailing slash; `app` adds the
@@ -59,15 +66,22 @@ pub fn router(state: AppState) -> Router {
     let max_body = state.config.max_body_bytes;
     let api = Router::new()
         .route("/programs/", get(programs::list_programs))
-        .route(
-            "/programs/get_by_title/{title}/",
-            get(programs::get_program_by_title),
-        )
+        .route("/programs/get_by_title/{title}/", get(programs::get_program_by_title))
         .route("/programs/upload/", post(programs::upload_program))
-        .route(
-            "/programs/validate_arguments/",
-            post(programs::validate_arguments),
-        )
+        .route("/programs/validate_arguments/", post(programs::validate_arguments))
+        .route("/programs/run/", post(jobs::run_program))
+        .route("/programs/{program_id}/get_jobs/", get(jobs::get_program_jobs))
+        .route("/jobs/", get(jobs::list_jobs))
+        .route("/jobs/provider/", get(jobs::list_provider_jobs))
+        .route("/jobs/{job_id}/", get(jobs::get_job))
+        .route("/jobs/{job_id}/result/", get(jobs::get_job_result).post(jobs::save_job_result))
+        .route("/jobs/{job_id}/logs/", get(jobs::get_job_logs))
+        .route("/jobs/{job_id}/provider-logs/", get(jobs::get_job_provider_logs))
+        .route("/jobs/{job_id}/stop/", post(jobs::stop_job))
+        .route("/jobs/{job_id}/sub_status/", patch(jobs::set_sub_status))
+        .route("/jobs/{job_id}/event/", post(jobs::create_job_event))
+        .route("/jobs/{job_id}/events/", get(jobs::list_job_events))
+        .route("/jobs/{job_id}/runtime_jobs/", get(jobs::list_runtime_jobs).post(jobs::add_runtime_job))
         .route("/files/", get(files::list_user_files))
         .route("/files/list/", get(files::list_user_files_spec))
         .route("/files/upload/", post(files::upload_user_file))
@@ -75,18 +89,9 @@ pub fn router(state: AppState) -> Router {
         .route("/files/delete/", delete(files::delete_user_file))
         .route("/files/provider/", get(files::list_provider_files))
         .route("/files/provider/upload/", post(files::upload_provider_file))
-        .route(
-            "/files/provider/download/",
-            get(files::download_provider_file),
-        )
-        .route(
-            "/files/provider/delete/",
-            delete(files::delete_provider_file),
-        )
-        .route(
-            "/dependencies-versions/",
-            get(system::dependencies_versions),
-        )
+        .route("/files/provider/download/", get(files::download_provider_file))
+        .route("/files/provider/delete/", delete(files::delete_provider_file))
+        .route("/dependencies-versions/", get(system::dependencies_versions))
         .route("/version/", get(system::version))
         .route("/readiness/", get(system::readiness))
         .route("/liveness/", get(system::liveness))
@@ -101,13 +106,8 @@ pub fn router(state: AppState) -> Router {
         .route("/openapi.json", get(openapi::swagger_json))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(DefaultBodyLimit::max(
-            usize::try_from(max_body).unwrap_or(usize::MAX),
-        ))
-        .layer(middleware::from_fn_with_state(
-            state.clone(),
-            reject_large_bodies,
-        ))
+        .layer(DefaultBodyLimit::max(usize::try_from(max_body).unwrap_or(usize::MAX)))
+        .layer(middleware::from_fn_with_state(state.clone(), reject_large_bodies))
         .layer(tower_http::trace::TraceLayer::new_for_http())
         .with_state(state)
 }
@@ -144,16 +144,10 @@ async fn reject_large_bodies(
     request: Request,
     next: Next,
 ) -> Response {
-    let declared = request
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok());
+    let declared =
+        request.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()).and_then(|v| v.parse::<u64>().ok());
     if declared.is_some_and(|length| length > state.config.max_body_bytes) {
-        return ApiError::PayloadTooLarge {
-            limit_mb: state.config.max_body_mb(),
-        }
-        .into_response();
+        return ApiError::PayloadTooLarge { limit_mb: state.config.max_body_mb() }.into_response();
     }
     next.run(request).await
 }
@@ -162,10 +156,7 @@ async fn not_found(uri: Uri) -> ApiError {
     ApiError::NotFound(format!("Not found: {}", uri.path()))
 }
 
-async fn method_not_allowed(
-    method: Method,
-    axum::extract::OriginalUri(uri): axum::extract::OriginalUri,
-) -> ApiError {
+async fn method_not_allowed(method: Method, axum::extract::OriginalUri(uri): axum::extract::OriginalUri) -> ApiError {
     ApiError::MethodNotAllowed(format!("Method {method} is not allowed on {}.", uri.path()))
 }
 
@@ -192,6 +183,8 @@ pub enum ApiError {
     UnsupportedMediaType(String),
     #[error("{0}")]
     TooManyRequests(String),
+    #[error("{0}")]
+    Locked(String),
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -199,9 +192,7 @@ pub enum ApiError {
 impl ApiError {
     pub fn function_not_found(provider: Option<&str>, title: &str) -> ApiError {
         match provider {
-            Some(provider) => {
-                ApiError::NotFound(format!("Qiskit Function {provider}/{title} doesn't exist."))
-            }
+            Some(provider) => ApiError::NotFound(format!("Qiskit Function {provider}/{title} doesn't exist.")),
             None => ApiError::NotFound(format!("Qiskit Function {title} doesn't exist.")),
         }
     }
@@ -236,42 +227,28 @@ impl IntoResponse for ApiError {
         let message = self.to_string();
         let (status, body) = match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, json!({ "message": message })),
-            ApiError::InvalidArguments { message, path } => (
-                StatusCode::BAD_REQUEST,
-                json!({ "message": message, "path": path }),
-            ),
+            ApiError::InvalidArguments { message, path } => {
+                (StatusCode::BAD_REQUEST, json!({ "message": message, "path": path }))
+            }
             ApiError::Unauthorized(detail) => {
-                let mut response =
-                    (StatusCode::UNAUTHORIZED, Json(json!({ "detail": detail }))).into_response();
-                response
-                    .headers_mut()
-                    .insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                let mut response = (StatusCode::UNAUTHORIZED, Json(json!({ "detail": detail }))).into_response();
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 return response;
             }
             ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, json!({ "message": message })),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, json!({ "message": message })),
-            ApiError::MethodNotAllowed(_) => (
-                StatusCode::METHOD_NOT_ALLOWED,
-                json!({ "message": message }),
-            ),
+            ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, json!({ "message": message })),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, json!({ "message": message })),
             ApiError::PayloadTooLarge { limit_mb } => (
                 StatusCode::PAYLOAD_TOO_LARGE,
                 json!({ "message": format!("Request body is larger than the limit of {limit_mb} MB (MAX_REQUEST_BODY_SIZE_MB).") }),
             ),
-            ApiError::UnsupportedMediaType(_) => (
-                StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                json!({ "message": message }),
-            ),
-            ApiError::TooManyRequests(_) => {
-                (StatusCode::TOO_MANY_REQUESTS, json!({ "message": message }))
-            }
+            ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, json!({ "message": message })),
+            ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, json!({ "message": message })),
+            ApiError::Locked(_) => (StatusCode::LOCKED, json!({ "message": message })),
             ApiError::Internal(source) => {
                 tracing::error!(error = &*source as &dyn std::error::Error, "request failed");
-                (
-                    StatusCode::INTERNAL_SERVER_ERROR,
-                    json!({ "message": "Internal server error" }),
-                )
+                (StatusCode::INTERNAL_SERVER_ERROR, json!({ "message": "Internal server error" }))
             }
         };
         (status, Json(body)).into_response()
@@ -338,34 +315,24 @@ impl FromRequest<AppState> for RequestFields {
         }
         let bytes = axum::body::to_bytes(request.into_body(), limit)
             .await
-            .map_err(|_| ApiError::PayloadTooLarge {
-                limit_mb: state.config.max_body_mb(),
-            })?;
+            .map_err(|_| ApiError::PayloadTooLarge { limit_mb: state.config.max_body_mb() })?;
         let mut fields = RequestFields::default();
         if bytes.iter().all(u8::is_ascii_whitespace) {
             return Ok(fields);
         }
         if content_type.starts_with("application/json") || content_type.is_empty() {
-            let value: Value = serde_json::from_slice(&bytes).map_err(|e| {
-                ApiError::BadRequest(format!("Request body is not valid JSON: {e}"))
-            })?;
+            let value: Value = serde_json::from_slice(&bytes)
+                .map_err(|e| ApiError::BadRequest(format!("Request body is not valid JSON: {e}")))?;
             match value {
                 Value::Object(object) => fields.values = object,
                 _ => {
-                    return Err(ApiError::BadRequest(
-                        "Request body must be a JSON object.".into(),
-                    ));
+                    return Err(ApiError::BadRequest("Request body must be a JSON object.".into()));
                 }
             }
         } else if content_type.starts_with("application/x-www-form-urlencoded") {
-            let pairs: Vec<(String, String)> =
-                serde_urlencoded::from_bytes(&bytes).map_err(|e| {
-                    ApiError::BadRequest(format!("Request body is not a valid form: {e}"))
-                })?;
-            fields.values = pairs
-                .into_iter()
-                .map(|(k, v)| (k, Value::String(v)))
-                .collect();
+            let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(&bytes)
+                .map_err(|e| ApiError::BadRequest(format!("Request body is not a valid form: {e}")))?;
+            fields.values = pairs.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
         } else {
             return Err(ApiError::UnsupportedMediaType(format!(
                 "Unsupported content type '{content_type}': send application/json, application/x-www-form-urlencoded or multipart/form-data."
@@ -376,9 +343,7 @@ impl FromRequest<AppState> for RequestFields {
 }
 
 async fn read_multipart(request: Request, state: &AppState) -> Result<RequestFields, ApiError> {
-    let too_large = || ApiError::PayloadTooLarge {
-        limit_mb: state.config.max_body_mb(),
-    };
+    let too_large = || ApiError::PayloadTooLarge { limit_mb: state.config.max_body_mb() };
     let multipart_error = |error: axum::extract::multipart::MultipartError| {
         if error.status() == StatusCode::PAYLOAD_TOO_LARGE {
             too_large()
@@ -386,9 +351,9 @@ async fn read_multipart(request: Request, state: &AppState) -> Result<RequestFie
             ApiError::BadRequest(format!("Malformed multipart body: {}", error.body_text()))
         }
     };
-    let mut multipart = Multipart::from_request(request, state).await.map_err(|e| {
-        ApiError::BadRequest(format!("Malformed multipart body: {}", e.body_text()))
-    })?;
+    let mut multipart = Multipart::from_request(request, state)
+        .await
+        .map_err(|e| ApiError::BadRequest(format!("Malformed multipart body: {}", e.body_text())))?;
     let mut fields = RequestFields::default();
     while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
         let Some(name) = field.name().map(str::to_string) else {
@@ -400,11 +365,8 @@ async fn read_multipart(request: Request, state: &AppState) -> Result<RequestFie
                 fields.values.insert(name, Value::String(text));
             }
             Some(file_name) => {
-                tokio::fs::create_dir_all(&state.config.spool_dir)
-                    .await
-                    .map_err(ApiError::internal)?;
-                let spool = tempfile::NamedTempFile::new_in(&state.config.spool_dir)
-                    .map_err(ApiError::internal)?;
+                tokio::fs::create_dir_all(&state.config.spool_dir).await.map_err(ApiError::internal)?;
+                let spool = tempfile::NamedTempFile::new_in(&state.config.spool_dir).map_err(ApiError::internal)?;
                 let (file, path) = spool.into_parts();
                 let mut writer = tokio::fs::File::from_std(file);
                 let mut size = 0u64;
@@ -415,24 +377,12 @@ async fn read_multipart(request: Request, state: &AppState) -> Result<RequestFie
                         head.extend_from_slice(&chunk[..take]);
                     }
                     size += chunk.len() as u64;
-                    tokio::io::AsyncWriteExt::write_all(&mut writer, &chunk)
-                        .await
-                        .map_err(ApiError::internal)?;
+                    tokio::io::AsyncWriteExt::write_all(&mut writer, &chunk).await.map_err(ApiError::internal)?;
                 }
-                tokio::io::AsyncWriteExt::flush(&mut writer)
-                    .await
-                    .map_err(ApiError::internal)?;
+                tokio::io::AsyncWriteExt::flush(&mut writer).await.map_err(ApiError::internal)?;
                 let mut file = writer.into_std().await;
                 file.flush().map_err(ApiError::internal)?;
-                fields.files.insert(
-                    name,
-                    UploadedFile {
-                        file_name: Some(file_name),
-                        path,
-                        size,
-                        head,
-                    },
-                );
+                fields.files.insert(name, UploadedFile { file_name: Some(file_name), path, size, head });
             }
         }
     }

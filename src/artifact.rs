@@ -14,36 +14,21 @@ pub enum MemberKind {
 }
 
 /// Why a member is refused, or `Ok` with its normalized relative path.
-pub fn check_member(
-    path: &str,
-    kind: MemberKind,
-    link_target: Option<&str>,
-) -> Result<String, String> {
-    let normalized = normalize_relative(path)
-        .ok_or_else(|| format!("member '{path}' has an absolute or escaping path"))?;
+pub fn check_member(path: &str, kind: MemberKind, link_target: Option<&str>) -> Result<String, String> {
+    let normalized =
+        normalize_relative(path).ok_or_else(|| format!("member '{path}' has an absolute or escaping path"))?;
     match kind {
         MemberKind::File | MemberKind::Directory => {}
         MemberKind::Link => {
             let target = link_target.unwrap_or_default();
-            let parent = Path::new(&normalized)
-                .parent()
-                .map(|p| p.to_string_lossy().into_owned())
-                .unwrap_or_default();
-            let joined = if parent.is_empty() {
-                target.to_string()
-            } else {
-                format!("{parent}/{target}")
-            };
+            let parent = Path::new(&normalized).parent().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
+            let joined = if parent.is_empty() { target.to_string() } else { format!("{parent}/{target}") };
             if target.starts_with('/') || normalize_relative(&joined).is_none() {
-                return Err(format!(
-                    "member '{path}' links outside the archive ('{target}')"
-                ));
+                return Err(format!("member '{path}' links outside the archive ('{target}')"));
             }
         }
         MemberKind::Other => {
-            return Err(format!(
-                "member '{path}' is a device, fifo or other special file"
-            ));
+            return Err(format!("member '{path}' is a device, fifo or other special file"));
         }
     }
     Ok(normalized)
@@ -72,18 +57,14 @@ fn normalize_relative(path: &str) -> Option<String> {
 pub fn inspect(file: &Path) -> Result<Vec<String>, String> {
     let reader = std::fs::File::open(file).map_err(|e| format!("cannot open the artifact: {e}"))?;
     let mut archive = tar::Archive::new(reader);
-    let entries = archive
-        .entries()
-        .map_err(|e| format!("the artifact is not a valid tar archive: {e}"))?;
+    let entries = archive.entries().map_err(|e| format!("the artifact is not a valid tar archive: {e}"))?;
     let mut members = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| format!("the artifact is not a valid tar archive: {e}"))?;
         let header = entry.header();
         let path = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
         let kind = match header.entry_type() {
-            tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
-                MemberKind::File
-            }
+            tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => MemberKind::File,
             tar::EntryType::Directory => MemberKind::Directory,
             tar::EntryType::Symlink | tar::EntryType::Link => MemberKind::Link,
             tar::EntryType::XGlobalHeader
@@ -92,9 +73,7 @@ pub fn inspect(file: &Path) -> Result<Vec<String>, String> {
             | tar::EntryType::GNULongLink => continue,
             _ => MemberKind::Other,
         };
-        let link = entry
-            .link_name_bytes()
-            .map(|b| String::from_utf8_lossy(&b).into_owned());
+        let link = entry.link_name_bytes().map(|b| String::from_utf8_lossy(&b).into_owned());
         let link = match (kind, header.entry_type()) {
             // Hard link targets are relative to the archive root, not to the member's folder.
             (MemberKind::Link, tar::EntryType::Link) => link.map(|target| {
@@ -103,8 +82,8 @@ pub fn inspect(file: &Path) -> Result<Vec<String>, String> {
             }),
             _ => link,
         };
-        let normalized = check_member(&path, kind, link.as_deref())
-            .map_err(|e| format!("the artifact is unsafe: {e}"))?;
+        let normalized =
+            check_member(&path, kind, link.as_deref()).map_err(|e| format!("the artifact is unsafe: {e}"))?;
         if kind == MemberKind::File {
             members.push(normalized);
         }
@@ -118,14 +97,8 @@ mod tests {
 
     #[test]
     fn plain_members_are_normalized() {
-        assert_eq!(
-            check_member("./main.py", MemberKind::File, None).unwrap(),
-            "main.py"
-        );
-        assert_eq!(
-            check_member("pkg/a/../b.py", MemberKind::File, None).unwrap(),
-            "pkg/b.py"
-        );
+        assert_eq!(check_member("./main.py", MemberKind::File, None).unwrap(), "main.py");
+        assert_eq!(check_member("pkg/a/../b.py", MemberKind::File, None).unwrap(), "pkg/b.py");
     }
 
     #[test]
@@ -151,9 +124,7 @@ mod tests {
         let mut header = tar::Header::new_gnu();
         header.set_size(5);
         header.set_mode(0o644);
-        builder
-            .append_data(&mut header, "pkg/main.py", &b"print"[..])
-            .unwrap();
+        builder.append_data(&mut header, "pkg/main.py", &b"print"[..]).unwrap();
         builder.finish().unwrap();
         drop(builder);
         assert_eq!(inspect(&good).unwrap(), vec!["pkg/main.py".to_string()]);

@@ -38,36 +38,23 @@ pub struct Caller {
 
 impl std::fmt::Debug for Caller {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Caller")
-            .field("username", &self.username)
-            .finish_non_exhaustive()
+        f.debug_struct("Caller").field("username", &self.username).finish_non_exhaustive()
     }
 }
 
 /// The token of an `Authorization` header: its last space-separated word, so `Bearer X`,
 /// `apikey X` and a bare `X` all work, as with the reference gateway.
 pub fn token_from_header(value: &str) -> Option<&str> {
-    value
-        .split_whitespace()
-        .last()
-        .filter(|t| !t.eq_ignore_ascii_case("bearer"))
+    value.split_whitespace().last().filter(|t| !t.eq_ignore_ascii_case("bearer"))
 }
 
 impl FromRequestParts<AppState> for Caller {
     type Rejection = ApiError;
 
-    async fn from_request_parts(
-        parts: &mut Parts,
-        state: &AppState,
-    ) -> Result<Self, Self::Rejection> {
-        let header_value = parts
-            .headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default();
-        let token = token_from_header(header_value).ok_or_else(|| {
-            ApiError::Unauthorized("Authorization token was not provided.".into())
-        })?;
+    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
+        let header_value = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
+        let token = token_from_header(header_value)
+            .ok_or_else(|| ApiError::Unauthorized("Authorization token was not provided.".into()))?;
         // mock_token is the only mechanism `gantry` starts with (see `cli`).
         if !is_valid_user_name(token) {
             return Err(ApiError::Unauthorized(
@@ -77,15 +64,10 @@ impl FromRequestParts<AppState> for Caller {
         let user = db::users::ensure(&state.db, token).await?;
         if !user.is_active {
             return Err(ApiError::Unauthorized(
-                "Your user was deactivated. Please contact your administrator for reactivation."
-                    .into(),
+                "Your user was deactivated. Please contact your administrator for reactivation.".into(),
             ));
         }
-        Ok(Caller {
-            user_id: user.id,
-            username: user.username,
-            token: token.to_string(),
-        })
+        Ok(Caller { user_id: user.id, username: user.username, token: token.to_string() })
     }
 }
 

@@ -12,17 +12,16 @@ use clap::{Args, Parser, Subcommand};
 use crate::api::{self, AppState, GatewayConfig};
 use crate::auth::AuthMechanism;
 use crate::db::{self, Db};
+use crate::domain::admission::Limits;
+use crate::runner::{LocalRunner, RunnerConfig};
 use crate::storage::{S3Settings, Storage};
 
 /// MIME types accepted by file uploads unless configured otherwise (the spec's list).
-pub const DEFAULT_UPLOAD_MIME_TYPES: &str = "application/x-tar,application/gzip,application/json,application/octet-stream,application/zip,text/plain,text/csv";
+pub const DEFAULT_UPLOAD_MIME_TYPES: &str =
+    "application/x-tar,application/gzip,application/json,application/octet-stream,application/zip,text/plain,text/csv";
 
 #[derive(Debug, Parser)]
-#[command(
-    name = "gantry",
-    version,
-    about = "Job gateway for user-uploaded functions"
-)]
+#[command(name = "gantry", version, about = "Job gateway for user-uploaded functions")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
@@ -36,6 +35,9 @@ pub enum Command {
     Migrate(DatabaseArgs),
     /// Manage users, groups, providers and grants without SQL.
     Admin(AdminArgs),
+    /// Run one job: unpack its artifact, run `python <entrypoint>`, ship result and logs. Started
+    /// by the runner for each job, never by hand.
+    Launch(crate::launch::LaunchArgs),
 }
 
 /// Where the database is.
@@ -51,19 +53,13 @@ pub struct DatabaseArgs {
 
 impl DatabaseArgs {
     pub fn url(&self) -> String {
-        self.database_url
-            .clone()
-            .unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("gantry.db").display()))
+        self.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("gantry.db").display()))
     }
 
     /// Connects and migrates.
     pub async fn open(&self) -> anyhow::Result<Db> {
-        std::fs::create_dir_all(&self.data_dir).with_context(|| {
-            format!(
-                "failed to create the data directory {}",
-                self.data_dir.display()
-            )
-        })?;
+        std::fs::create_dir_all(&self.data_dir)
+            .with_context(|| format!("failed to create the data directory {}", self.data_dir.display()))?;
         let db = Db::connect(&self.url()).await?;
         db.migrate().await?;
         Ok(db)
@@ -131,12 +127,7 @@ pub struct ServeArgs {
     #[command(flatten)]
     pub storage: StorageArgs,
     /// How bearer tokens are checked.
-    #[arg(
-        long,
-        env = "SETTINGS_AUTH_MECHANISM",
-        value_enum,
-        default_value = "mock_token"
-    )]
+    #[arg(long, env = "SETTINGS_AUTH_MECHANISM", value_enum, default_value = "mock_token")]
     pub auth_mechanism: AuthMechanism,
     /// Largest request body in MB; larger bodies get a 413.
     #[arg(long, env = "MAX_REQUEST_BODY_SIZE_MB", default_value_t = 50)]
@@ -150,6 +141,64 @@ pub struct ServeArgs {
     /// Version reported by `GET version/`.
     #[arg(long, env = "GANTRY_REPORTED_VERSION", default_value = env!("CARGO_PKG_VERSION"))]
     pub reported_version: String,
+    #[command(flatten)]
+    pub jobs: JobArgs,
+}
+
+/// How jobs run.
+#[derive(Debug, Clone, Args)]
+pub struct JobArgs {
+    /// Python interpreter that runs functions (`python <entrypoint>`); give a venv's python to
+    /// make `qiskit_serverless` importable by jobs.
+    #[arg(long, env = "GANTRY_PYTHON", default_value = "python3")]
+    pub python: String,
+    /// Base URL jobs use to call the gateway back. Default: http://LISTEN.
+    #[arg(long, env = "GANTRY_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// Queued+pending+running jobs one user may have; `run` answers 429 beyond.
+    #[arg(long, env = "LIMITS_ACTIVE_JOBS_PER_USER", default_value_t = 50)]
+    pub active_jobs_per_user: i64,
+    /// Pending+running jobs one user may have at once (admission).
+    #[arg(long, env = "LIMITS_JOBS_PER_USER", default_value_t = 2)]
+    pub jobs_per_user: usize,
+    /// CPU jobs running at once on this machine.
+    #[arg(long, env = "LIMITS_MAX_CLUSTERS", default_value_t = 6)]
+    pub max_cpu_jobs: usize,
+    /// GPU jobs running at once.
+    #[arg(long, env = "LIMITS_MAX_GPU_CLUSTERS", default_value_t = 1)]
+    pub max_gpu_jobs: usize,
+    /// Longest a job may go without activity before it is stopped: hours as a plain number
+    /// (`24`), or with a unit (`90s`, `15m`, `2h`).
+    #[arg(long, env = "PROGRAM_TIMEOUT", default_value = "24", value_parser = parse_timeout)]
+    pub program_timeout: std::time::Duration,
+    /// Bytes kept of each of a job's logs (the newest).
+    #[arg(long, env = "FUNCTIONS_LOGS_SIZE_LIMIT", default_value_t = 52_428_800)]
+    pub logs_size_limit: u64,
+    /// `QISKIT_IBM_URL` given to jobs.
+    #[arg(long, env = "QISKIT_IBM_URL", default_value = "https://cloud.ibm.com")]
+    pub qiskit_ibm_url: String,
+    /// How often the scheduler looks at the queue when nothing wakes it, in milliseconds.
+    #[arg(long, env = "GANTRY_SCHEDULER_TICK_MS", default_value_t = 500)]
+    pub scheduler_tick_ms: u64,
+}
+
+/// `PROGRAM_TIMEOUT`: a number of hours, or a number with `s`, `m` or `h`.
+pub fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let (number, unit_seconds) = match text.char_indices().last() {
+        Some((index, 's')) => (&text[..index], 1.0),
+        Some((index, 'm')) => (&text[..index], 60.0),
+        Some((index, 'h')) => (&text[..index], 3600.0),
+        _ => (text, 3600.0),
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid timeout '{text}': use hours (24) or a number with s, m or h"))?;
+    if !(value.is_finite() && value > 0.0) {
+        return Err(format!("invalid timeout '{text}': it must be positive"));
+    }
+    Ok(std::time::Duration::from_secs_f64(value * unit_seconds))
 }
 
 impl ServeArgs {
@@ -163,6 +212,7 @@ impl ServeArgs {
             max_arguments_length_mb,
             upload_mime_types,
             reported_version,
+            jobs,
         } = self;
         if auth_mechanism != AuthMechanism::MockToken {
             bail!(
@@ -173,15 +223,12 @@ impl ServeArgs {
             );
         }
         let db = database.open().await?;
-        let storage = storage.open(&database.data_dir)?;
-        storage
-            .check()
-            .await
-            .context("object storage is not reachable")?;
+        let storage_settings = storage;
+        let storage = storage_settings.open(&database.data_dir)?;
+        storage.check().await.context("object storage is not reachable")?;
         let config = GatewayConfig {
             max_body_bytes: max_request_body_size_mb * 1024 * 1024,
-            max_arguments_bytes: usize::try_from(max_arguments_length_mb * 1024 * 1024)
-                .unwrap_or(usize::MAX),
+            max_arguments_bytes: usize::try_from(max_arguments_length_mb * 1024 * 1024).unwrap_or(usize::MAX),
             spool_dir: database.data_dir.join("spool"),
             version: reported_version,
             allowed_mime_types: upload_mime_types
@@ -189,10 +236,10 @@ impl ServeArgs {
                 .map(|m| m.trim().to_string())
                 .filter(|m| !m.is_empty())
                 .collect(),
+            active_jobs_per_user: jobs.active_jobs_per_user,
         };
-        let listener = tokio::net::TcpListener::bind(listen)
-            .await
-            .with_context(|| format!("failed to listen on {listen}"))?;
+        let listener =
+            tokio::net::TcpListener::bind(listen).await.with_context(|| format!("failed to listen on {listen}"))?;
         let address = listener.local_addr()?;
         println!(
             "gantry listening on http://{address} (database: {} {}, storage: {}, auth: mock_token)",
@@ -200,11 +247,34 @@ impl ServeArgs {
             db::redact(&database.url()),
             storage.backend_name()
         );
-        let state = AppState {
-            db,
-            storage,
-            config: Arc::new(config),
+        let publisher: Arc<dyn crate::events::Publisher> = Arc::new(crate::events::LogPublisher);
+        let work_root = absolute(&database.data_dir.join("jobs"))?;
+        let (storage_args, storage_env) = launcher_storage(&storage_settings, &database.data_dir)?;
+        let runner_config = RunnerConfig {
+            launcher: std::env::current_exe().context("failed to find the gantry executable")?,
+            python: jobs.python,
+            work_root,
+            gateway_host: jobs.public_url.unwrap_or_else(|| format!("http://{address}")),
+            limits: Limits {
+                jobs_per_user: jobs.jobs_per_user,
+                cpu_slots: jobs.max_cpu_jobs,
+                gpu_slots: jobs.max_gpu_jobs,
+            },
+            timeout: jobs.program_timeout,
+            logs_size_limit: jobs.logs_size_limit,
+            tick: std::time::Duration::from_millis(jobs.scheduler_tick_ms.max(10)),
+            qiskit_ibm_url: jobs.qiskit_ibm_url,
+            storage_args,
+            storage_env,
         };
+        println!(
+            "jobs run as local processes with {} (work folders in {})",
+            runner_config.python,
+            runner_config.work_root.display()
+        );
+        let runner = LocalRunner::new(db.clone(), storage.clone(), runner_config, publisher.clone());
+        tokio::spawn(Arc::clone(&runner).run());
+        let state = AppState { db, storage, config: Arc::new(config), runner: Some(runner), publisher };
         let app = api::app(state);
         axum::serve(listener, tower::make::Shared::new(app))
             .with_graceful_shutdown(shutdown_signal())
@@ -212,6 +282,47 @@ impl ServeArgs {
             .context("server failed")?;
         Ok(())
     }
+}
+
+fn absolute(path: &std::path::Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(path).with_context(|| format!("failed to create {}", path.display()))?;
+    path.canonicalize().with_context(|| format!("failed to resolve {}", path.display()))
+}
+
+/// The flags and environment that make `gantry launch` open the same storage as the gateway.
+fn launcher_storage(
+    storage: &StorageArgs,
+    data_dir: &std::path::Path,
+) -> anyhow::Result<(Vec<String>, Vec<(String, String)>)> {
+    let mut args = Vec::new();
+    let mut env = Vec::new();
+    match storage.storage.as_deref() {
+        Some(location) if location.starts_with("s3://") => {
+            args.extend([
+                "--storage".to_string(),
+                location.to_string(),
+                "--s3-region".into(),
+                storage.s3_region.clone(),
+            ]);
+            if let Some(endpoint) = &storage.s3_endpoint {
+                args.extend(["--s3-endpoint".to_string(), endpoint.clone()]);
+            }
+            if storage.s3_path_style {
+                args.push("--s3-path-style".into());
+            }
+            if let Some(key) = &storage.s3_access_key_id {
+                env.push(("AWS_ACCESS_KEY_ID".to_string(), key.clone()));
+            }
+            if let Some(secret) = &storage.s3_secret_access_key {
+                env.push(("AWS_SECRET_ACCESS_KEY".to_string(), secret.clone()));
+            }
+        }
+        Some(directory) => {
+            args.extend(["--storage".to_string(), absolute(std::path::Path::new(directory))?.display().to_string()])
+        }
+        None => args.extend(["--storage".to_string(), absolute(&data_dir.join("objects"))?.display().to_string()]),
+    }
+    Ok((args, env))
 }
 
 async fn shutdown_signal() {
@@ -307,9 +418,9 @@ fn check_user_name(user: &str) -> anyhow::Result<()> {
 }
 
 async fn find_provider(db: &Db, name: &str) -> anyhow::Result<db::providers::ProviderRow> {
-    db::providers::find_by_name(db, name)
-        .await?
-        .with_context(|| format!("provider {name} does not exist (create it with `gantry admin create-provider {name}`)"))
+    db::providers::find_by_name(db, name).await?.with_context(|| {
+        format!("provider {name} does not exist (create it with `gantry admin create-provider {name}`)")
+    })
 }
 
 /// Carries out one admin command and says what it did.
@@ -322,16 +433,12 @@ pub async fn admin(db: &Db, command: AdminCommand) -> anyhow::Result<String> {
                 bail!("invalid provider name '{name}': use letters, digits, '_' and '-'");
             }
             providers::upsert(db, &name, registry.as_deref()).await?;
-            format!(
-                "provider {name} ready (admin group {})",
-                providers::admin_group_name(&name)
-            )
+            format!("provider {name} ready (admin group {})", providers::admin_group_name(&name))
         }
         AdminCommand::AddAdmin { provider, user } => {
             check_user_name(&user)?;
             let provider = find_provider(db, &provider).await?;
-            let group =
-                users::ensure_group(db, &providers::admin_group_name(&provider.name)).await?;
+            let group = users::ensure_group(db, &providers::admin_group_name(&provider.name)).await?;
             providers::add_admin_group(db, &provider.id, &group.id).await?;
             let user_row = users::ensure(db, &user).await?;
             users::add_member(db, &group.id, &user_row.id).await?;
@@ -342,9 +449,7 @@ pub async fn admin(db: &Db, command: AdminCommand) -> anyhow::Result<String> {
             let group = users::find_group(db, &providers::admin_group_name(&provider.name)).await?;
             let user_row = users::find_by_username(db, &user).await?;
             let removed = match (group, user_row) {
-                (Some(group), Some(user_row)) => {
-                    users::remove_member(db, &group.id, &user_row.id).await?
-                }
+                (Some(group), Some(user_row)) => users::remove_member(db, &group.id, &user_row.id).await?,
                 _ => false,
             };
             if removed {
@@ -360,13 +465,7 @@ pub async fn admin(db: &Db, command: AdminCommand) -> anyhow::Result<String> {
             users::add_member(db, &group_row.id, &user_row.id).await?;
             format!("{user} is now a member of group {group}")
         }
-        AdminCommand::Grant {
-            provider,
-            function,
-            group,
-            view,
-            run,
-        } => {
+        AdminCommand::Grant { provider, function, group, view, run } => {
             let provider_row = find_provider(db, &provider).await?;
             // Any user id works for the lookup: only the function itself is needed here.
             let program = programs::find_provider_function(db, "", &provider_row.id, &function)
@@ -399,5 +498,17 @@ mod tests {
     #[test]
     fn the_command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn timeouts_are_hours_or_carry_a_unit() {
+        use std::time::Duration;
+        assert_eq!(parse_timeout("24").unwrap(), Duration::from_secs(24 * 3600));
+        assert_eq!(parse_timeout("0.5").unwrap(), Duration::from_secs(1800));
+        assert_eq!(parse_timeout("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_timeout("15m").unwrap(), Duration::from_secs(900));
+        assert_eq!(parse_timeout("2h").unwrap(), Duration::from_secs(7200));
+        assert!(parse_timeout("soon").is_err());
+        assert!(parse_timeout("0").is_err());
     }
 }

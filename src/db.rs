@@ -12,9 +12,7 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
-use sqlx::sqlite::{
-    SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous,
-};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions, SqliteSynchronous};
 
 /// Runs `$body` with `$pool` bound to the backend's pool; the body is type-checked per backend.
 macro_rules! on_db {
@@ -36,25 +34,16 @@ pub enum Error {
     #[error("unsupported database url {url}: use sqlite://PATH or postgres://...")]
     UnsupportedUrl { url: String },
     #[error("database query failed: {operation}")]
-    Query {
-        operation: &'static str,
-        source: sqlx::Error,
-    },
+    Query { operation: &'static str, source: sqlx::Error },
 }
 
 impl Error {
     /// Name of the violated unique constraint, when the failure is one.
     pub fn unique_violation(&self) -> Option<String> {
         match self {
-            Error::Query {
-                source: sqlx::Error::Database(error),
-                ..
-            } if error.is_unique_violation() => Some(
-                error
-                    .constraint()
-                    .map(str::to_string)
-                    .unwrap_or_else(|| error.message().to_string()),
-            ),
+            Error::Query { source: sqlx::Error::Database(error), .. } if error.is_unique_violation() => {
+                Some(error.constraint().map(str::to_string).unwrap_or_else(|| error.message().to_string()))
+            }
             _ => None,
         }
     }
@@ -74,10 +63,7 @@ pub enum Db {
 impl Db {
     /// Connects to `url` (`sqlite://path` creates the file; `postgres://…`).
     pub async fn connect(url: &str) -> Result<Db, Error> {
-        let connect_error = |source| Error::Connect {
-            url: redact(url),
-            source,
-        };
+        let connect_error = |source| Error::Connect { url: redact(url), source };
         if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)
                 .map_err(connect_error)?
@@ -86,11 +72,8 @@ impl Db {
                 .synchronous(SqliteSynchronous::Normal)
                 .foreign_keys(true)
                 .busy_timeout(Duration::from_secs(10));
-            let pool = SqlitePoolOptions::new()
-                .max_connections(8)
-                .connect_with(options)
-                .await
-                .map_err(connect_error)?;
+            let pool =
+                SqlitePoolOptions::new().max_connections(8).connect_with(options).await.map_err(connect_error)?;
             Ok(Db::Sqlite(pool))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let pool = PgPoolOptions::new()
@@ -115,8 +98,7 @@ impl Db {
 
     /// `SELECT 1`, for readiness.
     pub async fn ping(&self) -> Result<(), Error> {
-        on_db!(self, pool => sqlx::query("SELECT 1").execute(pool).await.map(|_| ()))
-            .map_err(query_error("ping"))
+        on_db!(self, pool => sqlx::query("SELECT 1").execute(pool).await.map(|_| ())).map_err(query_error("ping"))
     }
 
     pub fn backend_name(&self) -> &'static str {
@@ -133,12 +115,7 @@ pub fn redact(url: &str) -> String {
         (Some(scheme_end), Some(at)) if at > scheme_end => {
             let credentials = &url[scheme_end + 3..at];
             match credentials.find(':') {
-                Some(colon) => format!(
-                    "{}{}:***{}",
-                    &url[..scheme_end + 3],
-                    &credentials[..colon],
-                    &url[at..]
-                ),
+                Some(colon) => format!("{}{}:***{}", &url[..scheme_end + 3], &credentials[..colon], &url[at..]),
                 None => url.to_string(),
             }
         }
@@ -153,10 +130,7 @@ pub fn now_micros() -> i64 {
 
 /// The API form of a stored timestamp: ISO 8601 UTC with microseconds and `Z`.
 pub fn format_timestamp(micros: i64) -> String {
-    chrono::DateTime::from_timestamp_micros(micros)
-        .unwrap_or_default()
-        .format("%Y-%m-%dT%H:%M:%S%.6fZ")
-        .to_string()
+    chrono::DateTime::from_timestamp_micros(micros).unwrap_or_default().format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
 
 pub fn new_id() -> String {
@@ -169,19 +143,13 @@ mod tests {
 
     #[test]
     fn passwords_never_reach_messages() {
-        assert_eq!(
-            redact("postgres://u:secret@h:5432/db"),
-            "postgres://u:***@h:5432/db"
-        );
+        assert_eq!(redact("postgres://u:secret@h:5432/db"), "postgres://u:***@h:5432/db");
         assert_eq!(redact("postgres://u@h/db"), "postgres://u@h/db");
         assert_eq!(redact("sqlite://x.db"), "sqlite://x.db");
     }
 
     #[test]
     fn timestamps_render_like_the_reference() {
-        assert_eq!(
-            format_timestamp(1_675_351_843_281_796),
-            "2023-02-02T15:30:43.281796Z"
-        );
+        assert_eq!(format_timestamp(1_675_351_843_281_796), "2023-02-02T15:30:43.281796Z");
     }
 }

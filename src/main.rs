@@ -5,9 +5,7 @@ use tracing_subscriber::EnvFilter;
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(
-            EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")),
-        )
+        .with_env_filter(EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn")))
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
@@ -18,5 +16,9 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Admin(args) => args.run().await,
+        Command::Launch(args) => {
+            let code = args.run().await?;
+            std::process::exit(code);
+        }
     }
 }

@@ -27,18 +27,9 @@ pub struct Object {
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
     #[error("failed to {operation} object {key} in local storage")]
-    Local {
-        operation: &'static str,
-        key: String,
-        source: io::Error,
-    },
+    Local { operation: &'static str, key: String, source: io::Error },
     #[error("failed to {operation} object {key} in bucket {bucket}")]
-    S3 {
-        operation: &'static str,
-        bucket: String,
-        key: String,
-        source: Box<dyn std::error::Error + Send + Sync>,
-    },
+    S3 { operation: &'static str, bucket: String, key: String, source: Box<dyn std::error::Error + Send + Sync> },
     #[error("refusing unsafe object key {key}")]
     UnsafeKey { key: String },
     #[error("invalid storage location {location}: use a directory path or s3://bucket[/prefix]")]
@@ -71,14 +62,8 @@ impl std::fmt::Debug for S3Settings {
 
 #[derive(Clone, Debug)]
 pub enum Storage {
-    Local {
-        root: PathBuf,
-    },
-    S3 {
-        client: aws_sdk_s3::Client,
-        bucket: String,
-        prefix: String,
-    },
+    Local { root: PathBuf },
+    S3 { client: aws_sdk_s3::Client, bucket: String, prefix: String },
 }
 
 impl Storage {
@@ -104,26 +89,16 @@ impl Storage {
         Storage::S3 {
             client: aws_sdk_s3::Client::from_conf(config.build()),
             bucket: settings.bucket.clone(),
-            prefix: if prefix.is_empty() {
-                String::new()
-            } else {
-                format!("{prefix}/")
-            },
+            prefix: if prefix.is_empty() { String::new() } else { format!("{prefix}/") },
         }
     }
 
     /// Splits `s3://bucket/prefix` into bucket and prefix.
     pub fn parse_s3_location(location: &str) -> Result<(String, String), Error> {
-        let rest = location
-            .strip_prefix("s3://")
-            .ok_or_else(|| Error::Location {
-                location: location.into(),
-            })?;
+        let rest = location.strip_prefix("s3://").ok_or_else(|| Error::Location { location: location.into() })?;
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
         if bucket.is_empty() {
-            return Err(Error::Location {
-                location: location.into(),
-            });
+            return Err(Error::Location { location: location.into() });
         }
         Ok((bucket.to_string(), prefix.to_string()))
     }
@@ -137,10 +112,7 @@ impl Storage {
 
     fn local_path(root: &Path, key: &str) -> Result<PathBuf, Error> {
         let relative = Path::new(key);
-        let safe = !key.is_empty()
-            && relative
-                .components()
-                .all(|c| matches!(c, Component::Normal(_)));
+        let safe = !key.is_empty() && relative.components().all(|c| matches!(c, Component::Normal(_)));
         if !safe || key.contains('\0') {
             return Err(Error::UnsafeKey { key: key.into() });
         }
@@ -150,15 +122,11 @@ impl Storage {
     /// Checks that the storage answers (readiness).
     pub async fn check(&self) -> Result<(), Error> {
         match self {
-            Storage::Local { root } => {
-                tokio::fs::create_dir_all(root)
-                    .await
-                    .map_err(|source| Error::Local {
-                        operation: "open",
-                        key: root.display().to_string(),
-                        source,
-                    })
-            }
+            Storage::Local { root } => tokio::fs::create_dir_all(root).await.map_err(|source| Error::Local {
+                operation: "open",
+                key: root.display().to_string(),
+                source,
+            }),
             Storage::S3 { client, bucket, .. } => client
                 .head_bucket()
                 .bucket(bucket)
@@ -174,35 +142,20 @@ impl Storage {
     pub async fn put_file(&self, key: &str, file: &Path) -> Result<(), Error> {
         match self {
             Storage::Local { root } => {
-                let local_error = |operation, source| Error::Local {
-                    operation,
-                    key: key.to_string(),
-                    source,
-                };
+                let local_error = |operation, source| Error::Local { operation, key: key.to_string(), source };
                 let destination = Self::local_path(root, key)?;
                 let parent = destination.parent().expect("object paths have a parent");
-                tokio::fs::create_dir_all(parent)
-                    .await
-                    .map_err(|e| local_error("create folder for", e))?;
+                tokio::fs::create_dir_all(parent).await.map_err(|e| local_error("create folder for", e))?;
                 let staging = parent.join(format!(".incoming-{}", uuid::Uuid::new_v4()));
-                tokio::fs::copy(file, &staging)
-                    .await
-                    .map_err(|e| local_error("write", e))?;
-                tokio::fs::rename(&staging, &destination)
-                    .await
-                    .map_err(|e| {
-                        let _ = std::fs::remove_file(&staging);
-                        local_error("store", e)
-                    })
+                tokio::fs::copy(file, &staging).await.map_err(|e| local_error("write", e))?;
+                tokio::fs::rename(&staging, &destination).await.map_err(|e| {
+                    let _ = std::fs::remove_file(&staging);
+                    local_error("store", e)
+                })
             }
-            Storage::S3 {
-                client,
-                bucket,
-                prefix,
-            } => {
-                let body = ByteStream::from_path(file)
-                    .await
-                    .map_err(|e| s3_error("read upload for", bucket, key, e))?;
+            Storage::S3 { client, bucket, prefix } => {
+                let body =
+                    ByteStream::from_path(file).await.map_err(|e| s3_error("read upload for", bucket, key, e))?;
                 client
                     .put_object()
                     .bucket(bucket)
@@ -220,29 +173,15 @@ impl Storage {
     pub async fn put_bytes(&self, key: &str, bytes: Bytes) -> Result<(), Error> {
         match self {
             Storage::Local { root } => {
-                let local_error = |operation, source| Error::Local {
-                    operation,
-                    key: key.to_string(),
-                    source,
-                };
+                let local_error = |operation, source| Error::Local { operation, key: key.to_string(), source };
                 let destination = Self::local_path(root, key)?;
                 let parent = destination.parent().expect("object paths have a parent");
-                tokio::fs::create_dir_all(parent)
-                    .await
-                    .map_err(|e| local_error("create folder for", e))?;
+                tokio::fs::create_dir_all(parent).await.map_err(|e| local_error("create folder for", e))?;
                 let staging = parent.join(format!(".incoming-{}", uuid::Uuid::new_v4()));
-                tokio::fs::write(&staging, &bytes)
-                    .await
-                    .map_err(|e| local_error("write", e))?;
-                tokio::fs::rename(&staging, &destination)
-                    .await
-                    .map_err(|e| local_error("store", e))
+                tokio::fs::write(&staging, &bytes).await.map_err(|e| local_error("write", e))?;
+                tokio::fs::rename(&staging, &destination).await.map_err(|e| local_error("store", e))
             }
-            Storage::S3 {
-                client,
-                bucket,
-                prefix,
-            } => client
+            Storage::S3 { client, bucket, prefix } => client
                 .put_object()
                 .bucket(bucket)
                 .key(format!("{prefix}{key}"))
@@ -263,11 +202,7 @@ impl Storage {
                     Ok(file) => file,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
                     Err(source) => {
-                        return Err(Error::Local {
-                            operation: "open",
-                            key: key.into(),
-                            source,
-                        });
+                        return Err(Error::Local { operation: "open", key: key.into(), source });
                     }
                 };
                 let metadata = file.metadata().await.map_err(|source| Error::Local {
@@ -278,34 +213,17 @@ impl Storage {
                 if !metadata.is_file() {
                     return Ok(None);
                 }
-                Ok(Some(Object {
-                    size: metadata.len(),
-                    body: ReaderStream::with_capacity(file, CHUNK_BYTES).boxed(),
-                }))
+                Ok(Some(Object { size: metadata.len(), body: ReaderStream::with_capacity(file, CHUNK_BYTES).boxed() }))
             }
-            Storage::S3 {
-                client,
-                bucket,
-                prefix,
-            } => {
-                let response = client
-                    .get_object()
-                    .bucket(bucket)
-                    .key(format!("{prefix}{key}"))
-                    .send()
-                    .await;
+            Storage::S3 { client, bucket, prefix } => {
+                let response = client.get_object().bucket(bucket).key(format!("{prefix}{key}")).send().await;
                 match response {
                     Ok(output) => {
                         let size = output.content_length().unwrap_or_default().max(0) as u64;
                         let reader = output.body.into_async_read();
-                        Ok(Some(Object {
-                            size,
-                            body: ReaderStream::with_capacity(reader, CHUNK_BYTES).boxed(),
-                        }))
+                        Ok(Some(Object { size, body: ReaderStream::with_capacity(reader, CHUNK_BYTES).boxed() }))
                     }
-                    Err(error) if error.as_service_error().is_some_and(|e| e.is_no_such_key()) => {
-                        Ok(None)
-                    }
+                    Err(error) if error.as_service_error().is_some_and(|e| e.is_no_such_key()) => Ok(None),
                     Err(error) => Err(s3_error("read", bucket, key, error)),
                 }
             }
@@ -317,16 +235,11 @@ impl Storage {
         let Some(object) = self.get(key).await? else {
             return Ok(None);
         };
-        let chunks: Vec<Bytes> =
-            object
-                .body
-                .try_collect()
-                .await
-                .map_err(|source| Error::Local {
-                    operation: "read",
-                    key: key.into(),
-                    source,
-                })?;
+        let chunks: Vec<Bytes> = object.body.try_collect().await.map_err(|source| Error::Local {
+            operation: "read",
+            key: key.into(),
+            source,
+        })?;
         Ok(Some(chunks.concat().into()))
     }
 
@@ -341,44 +254,25 @@ impl Storage {
                     Ok(entries) => entries,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(names),
                     Err(source) => {
-                        return Err(Error::Local {
-                            operation: "list",
-                            key: prefix.into(),
-                            source,
-                        });
+                        return Err(Error::Local { operation: "list", key: prefix.into(), source });
                     }
                 };
-                while let Some(entry) =
-                    entries.next_entry().await.map_err(|source| Error::Local {
-                        operation: "list",
-                        key: prefix.into(),
-                        source,
-                    })?
-                {
-                    let is_file = entry
-                        .file_type()
-                        .await
-                        .map(|t| t.is_file())
-                        .unwrap_or(false);
+                while let Some(entry) = entries.next_entry().await.map_err(|source| Error::Local {
+                    operation: "list",
+                    key: prefix.into(),
+                    source,
+                })? {
+                    let is_file = entry.file_type().await.map(|t| t.is_file()).unwrap_or(false);
                     let name = entry.file_name().to_string_lossy().into_owned();
                     if is_file && !name.starts_with(".incoming-") {
                         names.push(name);
                     }
                 }
             }
-            Storage::S3 {
-                client,
-                bucket,
-                prefix: root,
-            } => {
+            Storage::S3 { client, bucket, prefix: root } => {
                 let full = format!("{root}{prefix}");
-                let mut pages = client
-                    .list_objects_v2()
-                    .bucket(bucket)
-                    .prefix(&full)
-                    .delimiter("/")
-                    .into_paginator()
-                    .send();
+                let mut pages =
+                    client.list_objects_v2().bucket(bucket).prefix(&full).delimiter("/").into_paginator().send();
                 while let Some(page) = pages.next().await {
                     let page = page.map_err(|e| s3_error("list", bucket, prefix, e))?;
                     for object in page.contents() {
@@ -406,27 +300,16 @@ impl Storage {
                     Ok(_) => return Ok(false),
                     Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
                     Err(source) => {
-                        return Err(Error::Local {
-                            operation: "inspect",
-                            key: key.into(),
-                            source,
-                        });
+                        return Err(Error::Local { operation: "inspect", key: key.into(), source });
                     }
                 }
-                tokio::fs::remove_file(&path)
-                    .await
-                    .map(|_| true)
-                    .map_err(|source| Error::Local {
-                        operation: "delete",
-                        key: key.into(),
-                        source,
-                    })
+                tokio::fs::remove_file(&path).await.map(|_| true).map_err(|source| Error::Local {
+                    operation: "delete",
+                    key: key.into(),
+                    source,
+                })
             }
-            Storage::S3 {
-                client,
-                bucket,
-                prefix,
-            } => {
+            Storage::S3 { client, bucket, prefix } => {
                 let full = format!("{prefix}{key}");
                 match client.head_object().bucket(bucket).key(&full).send().await {
                     Ok(_) => {}
@@ -454,12 +337,7 @@ fn s3_error(
     key: &str,
     error: impl std::error::Error + Send + Sync + 'static,
 ) -> Error {
-    Error::S3 {
-        operation,
-        bucket: bucket.into(),
-        key: key.into(),
-        source: Box::new(error),
-    }
+    Error::S3 { operation, bucket: bucket.into(), key: key.into(), source: Box::new(error) }
 }
 
 /// Object keys. Every argument is a sanitized name (see `domain::names`), so none contains `/`
@@ -510,14 +388,8 @@ pub mod keys {
 
         #[test]
         fn keys_separate_users_providers_and_functions() {
-            assert_eq!(
-                user_files("alice", None, "fn"),
-                "users/alice/functions/fn/data/"
-            );
-            assert_eq!(
-                user_files("alice", Some("ibm"), "fn"),
-                "users/alice/providers/ibm/fn/data/"
-            );
+            assert_eq!(user_files("alice", None, "fn"), "users/alice/functions/fn/data/");
+            assert_eq!(user_files("alice", Some("ibm"), "fn"), "users/alice/providers/ibm/fn/data/");
             assert_eq!(provider_files("ibm", "fn"), "providers/ibm/fn/data/");
             assert_eq!(artifact("p", "u"), "artifacts/p/u.tar");
         }
@@ -540,14 +412,8 @@ mod tests {
 
     #[test]
     fn s3_locations_split_into_bucket_and_prefix() {
-        assert_eq!(
-            Storage::parse_s3_location("s3://b/p/q").unwrap(),
-            ("b".into(), "p/q".into())
-        );
-        assert_eq!(
-            Storage::parse_s3_location("s3://b").unwrap(),
-            ("b".into(), "".into())
-        );
+        assert_eq!(Storage::parse_s3_location("s3://b/p/q").unwrap(), ("b".into(), "p/q".into()));
+        assert_eq!(Storage::parse_s3_location("s3://b").unwrap(), ("b".into(), "".into()));
         assert!(Storage::parse_s3_location("s3://").is_err());
         assert!(Storage::parse_s3_location("/tmp").is_err());
     }

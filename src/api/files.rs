@@ -36,80 +36,47 @@ fn target(query: &FileQuery, provider_required: bool) -> Result<Target, ApiError
         .map(|f| names::sanitize_title(f, false))
         .filter(|f| !f.is_empty())
         .ok_or_else(|| ApiError::BadRequest("'function' not provided or is not valid".into()))?;
-    let provider = query
-        .provider
-        .as_deref()
-        .map(|p| names::sanitize_title(p, false))
-        .filter(|p| !p.is_empty());
+    let provider = query.provider.as_deref().map(|p| names::sanitize_title(p, false)).filter(|p| !p.is_empty());
     if provider_required && provider.is_none() {
-        return Err(ApiError::BadRequest(
-            "'provider' not provided or is not valid".into(),
-        ));
+        return Err(ApiError::BadRequest("'provider' not provided or is not valid".into()));
     }
     Ok(Target { function, provider })
 }
 
 fn file_name(query: &FileQuery) -> Result<Option<String>, ApiError> {
     match query.file.as_deref() {
-        None | Some("") => Err(ApiError::BadRequest(
-            "'file' not provided or is not valid".into(),
-        )),
+        None | Some("") => Err(ApiError::BadRequest("'file' not provided or is not valid".into())),
         Some(raw) => Ok(names::sanitize_file_name(raw)),
     }
 }
 
 /// The caller's own file folder of a function they may use.
-async fn user_folder(
-    state: &AppState,
-    caller: &Caller,
-    query: &FileQuery,
-) -> Result<String, ApiError> {
+async fn user_folder(state: &AppState, caller: &Caller, query: &FileQuery) -> Result<String, ApiError> {
     let target = target(query, false)?;
-    let row = resolve_function(
-        state,
-        caller,
-        target.provider.as_deref(),
-        &target.function,
-        visibility::can_use_user_files,
-    )
-    .await
-    .map_err(|error| match error {
-        ApiError::NotFound(_) => ApiError::function_not_found(None, &target.function),
-        other => other,
-    })?;
-    Ok(keys::user_files(
-        &caller.username,
-        row.provider_name.as_deref(),
-        &row.title,
-    ))
+    let row =
+        resolve_function(state, caller, target.provider.as_deref(), &target.function, visibility::can_use_user_files)
+            .await
+            .map_err(|error| match error {
+                ApiError::NotFound(_) => ApiError::function_not_found(None, &target.function),
+                other => other,
+            })?;
+    Ok(keys::user_files(&caller.username, row.provider_name.as_deref(), &row.title))
 }
 
 /// The provider's file folder of one of its functions, for those who manage it.
-async fn provider_folder(
-    state: &AppState,
-    caller: &Caller,
-    query: &FileQuery,
-) -> Result<String, ApiError> {
+async fn provider_folder(state: &AppState, caller: &Caller, query: &FileQuery) -> Result<String, ApiError> {
     let target = target(query, true)?;
     let provider_name = target.provider.expect("required above");
     let provider = providers::find_by_name(&state.db, &provider_name)
         .await?
         .ok_or_else(|| ApiError::provider_not_found(&provider_name))?;
-    let row = programs::find_provider_function(
-        &state.db,
-        &caller.user_id,
-        &provider.id,
-        &target.function,
-    )
-    .await?;
+    let row = programs::find_provider_function(&state.db, &caller.user_id, &provider.id, &target.function).await?;
     match row {
-        Some(row) if visibility::can_manage(row.access()) => {
-            Ok(keys::provider_files(&provider.name, &row.title))
-        }
+        Some(row) if visibility::can_manage(row.access()) => Ok(keys::provider_files(&provider.name, &row.title)),
         Some(_) => Err(ApiError::provider_not_found(&provider_name)),
-        None if providers::is_admin(&state.db, &provider.id, &caller.user_id).await? => Err(
-            ApiError::function_not_found(Some(&provider_name), &target.function),
-        ),
+        None if providers::is_admin(&state.db, &provider.id, &caller.user_id).await? => {
+            Err(ApiError::function_not_found(Some(&provider_name), &target.function))
+        }
         None => Err(ApiError::provider_not_found(&provider_name)),
     }
 }
@@ -118,41 +85,23 @@ async fn list_in(state: &AppState, folder: &str) -> Result<Vec<String>, ApiError
     Ok(state.storage.list(folder).await?)
 }
 
-async fn download_from(
-    state: &AppState,
-    folder: &str,
-    query: &FileQuery,
-) -> Result<Response, ApiError> {
+async fn download_from(state: &AppState, folder: &str, query: &FileQuery) -> Result<Response, ApiError> {
     let name = file_name(query)?.ok_or_else(ApiError::file_not_found)?;
-    let object = state
-        .storage
-        .get(&format!("{folder}{name}"))
-        .await?
-        .ok_or_else(ApiError::file_not_found)?;
-    let content_type = mime_guess::from_path(&name)
-        .first_or_octet_stream()
-        .to_string();
+    let object = state.storage.get(&format!("{folder}{name}")).await?.ok_or_else(ApiError::file_not_found)?;
+    let content_type = mime_guess::from_path(&name).first_or_octet_stream().to_string();
     let size = object.size;
     let mut response = super::stream_body(object).into_response();
     let headers = response.headers_mut();
-    headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_str(&content_type).expect("mime types are valid headers"),
-    );
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(&content_type).expect("mime types are valid headers"));
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size));
     headers.insert(
         header::CONTENT_DISPOSITION,
-        HeaderValue::from_str(&format!("attachment; filename={name}"))
-            .expect("sanitized names are valid headers"),
+        HeaderValue::from_str(&format!("attachment; filename={name}")).expect("sanitized names are valid headers"),
     );
     Ok(response)
 }
 
-async fn delete_from(
-    state: &AppState,
-    folder: &str,
-    query: &FileQuery,
-) -> Result<Json<Value>, ApiError> {
+async fn delete_from(state: &AppState, folder: &str, query: &FileQuery) -> Result<Json<Value>, ApiError> {
     let name = file_name(query)?.ok_or_else(ApiError::file_not_found)?;
     if state.storage.delete(&format!("{folder}{name}")).await? {
         Ok(Json(json!({ "message": "Requested file was deleted." })))
@@ -176,19 +125,14 @@ pub fn sniff_mime(head: &[u8]) -> String {
     let text = match std::str::from_utf8(head) {
         Ok(text) => Some(text),
         // The head may cut a multi-byte character.
-        Err(error) if error.error_len().is_none() => {
-            std::str::from_utf8(&head[..error.valid_up_to()]).ok()
-        }
+        Err(error) if error.error_len().is_none() => std::str::from_utf8(&head[..error.valid_up_to()]).ok(),
         Err(_) => None,
     };
     match text {
         Some(text) if !text.contains('\0') => {
             let trimmed = text.trim_start();
             let lower = trimmed.to_ascii_lowercase();
-            if lower.starts_with("<!doctype html")
-                || lower.starts_with("<html")
-                || lower.starts_with("<script")
-            {
+            if lower.starts_with("<!doctype html") || lower.starts_with("<html") || lower.starts_with("<script") {
                 "text/html".into()
             } else if lower.starts_with("#!") {
                 "text/x-shellscript".into()
@@ -208,11 +152,7 @@ fn is_tar(head: &[u8]) -> bool {
     head.len() >= 262 && &head[257..262] == b"ustar"
 }
 
-async fn upload_to(
-    state: &AppState,
-    folder: &str,
-    file: UploadedFile,
-) -> Result<Json<Value>, ApiError> {
+async fn upload_to(state: &AppState, folder: &str, file: UploadedFile) -> Result<Json<Value>, ApiError> {
     let name = file
         .file_name
         .as_deref()
@@ -225,16 +165,9 @@ async fn upload_to(
 
 /// File checks happen before the function lookup, as with the reference.
 fn checked_file(state: &AppState, fields: &mut RequestFields) -> Result<UploadedFile, ApiError> {
-    let file = fields
-        .take_file("file")
-        .ok_or_else(|| ApiError::BadRequest("A file should be uploaded.".into()))?;
+    let file = fields.take_file("file").ok_or_else(|| ApiError::BadRequest("A file should be uploaded.".into()))?;
     let mime = sniff_mime(&file.head);
-    if !state
-        .config
-        .allowed_mime_types
-        .iter()
-        .any(|allowed| allowed == &mime)
-    {
+    if !state.config.allowed_mime_types.iter().any(|allowed| allowed == &mime) {
         return Err(ApiError::BadRequest(format!(
             "Uploaded file is not a valid type ({mime}). Accepted types: {}.",
             state.config.allowed_mime_types.join(", ")
@@ -338,10 +271,7 @@ mod tests {
         assert_eq!(sniff_mime(b"hello world\n"), "text/plain");
         assert_eq!(sniff_mime(b"{\"a\": 1}"), "application/json");
         assert_eq!(sniff_mime(b"a,b\n1,2\n"), "text/plain");
-        assert_eq!(
-            sniff_mime(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0]),
-            "application/gzip"
-        );
+        assert_eq!(sniff_mime(&[0x1f, 0x8b, 8, 0, 0, 0, 0, 0]), "application/gzip");
         assert_eq!(sniff_mime(b"PK\x03\x04rest"), "application/zip");
         assert_eq!(sniff_mime(b"\x89PNG\r\n\x1a\n0000"), "image/png");
         assert_eq!(sniff_mime(b"<html><body>x</body></html>"), "text/html");

@@ -47,30 +47,16 @@ fn form_body(properties: Value, required: &[&str], multipart: bool) -> Value {
 /// The whole document; every route of `api::router` appears here (a test checks it).
 pub fn document() -> Value {
     let function = json!({"$ref": "#/components/schemas/Function"});
-    let file_params = || {
-        vec![
-            query("function", true, "function title"),
-            query("provider", false, "provider name"),
-        ]
-    };
-    let file_params_required_provider = || {
-        vec![
-            query("function", true, "function title"),
-            query("provider", true, "provider name"),
-        ]
-    };
+    let file_params = || vec![query("function", true, "function title"), query("provider", false, "provider name")];
+    let file_params_required_provider =
+        || vec![query("function", true, "function title"), query("provider", true, "provider name")];
     let with_file = |mut params: Vec<Value>| {
         params.push(query("file", true, "file name"));
         params
     };
-    let upload_file = || {
-        form_body(
-            json!({"file": {"type": "string", "format": "binary"}}),
-            &["file"],
-            true,
-        )
-    };
-    let file_list = json!({"type": "object", "properties": {"results": {"type": "array", "items": {"type": "string"}}}});
+    let upload_file = || form_body(json!({"file": {"type": "string", "format": "binary"}}), &["file"], true);
+    let file_list =
+        json!({"type": "object", "properties": {"results": {"type": "array", "items": {"type": "string"}}}});
     let message = json!({"type": "object", "properties": {"message": {"type": "string"}}});
     let binary = json!({"type": "string", "format": "binary"});
     json!({

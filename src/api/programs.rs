@@ -21,13 +21,11 @@ use crate::storage::keys;
 pub const VALIDATION_TIME_LIMIT: Duration = Duration::from_secs(5);
 
 /// Validations running at once; more wait, so hostile inputs cannot take every core.
-static VALIDATION_SLOTS: LazyLock<tokio::sync::Semaphore> =
-    LazyLock::new(|| tokio::sync::Semaphore::new(2));
+static VALIDATION_SLOTS: LazyLock<tokio::sync::Semaphore> = LazyLock::new(|| tokio::sync::Semaphore::new(2));
 
 /// The JSON form of a function in every response.
 pub fn program_record(row: &ProgramRow) -> Value {
-    let parse =
-        |text: &str, fallback: Value| serde_json::from_str::<Value>(text).unwrap_or(fallback);
+    let parse = |text: &str, fallback: Value| serde_json::from_str::<Value>(text).unwrap_or(fallback);
     json!({
         "id": row.id,
         "title": row.title,
@@ -67,8 +65,7 @@ pub async fn resolve_function(
             let Some(provider) = providers::find_by_name(&state.db, name).await? else {
                 return Err(not_found());
             };
-            programs::find_provider_function(&state.db, &caller.user_id, &provider.id, title)
-                .await?
+            programs::find_provider_function(&state.db, &caller.user_id, &provider.id, title).await?
         }
         None => programs::find_user_function(&state.db, &caller.user_id, title).await?,
     };
@@ -86,23 +83,14 @@ pub async fn list_programs(
     caller: Caller,
     Query(query): Query<ListProgramsQuery>,
 ) -> Result<Json<Vec<Value>>, ApiError> {
-    let provider = query
-        .provider
-        .as_deref()
-        .map(|p| names::sanitize_title(p, false))
-        .filter(|p| !p.is_empty());
+    let provider = query.provider.as_deref().map(|p| names::sanitize_title(p, false)).filter(|p| !p.is_empty());
     let rows = programs::list_candidates(&state.db, &caller.user_id, provider.as_deref()).await?;
     let rule: fn(FunctionAccess) -> bool = match query.filter.as_deref() {
         Some("serverless") => |access| !access.has_provider && access.is_author,
         Some("catalog") => |access| access.has_provider && visibility::can_run(access),
         _ => visibility::can_view,
     };
-    Ok(Json(
-        rows.iter()
-            .filter(|row| rule(row.access()))
-            .map(program_record)
-            .collect(),
-    ))
+    Ok(Json(rows.iter().filter(|row| rule(row.access())).map(program_record).collect()))
 }
 
 #[derive(Debug, Deserialize)]
@@ -116,19 +104,9 @@ pub async fn get_program_by_title(
     Path(title): Path<String>,
     Query(query): Query<ProviderQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let provider = query
-        .provider
-        .map(|p| names::sanitize_title(&p, false))
-        .filter(|p| !p.is_empty());
+    let provider = query.provider.map(|p| names::sanitize_title(&p, false)).filter(|p| !p.is_empty());
     let title = names::sanitize_title(&title, false);
-    let row = resolve_function(
-        &state,
-        &caller,
-        provider.as_deref(),
-        &title,
-        visibility::can_view,
-    )
-    .await?;
+    let row = resolve_function(&state, &caller, provider.as_deref(), &title, visibility::can_view).await?;
     Ok(Json(program_record(&row)))
 }
 
@@ -141,9 +119,9 @@ fn json_field(fields: &RequestFields, name: &str) -> Result<Option<Value>, ApiEr
     match fields.value(name) {
         None => Ok(None),
         Some(Value::String(text)) if text.trim().is_empty() => Ok(None),
-        Some(Value::String(text)) => serde_json::from_str(text)
-            .map(Some)
-            .map_err(|e| bad(format!("'{name}' is not valid JSON: {e}"))),
+        Some(Value::String(text)) => {
+            serde_json::from_str(text).map(Some).map_err(|e| bad(format!("'{name}' is not valid JSON: {e}")))
+        }
         Some(other) => Ok(Some(other.clone())),
     }
 }
@@ -172,8 +150,7 @@ fn merge_upload(
     }
     if let Some(image) = fields.text("image").filter(|i| !i.trim().is_empty()) {
         let image = image.trim().to_string();
-        let provider = provider
-            .ok_or_else(|| bad("Custom images are only available if you are a provider."))?;
+        let provider = provider.ok_or_else(|| bad("Custom images are only available if you are a provider."))?;
         if let Some(registry) = provider.registry.as_deref().filter(|r| !r.is_empty()) {
             let registry = registry.trim_end_matches('/');
             if image != registry && !image.starts_with(&format!("{registry}/")) {
@@ -187,9 +164,7 @@ fn merge_upload(
         program.dependencies = serde_json::to_string(&requirements).expect("strings serialize");
     }
     if let Some(value) = json_field(fields, "env_vars")? {
-        let object = value
-            .as_object()
-            .ok_or_else(|| bad("'env_vars' should be a JSON object of strings."))?;
+        let object = value.as_object().ok_or_else(|| bad("'env_vars' should be a JSON object of strings."))?;
         if object.values().any(|v| !v.is_string()) {
             return Err(bad("'env_vars' should be a JSON object of strings."));
         }
@@ -203,18 +178,14 @@ fn merge_upload(
     }
     if let Some(version) = fields.text("version") {
         if !names::is_valid_version(&version) {
-            return Err(bad(format!(
-                "Invalid version - expected format x.y.z (got '{version}')."
-            )));
+            return Err(bad(format!("Invalid version - expected format x.y.z (got '{version}').")));
         }
         program.version = Some(version.trim().to_string());
     }
     if let Some(runner) = fields.text("runner").filter(|r| !r.trim().is_empty()) {
         let runner = runner.trim().to_ascii_lowercase();
         if !matches!(runner.as_str(), "ray" | "fleets" | "local" | "kubernetes") {
-            return Err(bad(format!(
-                "Invalid runner '{runner}'. Valid runners: ray, fleets, local, kubernetes."
-            )));
+            return Err(bad(format!("Invalid runner '{runner}'. Valid runners: ray, fleets, local, kubernetes.")));
         }
         program.runner = runner;
     }
@@ -230,9 +201,7 @@ fn merge_upload(
     if let Some(value) = fields.value("gpu") {
         let gpu = parse_bool("gpu", value)?;
         if gpu && provider.is_none() {
-            return Err(bad(
-                "GPU resources are only available for provider functions.",
-            ));
+            return Err(bad("GPU resources are only available for provider functions."));
         }
         program.gpu = gpu;
     }
@@ -255,33 +224,23 @@ fn merge_upload(
     let mut catalog: Map<String, Value> = serde_json::from_str(&program.sizes).unwrap_or_default();
     if let Some(value) = json_field(fields, "sizes")? {
         catalog = sizes::parse_catalog(&value).map_err(bad)?;
-        if program
-            .default_size
-            .as_ref()
-            .is_some_and(|d| !catalog.contains_key(d))
-        {
+        if program.default_size.as_ref().is_some_and(|d| !catalog.contains_key(d)) {
             program.default_size = None;
         }
     }
-    let requested_default = fields
-        .text("default_size")
-        .or_else(|| fields.text("function_size"));
+    let requested_default = fields.text("default_size").or_else(|| fields.text("function_size"));
     if let Some(label) = requested_default.filter(|l| !l.trim().is_empty()) {
         let label = sizes::parse_label(&label).map_err(bad)?;
         if catalog.is_empty() {
             catalog.insert(label.clone(), Value::Null);
         } else if !catalog.contains_key(&label) {
-            return Err(bad(format!(
-                "Default size '{label}' is not in the function's sizes."
-            )));
+            return Err(bad(format!("Default size '{label}' is not in the function's sizes.")));
         }
         program.default_size = Some(label);
     }
     program.sizes = Value::Object(catalog).to_string();
     if program.entrypoint.is_none() && program.image.is_none() {
-        return Err(bad(
-            "At least one of attributes (entrypoint, image) is required.",
-        ));
+        return Err(bad("At least one of attributes (entrypoint, image) is required."));
     }
     Ok(program)
 }
@@ -291,25 +250,17 @@ pub async fn upload_program(
     caller: Caller,
     mut fields: RequestFields,
 ) -> Result<Json<Value>, ApiError> {
-    let raw_title = fields
-        .text("title")
-        .filter(|t| !t.trim().is_empty())
-        .ok_or_else(|| bad("'title' is required."))?;
+    let raw_title = fields.text("title").filter(|t| !t.trim().is_empty()).ok_or_else(|| bad("'title' is required."))?;
     if raw_title.chars().count() > 255 {
         return Err(bad("'title' must be at most 255 characters."));
     }
-    let (provider_name, title) =
-        names::split_title(&raw_title, fields.text("provider").as_deref()).map_err(bad)?;
+    let (provider_name, title) = names::split_title(&raw_title, fields.text("provider").as_deref()).map_err(bad)?;
     let not_found = || ApiError::function_not_found(provider_name.as_deref(), &title);
 
     let (provider, existing) = match provider_name.as_deref() {
         Some(name) => {
-            let provider = providers::find_by_name(&state.db, name)
-                .await?
-                .ok_or_else(not_found)?;
-            let existing =
-                programs::find_provider_function(&state.db, &caller.user_id, &provider.id, &title)
-                    .await?;
+            let provider = providers::find_by_name(&state.db, name).await?.ok_or_else(not_found)?;
+            let existing = programs::find_provider_function(&state.db, &caller.user_id, &provider.id, &title).await?;
             let allowed = match &existing {
                 Some(row) => visibility::can_manage(row.access()),
                 None => providers::is_admin(&state.db, &provider.id, &caller.user_id).await?,
@@ -319,10 +270,7 @@ pub async fn upload_program(
             }
             (Some(provider), existing)
         }
-        None => (
-            None,
-            programs::find_user_function(&state.db, &caller.user_id, &title).await?,
-        ),
+        None => (None, programs::find_user_function(&state.db, &caller.user_id, &title).await?),
     };
 
     let base = match &existing {
@@ -337,19 +285,14 @@ pub async fn upload_program(
         },
     };
     let mut program = merge_upload(&fields, base, provider.as_ref(), existing.is_none())?;
-    let program_id = existing
-        .as_ref()
-        .map(|row| row.id.clone())
-        .unwrap_or_else(programs::new_program_id);
+    let program_id = existing.as_ref().map(|row| row.id.clone()).unwrap_or_else(programs::new_program_id);
 
     let previous_artifact = program.artifact_key.clone();
     let mut stored_artifact = None;
     if let Some(artifact) = fields.take_file("artifact") {
         let file_name = artifact.file_name.clone().unwrap_or_default();
         if !file_name.is_empty() && !file_name.to_ascii_lowercase().ends_with(".tar") {
-            return Err(bad(format!(
-                "File extension of '{file_name}' is not allowed. Allowed extensions are: tar."
-            )));
+            return Err(bad(format!("File extension of '{file_name}' is not allowed. Allowed extensions are: tar.")));
         }
         let path = artifact.path.to_path_buf();
         let members = tokio::task::spawn_blocking(move || crate::artifact::inspect(&path))
@@ -360,33 +303,21 @@ pub async fn upload_program(
             && program.image.is_none()
             && !members.iter().any(|m| m == entrypoint)
         {
-            return Err(bad(format!(
-                "Invalid artifact: the entrypoint '{entrypoint}' is not in the archive."
-            )));
+            return Err(bad(format!("Invalid artifact: the entrypoint '{entrypoint}' is not in the archive.")));
         }
         let key = keys::artifact(&program_id, &uuid::Uuid::new_v4().to_string());
         state.storage.put_file(&key, &artifact.path).await?;
         program.artifact_key = Some(key.clone());
         stored_artifact = Some(key);
     } else if existing.is_none() && program.image.is_none() {
-        return Err(bad(
-            "An artifact (.tar) is required to create a function with an entrypoint.",
-        ));
+        return Err(bad("An artifact (.tar) is required to create a function with an entrypoint."));
     }
 
     let written = match &existing {
         Some(_) => programs::update(&state.db, &program_id, &program).await,
         None => {
             let provider_id = provider.as_ref().map(|p| p.id.as_str());
-            programs::insert(
-                &state.db,
-                &program_id,
-                &title,
-                provider_id,
-                &caller.user_id,
-                &program,
-            )
-            .await
+            programs::insert(&state.db, &program_id, &title, provider_id, &caller.user_id, &program).await
         }
     };
     if let Err(error) = written {
@@ -408,14 +339,9 @@ pub async fn upload_program(
     if let (Some(old), Some(_)) = (previous_artifact, &stored_artifact)
         && let Err(error) = state.storage.delete(&old).await
     {
-        tracing::warn!(
-            error = &error as &dyn std::error::Error,
-            "failed to remove a replaced artifact"
-        );
+        tracing::warn!(error = &error as &dyn std::error::Error, "failed to remove a replaced artifact");
     }
-    let row = programs::find_by_id(&state.db, &caller.user_id, &program_id)
-        .await?
-        .ok_or_else(not_found)?;
+    let row = programs::find_by_id(&state.db, &caller.user_id, &program_id).await?.ok_or_else(not_found)?;
     Ok(Json(program_record(&row)))
 }
 
@@ -424,46 +350,30 @@ pub async fn upload_program(
 pub fn arguments_text(fields: &RequestFields) -> Result<String, ApiError> {
     match fields.values.get("arguments") {
         None | Some(Value::Null) => Err(bad("'arguments' is required.")),
-        Some(Value::String(text)) if text.trim().is_empty() => {
-            Err(bad("'arguments' may not be blank."))
-        }
+        Some(Value::String(text)) if text.trim().is_empty() => Err(bad("'arguments' may not be blank.")),
         Some(Value::String(text)) => Ok(text.clone()),
         Some(other) => Ok(other.to_string()),
     }
 }
 
 /// Validates arguments against a function's stored schema, bounded in concurrency and time.
-pub async fn check_arguments(
-    state: &AppState,
-    row: &ProgramRow,
-    arguments: String,
-) -> Result<(), ApiError> {
+pub async fn check_arguments(state: &AppState, row: &ProgramRow, arguments: String) -> Result<(), ApiError> {
     let Some(schema_text) = row.arguments_schema.clone() else {
         return Ok(());
     };
     let schema: Value = serde_json::from_str(&schema_text)
         .map_err(|e| bad(format!("the function arguments schema cannot be used: {e}")))?;
     let max_bytes = state.config.max_arguments_bytes;
-    let _slot = VALIDATION_SLOTS
-        .acquire()
-        .await
-        .map_err(ApiError::internal)?;
-    let task = tokio::task::spawn_blocking(move || {
-        schema::validate_arguments(&schema, &arguments, max_bytes)
-    });
+    let _slot = VALIDATION_SLOTS.acquire().await.map_err(ApiError::internal)?;
+    let task = tokio::task::spawn_blocking(move || schema::validate_arguments(&schema, &arguments, max_bytes));
     match tokio::time::timeout(VALIDATION_TIME_LIMIT, task).await {
         Err(_) => Err(bad(format!(
             "argument validation took longer than {} s and was abandoned; simplify the arguments or the schema.",
             VALIDATION_TIME_LIMIT.as_secs()
         ))),
-        Ok(joined) => {
-            joined
-                .map_err(ApiError::internal)?
-                .map_err(|violation| ApiError::InvalidArguments {
-                    message: violation.message,
-                    path: violation.path,
-                })
-        }
+        Ok(joined) => joined
+            .map_err(ApiError::internal)?
+            .map_err(|violation| ApiError::InvalidArguments { message: violation.message, path: violation.path }),
     }
 }
 
@@ -472,20 +382,10 @@ pub async fn validate_arguments(
     caller: Caller,
     fields: RequestFields,
 ) -> Result<Json<Value>, ApiError> {
-    let raw_title = fields
-        .text("title")
-        .ok_or_else(|| bad("'title' is required."))?;
-    let (provider, title) =
-        names::split_title(&raw_title, fields.text("provider").as_deref()).map_err(bad)?;
+    let raw_title = fields.text("title").ok_or_else(|| bad("'title' is required."))?;
+    let (provider, title) = names::split_title(&raw_title, fields.text("provider").as_deref()).map_err(bad)?;
     let arguments = arguments_text(&fields)?;
-    let row = resolve_function(
-        &state,
-        &caller,
-        provider.as_deref(),
-        &title,
-        visibility::can_run,
-    )
-    .await?;
+    let row = resolve_function(&state, &caller, provider.as_deref(), &title, visibility::can_run).await?;
     check_arguments(&state, &row, arguments).await?;
     Ok(Json(json!({ "valid": true })))
 }

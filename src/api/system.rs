@@ -20,24 +20,12 @@ pub async fn liveness() -> Json<Value> {
 /// Ready when both the database and the object storage answer.
 pub async fn readiness(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
     if let Err(error) = state.db.ping().await {
-        tracing::warn!(
-            error = &error as &dyn std::error::Error,
-            "readiness: database unavailable"
-        );
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "database_unavailable" })),
-        );
+        tracing::warn!(error = &error as &dyn std::error::Error, "readiness: database unavailable");
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "database_unavailable" })));
     }
     if let Err(error) = state.storage.check().await {
-        tracing::warn!(
-            error = &error as &dyn std::error::Error,
-            "readiness: storage unavailable"
-        );
-        return (
-            StatusCode::SERVICE_UNAVAILABLE,
-            Json(json!({ "status": "storage_unavailable" })),
-        );
+        tracing::warn!(error = &error as &dyn std::error::Error, "readiness: storage unavailable");
+        return (StatusCode::SERVICE_UNAVAILABLE, Json(json!({ "status": "storage_unavailable" })));
     }
     (StatusCode::OK, Json(json!({ "status": "ready" })))
 }

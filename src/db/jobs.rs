@@ -63,14 +63,15 @@ pub struct NewJob {
 /// author's row is locked first so concurrent runs of one user serialize; SQLite serializes all
 /// writers, and the conditional insert is one statement.
 pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64) -> Result<bool, Error> {
-    let lock = match db {
-        Db::Postgres(_) => "SELECT id FROM users WHERE id = $1 FOR UPDATE",
-        Db::Sqlite(_) => "SELECT id FROM users WHERE id = $1",
+    // SQLite: take the write lock up front, so the count and the insert see one state.
+    let (begin, lock) = match db {
+        Db::Postgres(_) => ("BEGIN", "SELECT id FROM users WHERE id = $1 FOR UPDATE"),
+        Db::Sqlite(_) => ("BEGIN IMMEDIATE", "SELECT id FROM users WHERE id = $1"),
     };
     let now = now_micros();
     let event = serde_json::json!({ "status": "QUEUED" }).to_string();
     on_db!(db, pool => async {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_with(begin).await?;
         sqlx::query(lock).bind(&job.author_id).execute(&mut *tx).await?;
         let inserted = sqlx::query(
             "INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
@@ -368,8 +369,9 @@ pub async fn list(db: &Db, filter: &JobFilter, limit: Option<i64>, offset: i64) 
         limit.map(|l| l.max(0)).unwrap_or(i64::MAX),
         offset.max(0)
     );
-    let count = on_db!(db, pool => bind_params!(sqlx::query_scalar::<_, i64>(&count_sql), &params).fetch_one(pool).await)
-        .map_err(query_error("count jobs"))?;
+    let count =
+        on_db!(db, pool => bind_params!(sqlx::query_scalar::<_, i64>(&count_sql), &params).fetch_one(pool).await)
+            .map_err(query_error("count jobs"))?;
     let rows = on_db!(db, pool => bind_params!(sqlx::query_as::<_, JobRow>(&page_sql), &params).fetch_all(pool).await)
         .map_err(query_error("list jobs"))?;
     Ok((count, rows))
@@ -401,7 +403,10 @@ pub async fn queued(db: &Db, limit: i64) -> Result<Vec<QueuedJob>, Error> {
         .fetch_all(pool)
         .await)
     .map_err(query_error("list queued jobs"))?;
-    Ok(rows.into_iter().map(|r| QueuedJob { id: r.id, author_id: r.author_id, gpu: r.gpu, created: r.created }).collect())
+    Ok(rows
+        .into_iter()
+        .map(|r| QueuedJob { id: r.id, author_id: r.author_id, gpu: r.gpu, created: r.created })
+        .collect())
 }
 
 /// Pending and running jobs (for load, timeouts and reconciliation).
@@ -444,12 +449,23 @@ pub async fn set_backend_ref(db: &Db, job_id: &str, backend_ref: Option<&str>) -
     Ok(())
 }
 
-pub async fn mark_stop_requested(db: &Db, job_id: &str) -> Result<(), Error> {
-    on_db!(db, pool => sqlx::query("UPDATE jobs SET stop_requested = TRUE WHERE id = $1")
+/// Marks a stop request on an active job; false when the job is not active (or missing).
+pub async fn mark_stop_requested(db: &Db, job_id: &str) -> Result<bool, Error> {
+    let marked = on_db!(db, pool => sqlx::query(
+        "UPDATE jobs SET stop_requested = TRUE WHERE id = $1 AND status IN ('QUEUED', 'PENDING', 'RUNNING')")
         .bind(job_id)
         .execute(pool)
         .await
         .map(|r| r.rows_affected()))
     .map_err(query_error("record stop request"))?;
-    Ok(())
+    Ok(marked > 0)
+}
+
+/// The database copy of a job's logs (empty when none was kept).
+pub async fn stored_logs(db: &Db, job_id: &str) -> Result<Option<String>, Error> {
+    on_db!(db, pool => sqlx::query_scalar::<_, String>("SELECT logs FROM jobs WHERE id = $1")
+        .bind(job_id)
+        .fetch_optional(pool)
+        .await)
+    .map_err(query_error("read job logs"))
 }

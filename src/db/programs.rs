@@ -82,11 +82,7 @@ pub async fn find_provider_function(
 }
 
 /// The caller's own user function (no provider) with that title.
-pub async fn find_user_function(
-    db: &Db,
-    user_id: &str,
-    title: &str,
-) -> Result<Option<ProgramRow>, Error> {
+pub async fn find_user_function(db: &Db, user_id: &str, title: &str) -> Result<Option<ProgramRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, ProgramRow>(concat!(program_select!(), "WHERE p.author_id = $1 AND p.provider_id IS NULL AND p.title = $2"))
         .bind(user_id)
         .bind(title)
@@ -106,11 +102,7 @@ pub async fn find_by_id(db: &Db, user_id: &str, id: &str) -> Result<Option<Progr
 
 /// Every function the caller might see: their own user functions and provider functions
 /// (optionally of one provider). The visibility rules then filter this set.
-pub async fn list_candidates(
-    db: &Db,
-    user_id: &str,
-    provider: Option<&str>,
-) -> Result<Vec<ProgramRow>, Error> {
+pub async fn list_candidates(db: &Db, user_id: &str, provider: Option<&str>) -> Result<Vec<ProgramRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, ProgramRow>(concat!(program_select!(),
         "WHERE ((p.provider_id IS NULL AND p.author_id = $1) OR p.provider_id IS NOT NULL) \
          AND ($2 IS NULL OR pr.name = $2) ORDER BY p.created, p.id"))
@@ -231,13 +223,7 @@ pub async fn update(db: &Db, id: &str, fields: &ProgramFields) -> Result<(), Err
 }
 
 /// Grants (or revokes, with both false) a group's view/run rights on a function.
-pub async fn grant(
-    db: &Db,
-    program_id: &str,
-    group_id: &str,
-    can_view: bool,
-    can_run: bool,
-) -> Result<(), Error> {
+pub async fn grant(db: &Db, program_id: &str, group_id: &str, can_view: bool, can_run: bool) -> Result<(), Error> {
     on_db!(db, pool => sqlx::query(
         "INSERT INTO program_grants (program_id, group_id, can_view, can_run) VALUES ($1, $2, $3, $4) \
          ON CONFLICT (program_id, group_id) DO UPDATE SET can_view = excluded.can_view, can_run = excluded.can_run")

@@ -34,10 +34,9 @@ pub async fn upsert(db: &Db, name: &str, registry: Option<&str>) -> Result<Provi
         .await
         .map(|r| r.rows_affected()))
     .map_err(query_error("create provider"))?;
-    let provider = find_by_name(db, name).await?.ok_or(Error::Query {
-        operation: "create provider",
-        source: sqlx::Error::RowNotFound,
-    })?;
+    let provider = find_by_name(db, name)
+        .await?
+        .ok_or(Error::Query { operation: "create provider", source: sqlx::Error::RowNotFound })?;
     let group = super::users::ensure_group(db, &admin_group_name(name)).await?;
     add_admin_group(db, &provider.id, &group.id).await?;
     Ok(provider)

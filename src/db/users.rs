@@ -30,22 +30,20 @@ pub async fn ensure(db: &Db, username: &str) -> Result<UserRow, Error> {
         .await
         .map(|r| r.rows_affected()))
     .map_err(query_error("create user"))?;
-    find_by_username(db, username).await?.ok_or(Error::Query {
-        operation: "create user",
-        source: sqlx::Error::RowNotFound,
-    })
+    find_by_username(db, username)
+        .await?
+        .ok_or(Error::Query { operation: "create user", source: sqlx::Error::RowNotFound })
 }
 
 /// Sets `is_active`; returns false when no such user exists.
 pub async fn set_active(db: &Db, username: &str, active: bool) -> Result<bool, Error> {
-    let result =
-        on_db!(db, pool => sqlx::query("UPDATE users SET is_active = $1 WHERE username = $2")
+    let result = on_db!(db, pool => sqlx::query("UPDATE users SET is_active = $1 WHERE username = $2")
         .bind(active)
         .bind(username)
         .execute(pool)
         .await
         .map(|r| r.rows_affected()))
-        .map_err(query_error("update user"))?;
+    .map_err(query_error("update user"))?;
     Ok(result > 0)
 }
 

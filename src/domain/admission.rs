@@ -101,14 +101,16 @@ mod tests {
 
     #[test]
     fn oldest_first_with_one_job_per_user_per_round() {
-        let queue = [job("a1", "a", 1, false), job("a2", "a", 2, false), job("a3", "a", 3, false), job("b1", "b", 5, false)];
+        let queue =
+            [job("a1", "a", 1, false), job("a2", "a", 2, false), job("a3", "a", 3, false), job("b1", "b", 5, false)];
         assert_eq!(admit(&queue, &Capacity::default(), LIMITS), ["a1", "b1", "a2"]);
     }
 
     #[test]
     fn per_user_cap_counts_running_jobs() {
         let queue = [job("a1", "a", 1, false), job("b1", "b", 2, false)];
-        let capacity = Capacity { running_per_user: HashMap::from([("a".to_string(), 2)]), running_cpu: 2, running_gpu: 0 };
+        let capacity =
+            Capacity { running_per_user: HashMap::from([("a".to_string(), 2)]), running_cpu: 2, running_gpu: 0 };
         assert_eq!(admit(&queue, &capacity, LIMITS), ["b1"]);
     }
 

@@ -29,16 +29,13 @@ pub fn parse(value: &Value) -> Result<Vec<String>, String> {
     let parsed;
     let value = match value {
         Value::String(text) => {
-            parsed = serde_json::from_str::<Value>(text).map_err(|e| {
-                format!("'dependencies' should be an array of strings or objects: {e}")
-            })?;
+            parsed = serde_json::from_str::<Value>(text)
+                .map_err(|e| format!("'dependencies' should be an array of strings or objects: {e}"))?;
             &parsed
         }
         other => other,
     };
-    let items = value
-        .as_array()
-        .ok_or("'dependencies' should be an array.")?;
+    let items = value.as_array().ok_or("'dependencies' should be an array.")?;
     let mut requirements = Vec::with_capacity(items.len());
     for item in items {
         let requirement = match item {
@@ -48,9 +45,7 @@ pub fn parse(value: &Value) -> Result<Vec<String>, String> {
                     return Err("'dependencies' should be an array with dict containing one dependency only.".into());
                 }
                 let (name, version) = object.iter().next().expect("one entry");
-                let version = version
-                    .as_str()
-                    .ok_or("'dependencies' should be an array with strings or dict.")?;
+                let version = version.as_str().ok_or("'dependencies' should be an array with strings or dict.")?;
                 if version.starts_with(|c: char| c.is_ascii_digit()) {
                     format!("{name}=={version}")
                 } else {
@@ -73,15 +68,11 @@ fn check(requirement: &str) -> Result<(), String> {
         Some(index) => {
             let rest = &requirement[index..];
             if !rest.starts_with("==") || rest.starts_with("===") || rest.contains(',') {
-                return Err(
-                    "'dependencies' needs one fixed version using the '==' operator.".into(),
-                );
+                return Err("'dependencies' needs one fixed version using the '==' operator.".into());
             }
             let version = rest[2..].trim();
             if version.is_empty() || operators.iter().any(|op| version.contains(op)) {
-                return Err(
-                    "'dependencies' needs one fixed version using the '==' operator.".into(),
-                );
+                return Err("'dependencies' needs one fixed version using the '==' operator.".into());
             }
             (&requirement[..index], Some(version))
         }
@@ -90,9 +81,7 @@ fn check(requirement: &str) -> Result<(), String> {
         return Err("Error while parsing dependencies.".into());
     }
     let wanted = normalize_name(name);
-    let allowed = ALLOWED
-        .iter()
-        .find(|entry| normalize_name(entry.split("==").next().unwrap_or_default()) == wanted);
+    let allowed = ALLOWED.iter().find(|entry| normalize_name(entry.split("==").next().unwrap_or_default()) == wanted);
     let Some(allowed) = allowed else {
         return Err(format!(
             "Dependency `{}` is not allowed. You can request the dependency here: https://github.com/Qiskit/qiskit-serverless/issues/new?template=pip_dependency_request.yaml",
@@ -119,51 +108,19 @@ mod tests {
     #[test]
     fn accepts_allowed_pins_names_and_objects() {
         assert_eq!(parse(&json!("[]")).unwrap(), Vec::<String>::new());
-        assert_eq!(
-            parse(&json!(["mergedeep==1.3.4", "qiskit-aer"])).unwrap(),
-            ["mergedeep==1.3.4", "qiskit-aer"]
-        );
-        assert_eq!(
-            parse(&json!([{"mergedeep": "1.3.4"}])).unwrap(),
-            ["mergedeep==1.3.4"]
-        );
-        assert_eq!(
-            parse(&json!("[\"qiskit_aer==0.17.2\"]")).unwrap(),
-            ["qiskit_aer==0.17.2"]
-        );
+        assert_eq!(parse(&json!(["mergedeep==1.3.4", "qiskit-aer"])).unwrap(), ["mergedeep==1.3.4", "qiskit-aer"]);
+        assert_eq!(parse(&json!([{"mergedeep": "1.3.4"}])).unwrap(), ["mergedeep==1.3.4"]);
+        assert_eq!(parse(&json!("[\"qiskit_aer==0.17.2\"]")).unwrap(), ["qiskit_aer==0.17.2"]);
     }
 
     #[test]
     fn rejects_with_the_reference_messages() {
-        assert!(
-            parse(&json!("nope"))
-                .unwrap_err()
-                .contains("should be an array of strings")
-        );
-        assert_eq!(
-            parse(&json!({})).unwrap_err(),
-            "'dependencies' should be an array."
-        );
+        assert!(parse(&json!("nope")).unwrap_err().contains("should be an array of strings"));
+        assert_eq!(parse(&json!({})).unwrap_err(), "'dependencies' should be an array.");
         assert!(parse(&json!([1])).unwrap_err().contains("strings or dict"));
-        assert!(
-            parse(&json!(["mergedeep>=1.0"]))
-                .unwrap_err()
-                .contains("'=='")
-        );
-        assert!(
-            parse(&json!(["numpy"]))
-                .unwrap_err()
-                .contains("Dependency `numpy` is not allowed")
-        );
-        assert!(
-            parse(&json!(["mergedeep==9"]))
-                .unwrap_err()
-                .contains("Valid versions: mergedeep==1.3.4")
-        );
-        assert!(
-            parse(&json!([{"a": "1", "b": "2"}]))
-                .unwrap_err()
-                .contains("one dependency only")
-        );
+        assert!(parse(&json!(["mergedeep>=1.0"])).unwrap_err().contains("'=='"));
+        assert!(parse(&json!(["numpy"])).unwrap_err().contains("Dependency `numpy` is not allowed"));
+        assert!(parse(&json!(["mergedeep==9"])).unwrap_err().contains("Valid versions: mergedeep==1.3.4"));
+        assert!(parse(&json!([{"a": "1", "b": "2"}])).unwrap_err().contains("one dependency only"));
     }
 }

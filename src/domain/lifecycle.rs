@@ -112,7 +112,9 @@ pub fn decide(current: JobStatus, trigger: &Trigger) -> Option<Move> {
     use JobStatus::*;
     let (to, origin, context, reason) = match (current, trigger) {
         (Queued, Trigger::Admitted) => (Pending, Origin::Scheduler, "SCHEDULE_JOBS", None),
-        (Queued | Pending, Trigger::LaunchFailed { reason }) => (Failed, Origin::Scheduler, "SCHEDULE_JOBS", Some(reason.clone())),
+        (Queued | Pending, Trigger::LaunchFailed { reason }) => {
+            (Failed, Origin::Scheduler, "SCHEDULE_JOBS", Some(reason.clone()))
+        }
         (Pending, Trigger::Started) => (Running, Origin::Scheduler, "UPDATE_JOB_STATUS", None),
         (Pending | Running, Trigger::Exited { success }) => {
             (if *success { Succeeded } else { Failed }, Origin::Scheduler, "UPDATE_JOB_STATUS", None)

@@ -25,10 +25,7 @@ pub struct SchemaViolation {
 
 impl SchemaViolation {
     fn at_root(message: String) -> Self {
-        Self {
-            message,
-            path: Vec::new(),
-        }
+        Self { message, path: Vec::new() }
     }
 }
 
@@ -55,15 +52,11 @@ pub fn vet_schema(schema: Value) -> Result<Option<Value>, String> {
         Value::Object(object) if object.is_empty() => return Ok(None),
         Value::Object(_) | Value::Bool(_) => {}
         _ => {
-            return Err(
-                "arguments_schema cannot be used: it must be a JSON object or a boolean.".into(),
-            );
+            return Err("arguments_schema cannot be used: it must be a JSON object or a boolean.".into());
         }
     }
     if depth(&schema) > MAX_DEPTH {
-        return Err(format!(
-            "arguments_schema cannot be used: it is nested deeper than {MAX_DEPTH} levels."
-        ));
+        return Err(format!("arguments_schema cannot be used: it is nested deeper than {MAX_DEPTH} levels."));
     }
     let count = count_subschemas(&schema);
     if count > MAX_SUBSCHEMAS {
@@ -72,9 +65,7 @@ pub fn vet_schema(schema: Value) -> Result<Option<Value>, String> {
         ));
     }
     if let Some(reference) = external_reference(&schema) {
-        return Err(format!(
-            "arguments_schema cannot be used: external reference '{reference}' is not allowed."
-        ));
+        return Err(format!("arguments_schema cannot be used: external reference '{reference}' is not allowed."));
     }
     compile(&schema).map_err(|e| format!("arguments_schema cannot be used: {e}."))?;
     Ok(Some(schema))
@@ -82,11 +73,7 @@ pub fn vet_schema(schema: Value) -> Result<Option<Value>, String> {
 
 fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
     jsonschema::options()
-        .with_pattern_options(
-            jsonschema::PatternOptions::regex()
-                .size_limit(1 << 20)
-                .dfa_size_limit(1 << 20),
-        )
+        .with_pattern_options(jsonschema::PatternOptions::regex().size_limit(1 << 20).dfa_size_limit(1 << 20))
         .should_validate_formats(true)
         .build(schema)
         .map_err(|e| e.to_string())
@@ -94,11 +81,7 @@ fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
 
 /// Validates the transport-encoded `arguments` text against a schema. Runs in bounded memory
 /// and linear-time pattern matching; callers bound the wall-clock time.
-pub fn validate_arguments(
-    schema: &Value,
-    arguments: &str,
-    max_bytes: usize,
-) -> Result<(), SchemaViolation> {
+pub fn validate_arguments(schema: &Value, arguments: &str, max_bytes: usize) -> Result<(), SchemaViolation> {
     if arguments.len() > max_bytes {
         return Err(SchemaViolation::at_root(format!(
             "arguments is {} bytes long and the maximum is {max_bytes} bytes (MAX_ARGUMENTS_LENGTH_MB).",
@@ -112,9 +95,8 @@ pub fn validate_arguments(
             repr(&instance)
         )));
     }
-    let validator = compile(schema).map_err(|e| {
-        SchemaViolation::at_root(format!("the function arguments schema cannot be used: {e}"))
-    })?;
+    let validator = compile(schema)
+        .map_err(|e| SchemaViolation::at_root(format!("the function arguments schema cannot be used: {e}")))?;
     match validator.iter_errors(&instance).next() {
         None => Ok(()),
         Some(error) => Err(describe(schema, &instance, &error)),
@@ -126,41 +108,21 @@ pub fn parse_arguments(arguments: &str) -> Result<Value, SchemaViolation> {
     let value: Value = serde_json::from_str(arguments)
         .map_err(|e| SchemaViolation::at_root(format!("arguments is not valid JSON: {e}")))?;
     if depth(&value) > MAX_DEPTH {
-        return Err(SchemaViolation::at_root(format!(
-            "arguments are nested deeper than {MAX_DEPTH} levels."
-        )));
+        return Err(SchemaViolation::at_root(format!("arguments are nested deeper than {MAX_DEPTH} levels.")));
     }
     Ok(value)
 }
 
-fn describe(
-    schema: &Value,
-    instance: &Value,
-    error: &jsonschema::ValidationError<'_>,
-) -> SchemaViolation {
+fn describe(schema: &Value, instance: &Value, error: &jsonschema::ValidationError<'_>) -> SchemaViolation {
     let schema_path = error.schema_path.as_str();
-    let keyword = schema_path
-        .rsplit('/')
-        .next()
-        .unwrap_or_default()
-        .replace("~1", "/")
-        .replace("~0", "~");
-    let required = schema
-        .pointer(schema_path)
-        .map(repr)
-        .unwrap_or_else(|| "a valid value".into());
-    let mut message = format!(
-        "'{keyword}' validation failed, schema requires {required}: rejected value {}",
-        repr(&error.instance)
-    );
+    let keyword = schema_path.rsplit('/').next().unwrap_or_default().replace("~1", "/").replace("~0", "~");
+    let required = schema.pointer(schema_path).map(repr).unwrap_or_else(|| "a valid value".into());
+    let mut message =
+        format!("'{keyword}' validation failed, schema requires {required}: rejected value {}", repr(&error.instance));
     if message.chars().count() > MAX_MESSAGE_CHARS {
-        message =
-            message.chars().take(MAX_MESSAGE_CHARS).collect::<String>() + "... (message truncated)";
+        message = message.chars().take(MAX_MESSAGE_CHARS).collect::<String>() + "... (message truncated)";
     }
-    SchemaViolation {
-        message,
-        path: instance_path(instance, error.instance_path.as_str()),
-    }
+    SchemaViolation { message, path: instance_path(instance, error.instance_path.as_str()) }
 }
 
 /// Turns a JSON pointer into path segments: indices of arrays as numbers, keys as strings.
@@ -270,65 +232,34 @@ mod tests {
 
     #[test]
     fn unusable_schemas_are_refused() {
-        assert!(
-            parse_stored_schema("42")
-                .unwrap_err()
-                .contains("object or a boolean")
-        );
-        assert!(
-            parse_stored_schema("{")
-                .unwrap_err()
-                .contains("not valid JSON")
-        );
+        assert!(parse_stored_schema("42").unwrap_err().contains("object or a boolean"));
+        assert!(parse_stored_schema("{").unwrap_err().contains("not valid JSON"));
         assert!(
             parse_stored_schema(r#"{"$ref": "http://evil.example/s.json"}"#)
                 .unwrap_err()
                 .contains("external reference")
         );
-        let wide: serde_json::Map<String, Value> = (0..300)
-            .map(|i| (format!("p{i}"), json!({"type": "string"})))
-            .collect();
-        assert!(
-            vet_schema(json!({"properties": wide}))
-                .unwrap_err()
-                .contains("sub-schemas")
-        );
+        let wide: serde_json::Map<String, Value> =
+            (0..300).map(|i| (format!("p{i}"), json!({"type": "string"}))).collect();
+        assert!(vet_schema(json!({"properties": wide})).unwrap_err().contains("sub-schemas"));
         let mut deep = json!({"type": "string"});
         for _ in 0..70 {
             deep = json!({"items": deep});
         }
         assert!(vet_schema(deep).unwrap_err().contains("deeper"));
         let huge = format!(r#"{{"description": "{}"}}"#, "x".repeat(70_000));
-        assert!(
-            parse_stored_schema(&huge)
-                .unwrap_err()
-                .contains("maximum is 65536")
-        );
-        assert!(
-            parse_stored_schema(r#"{"type": 12}"#)
-                .unwrap_err()
-                .contains("cannot be used")
-        );
+        assert!(parse_stored_schema(&huge).unwrap_err().contains("maximum is 65536"));
+        assert!(parse_stored_schema(r#"{"type": 12}"#).unwrap_err().contains("cannot be used"));
     }
 
     #[test]
     fn violations_name_keyword_requirement_value_and_path() {
         let schema = json!({"type": "object", "properties": {"n": {"type": "integer", "minimum": 3}, "xs": {"type": "array", "items": {"type": "string"}}}, "required": ["n"]});
         let error = validate_arguments(&schema, r#"{"n": 1}"#, 1 << 20).unwrap_err();
-        assert_eq!(
-            error.message,
-            "'minimum' validation failed, schema requires 3: rejected value 1"
-        );
+        assert_eq!(error.message, "'minimum' validation failed, schema requires 3: rejected value 1");
         assert_eq!(error.path, vec![json!("n")]);
-        let error =
-            validate_arguments(&schema, r#"{"n": 4, "xs": ["a", 2]}"#, 1 << 20).unwrap_err();
-        assert!(
-            error
-                .message
-                .starts_with("'type' validation failed, schema requires \"string\""),
-            "{}",
-            error.message
-        );
+        let error = validate_arguments(&schema, r#"{"n": 4, "xs": ["a", 2]}"#, 1 << 20).unwrap_err();
+        assert!(error.message.starts_with("'type' validation failed, schema requires \"string\""), "{}", error.message);
         assert_eq!(error.path, vec![json!("xs"), json!(1)]);
         let error = validate_arguments(&schema, "{}", 1 << 20).unwrap_err();
         assert!(error.message.starts_with("'required' validation failed"));
@@ -338,69 +269,37 @@ mod tests {
     #[test]
     fn boolean_schemas_accept_or_reject_everything() {
         assert!(validate_arguments(&json!(true), r#"{"a": 1}"#, 100).is_ok());
-        assert!(
-            validate_arguments(&json!(false), "{}", 100)
-                .unwrap_err()
-                .message
-                .contains("false")
-        );
+        assert!(validate_arguments(&json!(false), "{}", 100).unwrap_err().message.contains("false"));
     }
 
     #[test]
     fn transport_encoded_objects_are_validated_as_sent() {
         let schema = json!({"properties": {"circuit": {"type": "object", "required": ["__type__", "__value__"], "properties": {"__type__": {"const": "QuantumCircuit"}}}}});
         assert!(
-            validate_arguments(
-                &schema,
-                r#"{"circuit": {"__type__": "QuantumCircuit", "__value__": "eJw="}}"#,
-                1000
-            )
-            .is_ok()
+            validate_arguments(&schema, r#"{"circuit": {"__type__": "QuantumCircuit", "__value__": "eJw="}}"#, 1000)
+                .is_ok()
         );
         assert!(validate_arguments(&schema, r#"{"circuit": [1]}"#, 1000).is_err());
     }
 
     #[test]
     fn hostile_arguments_are_bounded() {
-        assert!(
-            validate_arguments(&json!(true), "xx", 1)
-                .unwrap_err()
-                .message
-                .contains("MAX_ARGUMENTS_LENGTH_MB")
-        );
+        assert!(validate_arguments(&json!(true), "xx", 1).unwrap_err().message.contains("MAX_ARGUMENTS_LENGTH_MB"));
         let deep = "[".repeat(100) + &"]".repeat(100);
+        assert!(validate_arguments(&json!({}), &deep, 1 << 20).unwrap_err().message.contains("deeper"));
         assert!(
-            validate_arguments(&json!({}), &deep, 1 << 20)
-                .unwrap_err()
-                .message
-                .contains("deeper")
-        );
-        assert!(
-            validate_arguments(&json!({}), "{", 100)
-                .unwrap_err()
-                .message
-                .starts_with("arguments is not valid JSON")
+            validate_arguments(&json!({}), "{", 100).unwrap_err().message.starts_with("arguments is not valid JSON")
         );
         // Catastrophic backtracking patterns run in linear time with the regex engine.
         let schema = json!({"properties": {"s": {"pattern": "^(a+)+$"}}});
         let arguments = format!(r#"{{"s": "{}b"}}"#, "a".repeat(50_000));
-        assert!(
-            validate_arguments(&schema, &arguments, 1 << 20)
-                .unwrap_err()
-                .message
-                .starts_with("'pattern'")
-        );
+        assert!(validate_arguments(&schema, &arguments, 1 << 20).unwrap_err().message.starts_with("'pattern'"));
     }
 
     #[test]
     fn long_messages_are_truncated() {
         let schema = json!({"properties": {"s": {"enum": ["a".repeat(400), "b".repeat(400)]}}});
-        let error = validate_arguments(
-            &schema,
-            &format!(r#"{{"s": "{}"}}"#, "c".repeat(400)),
-            1 << 20,
-        )
-        .unwrap_err();
+        let error = validate_arguments(&schema, &format!(r#"{{"s": "{}"}}"#, "c".repeat(400)), 1 << 20).unwrap_err();
         assert!(error.message.chars().count() <= 530);
     }
 }

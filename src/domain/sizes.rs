@@ -11,18 +11,16 @@ pub fn parse_label(raw: &str) -> Result<String, String> {
     if SIZE_LABELS.contains(&upper.as_str()) {
         Ok(upper)
     } else {
-        Err(format!(
-            "Invalid function size '{raw}'. Valid sizes: S, M, L, XL."
-        ))
+        Err(format!("Invalid function size '{raw}'. Valid sizes: S, M, L, XL."))
     }
 }
 
 /// Parses the client's `sizes` field (a JSON object `{label: compute_profile}`) into a catalog
 /// with uppercase labels.
 pub fn parse_catalog(value: &Value) -> Result<Map<String, Value>, String> {
-    let object = value.as_object().ok_or_else(|| {
-        "'sizes' should be a JSON object mapping size labels to compute profiles.".to_string()
-    })?;
+    let object = value
+        .as_object()
+        .ok_or_else(|| "'sizes' should be a JSON object mapping size labels to compute profiles.".to_string())?;
     let mut catalog = Map::new();
     for (label, profile) in object {
         if !(profile.is_string() || profile.is_null()) {

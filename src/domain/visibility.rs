@@ -30,11 +30,7 @@ pub fn can_view(access: FunctionAccess) -> bool {
 
 /// Running it, validating arguments for it, and listing it in the catalog.
 pub fn can_run(access: FunctionAccess) -> bool {
-    if access.has_provider {
-        access.is_provider_admin || access.run_granted
-    } else {
-        access.is_author
-    }
+    if access.has_provider { access.is_provider_admin || access.run_granted } else { access.is_author }
 }
 
 /// The six provider operations: new version upload, job listing, provider logs and the three
@@ -53,18 +49,12 @@ mod tests {
     use super::*;
 
     fn provider_fn() -> FunctionAccess {
-        FunctionAccess {
-            has_provider: true,
-            ..Default::default()
-        }
+        FunctionAccess { has_provider: true, ..Default::default() }
     }
 
     #[test]
     fn user_functions_belong_to_their_author_only() {
-        let own = FunctionAccess {
-            is_author: true,
-            ..Default::default()
-        };
+        let own = FunctionAccess { is_author: true, ..Default::default() };
         assert!(can_view(own) && can_run(own) && can_use_user_files(own));
         assert!(!can_manage(own));
         let other = FunctionAccess::default();
@@ -73,36 +63,19 @@ mod tests {
 
     #[test]
     fn provider_function_author_only_manages() {
-        let author = FunctionAccess {
-            is_author: true,
-            ..provider_fn()
-        };
+        let author = FunctionAccess { is_author: true, ..provider_fn() };
         assert!(can_manage(author));
         assert!(!can_view(author) && !can_run(author) && !can_use_user_files(author));
     }
 
     #[test]
     fn admins_do_everything_and_grants_do_what_they_say() {
-        let admin = FunctionAccess {
-            is_provider_admin: true,
-            ..provider_fn()
-        };
+        let admin = FunctionAccess { is_provider_admin: true, ..provider_fn() };
         assert!(can_view(admin) && can_run(admin) && can_manage(admin));
-        let viewer = FunctionAccess {
-            view_granted: true,
-            ..provider_fn()
-        };
+        let viewer = FunctionAccess { view_granted: true, ..provider_fn() };
         assert!(can_view(viewer) && !can_run(viewer) && !can_manage(viewer));
-        let runner = FunctionAccess {
-            run_granted: true,
-            ..provider_fn()
-        };
-        assert!(
-            can_view(runner)
-                && can_run(runner)
-                && can_use_user_files(runner)
-                && !can_manage(runner)
-        );
+        let runner = FunctionAccess { run_granted: true, ..provider_fn() };
+        assert!(can_view(runner) && can_run(runner) && can_use_user_files(runner) && !can_manage(runner));
         assert!(!can_view(provider_fn()));
     }
 }

@@ -16,26 +16,14 @@ both_backends!(
 
 async fn user_files_round_trip(backend: Backend) {
     let gateway = Gateway::start(backend).await;
-    gateway
-        .upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")])
-        .await;
+    gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
     let upload = gateway
-        .post_multipart(
-            "/api/v1/files/upload/?function=fn",
-            "alice",
-            &[],
-            &[("file", "data.csv", b"a,b\n1,2\n")],
-        )
+        .post_multipart("/api/v1/files/upload/?function=fn", "alice", &[], &[("file", "data.csv", b"a,b\n1,2\n")])
         .await;
     assert_eq!(upload.status, 200, "{}", upload.json);
     assert!(upload.message().ends_with("data.csv"));
     gateway
-        .post_multipart(
-            "/api/v1/files/upload?function=fn",
-            "alice",
-            &[],
-            &[("file", "notes.txt", b"hello\n")],
-        )
+        .post_multipart("/api/v1/files/upload?function=fn", "alice", &[], &[("file", "notes.txt", b"hello\n")])
         .await;
 
     assert_eq!(
@@ -43,187 +31,82 @@ async fn user_files_round_trip(backend: Backend) {
         json!({"results": ["data.csv", "notes.txt"]})
     );
     assert_eq!(
-        gateway
-            .get("/api/v1/files/list/?function=fn", "alice")
-            .await
-            .json,
+        gateway.get("/api/v1/files/list/?function=fn", "alice").await.json,
         json!({"files": ["data.csv", "notes.txt"]})
     );
 
-    let download = gateway
-        .get("/api/v1/files/download?function=fn&file=data.csv", "alice")
-        .await;
+    let download = gateway.get("/api/v1/files/download?function=fn&file=data.csv", "alice").await;
     assert_eq!(download.status, 200);
     assert_eq!(download.bytes, b"a,b\n1,2\n");
     assert_eq!(download.headers["content-type"], "text/csv");
-    assert_eq!(
-        download.headers["content-disposition"],
-        "attachment; filename=data.csv"
-    );
+    assert_eq!(download.headers["content-disposition"], "attachment; filename=data.csv");
     assert_eq!(download.headers["content-length"], "8");
 
     // Files are per function and per user.
-    gateway
-        .upload_function("alice", &[("title", "fn2"), ("entrypoint", "main.py")])
-        .await;
-    assert_eq!(
-        gateway
-            .get("/api/v1/files?function=fn2", "alice")
-            .await
-            .json,
-        json!({"results": []})
-    );
-    gateway
-        .upload_function("bob", &[("title", "fn"), ("entrypoint", "main.py")])
-        .await;
-    assert_eq!(
-        gateway.get("/api/v1/files?function=fn", "bob").await.json,
-        json!({"results": []})
-    );
+    gateway.upload_function("alice", &[("title", "fn2"), ("entrypoint", "main.py")]).await;
+    assert_eq!(gateway.get("/api/v1/files?function=fn2", "alice").await.json, json!({"results": []}));
+    gateway.upload_function("bob", &[("title", "fn"), ("entrypoint", "main.py")]).await;
+    assert_eq!(gateway.get("/api/v1/files?function=fn", "bob").await.json, json!({"results": []}));
 
-    let deleted = gateway
-        .delete("/api/v1/files/delete?function=fn&file=data.csv", "alice")
-        .await;
-    assert_eq!(
-        deleted.json,
-        json!({"message": "Requested file was deleted."})
-    );
-    let again = gateway
-        .delete("/api/v1/files/delete/?function=fn&file=data.csv", "alice")
-        .await;
-    assert_eq!(
-        (again.status.as_u16(), again.message()),
-        (404, "Requested file was not found.".into())
-    );
-    let missing = gateway
-        .get("/api/v1/files/download?function=fn&file=data.csv", "alice")
-        .await;
+    let deleted = gateway.delete("/api/v1/files/delete?function=fn&file=data.csv", "alice").await;
+    assert_eq!(deleted.json, json!({"message": "Requested file was deleted."}));
+    let again = gateway.delete("/api/v1/files/delete/?function=fn&file=data.csv", "alice").await;
+    assert_eq!((again.status.as_u16(), again.message()), (404, "Requested file was not found.".into()));
+    let missing = gateway.get("/api/v1/files/download?function=fn&file=data.csv", "alice").await;
     assert_eq!(missing.status, 404);
-    assert_eq!(
-        gateway.get("/api/v1/files?function=fn", "alice").await.json,
-        json!({"results": ["notes.txt"]})
-    );
+    assert_eq!(gateway.get("/api/v1/files?function=fn", "alice").await.json, json!({"results": ["notes.txt"]}));
 
     // Missing parameters and parts.
     assert_eq!(gateway.get("/api/v1/files", "alice").await.status, 400);
-    assert_eq!(
-        gateway
-            .get("/api/v1/files/download?function=fn", "alice")
-            .await
-            .status,
-        400
-    );
-    let no_file = gateway
-        .post_multipart(
-            "/api/v1/files/upload/?function=fn",
-            "alice",
-            &[("x", "y")],
-            &[],
-        )
-        .await;
-    assert_eq!(
-        (no_file.status.as_u16(), no_file.message()),
-        (400, "A file should be uploaded.".into())
-    );
+    assert_eq!(gateway.get("/api/v1/files/download?function=fn", "alice").await.status, 400);
+    let no_file = gateway.post_multipart("/api/v1/files/upload/?function=fn", "alice", &[("x", "y")], &[]).await;
+    assert_eq!((no_file.status.as_u16(), no_file.message()), (400, "A file should be uploaded.".into()));
     let unknown = gateway.get("/api/v1/files?function=nope", "alice").await;
-    assert_eq!(
-        (unknown.status.as_u16(), unknown.message()),
-        (404, "Qiskit Function nope doesn't exist.".into())
-    );
+    assert_eq!((unknown.status.as_u16(), unknown.message()), (404, "Qiskit Function nope doesn't exist.".into()));
 }
 
 async fn large_files_stream_both_ways(backend: Backend) {
     let gateway = Gateway::start(backend).await;
-    gateway
-        .upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")])
-        .await;
+    gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
     // 3 MiB of non-text bytes: many 64 KiB chunks on the way out.
-    let content: Vec<u8> = (0..3 * 1024 * 1024)
-        .map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
-        .collect();
+    let content: Vec<u8> = (0..3 * 1024 * 1024).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     let upload = gateway
-        .post_multipart(
-            "/api/v1/files/upload/?function=fn",
-            "alice",
-            &[],
-            &[("file", "blob.bin", &content)],
-        )
+        .post_multipart("/api/v1/files/upload/?function=fn", "alice", &[], &[("file", "blob.bin", &content)])
         .await;
     assert_eq!(upload.status, 200, "{}", upload.json);
-    let download = gateway
-        .get("/api/v1/files/download/?function=fn&file=blob.bin", "alice")
-        .await;
+    let download = gateway.get("/api/v1/files/download/?function=fn&file=blob.bin", "alice").await;
     assert_eq!(download.status, 200);
-    assert_eq!(
-        download.headers["content-length"],
-        content.len().to_string()
-    );
+    assert_eq!(download.headers["content-length"], content.len().to_string());
     assert!(download.bytes == content, "downloaded bytes differ");
 }
 
 async fn uploads_outside_the_allow_list_are_refused(backend: Backend) {
     let gateway = Gateway::start(backend).await;
-    gateway
-        .upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")])
-        .await;
+    gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
     let png = b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR\0\0\0\x01";
-    for (name, bytes) in [
-        ("image.png", png.as_slice()),
-        ("page.txt", b"<html><body>hi</body></html>".as_slice()),
-    ] {
-        let reply = gateway
-            .post_multipart(
-                "/api/v1/files/upload/?function=fn",
-                "alice",
-                &[],
-                &[("file", name, bytes)],
-            )
-            .await;
+    for (name, bytes) in [("image.png", png.as_slice()), ("page.txt", b"<html><body>hi</body></html>".as_slice())] {
+        let reply =
+            gateway.post_multipart("/api/v1/files/upload/?function=fn", "alice", &[], &[("file", name, bytes)]).await;
         assert_eq!(reply.status, 400, "{name}");
-        assert!(
-            reply
-                .message()
-                .starts_with("Uploaded file is not a valid type"),
-            "{}",
-            reply.message()
-        );
+        assert!(reply.message().starts_with("Uploaded file is not a valid type"), "{}", reply.message());
     }
-    assert_eq!(
-        gateway.get("/api/v1/files?function=fn", "alice").await.json,
-        json!({"results": []})
-    );
+    assert_eq!(gateway.get("/api/v1/files?function=fn", "alice").await.json, json!({"results": []}));
     // Allowed kinds: JSON, gzip, tar.
-    for (name, bytes) in [
-        ("a.json", b"{\"a\": 1}".as_slice()),
-        ("a.gz", [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3].as_slice()),
-    ] {
-        let reply = gateway
-            .post_multipart(
-                "/api/v1/files/upload/?function=fn",
-                "alice",
-                &[],
-                &[("file", name, bytes)],
-            )
-            .await;
+    for (name, bytes) in
+        [("a.json", b"{\"a\": 1}".as_slice()), ("a.gz", [0x1f, 0x8b, 8, 0, 0, 0, 0, 0, 0, 3].as_slice())]
+    {
+        let reply =
+            gateway.post_multipart("/api/v1/files/upload/?function=fn", "alice", &[], &[("file", name, bytes)]).await;
         assert_eq!(reply.status, 200, "{name}: {}", reply.json);
     }
 }
 
 async fn names_cannot_escape_their_folder(backend: Backend) {
     let gateway = Gateway::start(backend).await;
+    gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
+    gateway.upload_function("bob", &[("title", "fn"), ("entrypoint", "main.py")]).await;
     gateway
-        .upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")])
-        .await;
-    gateway
-        .upload_function("bob", &[("title", "fn"), ("entrypoint", "main.py")])
-        .await;
-    gateway
-        .post_multipart(
-            "/api/v1/files/upload/?function=fn",
-            "bob",
-            &[],
-            &[("file", "secret.txt", b"bob's secret")],
-        )
+        .post_multipart("/api/v1/files/upload/?function=fn", "bob", &[], &[("file", "secret.txt", b"bob's secret")])
         .await;
 
     // An uploaded name with a path keeps only its basename, inside the caller's folder.
@@ -236,21 +119,9 @@ async fn names_cannot_escape_their_folder(backend: Backend) {
         )
         .await;
     assert_eq!(reply.status, 200);
-    assert!(
-        reply
-            .message()
-            .starts_with("users/alice/functions/fn/data/"),
-        "{}",
-        reply.message()
-    );
-    assert_eq!(
-        gateway.get("/api/v1/files?function=fn", "bob").await.json,
-        json!({"results": ["secret.txt"]})
-    );
-    assert_eq!(
-        gateway.get("/api/v1/files?function=fn", "alice").await.json,
-        json!({"results": ["evil.txt"]})
-    );
+    assert!(reply.message().starts_with("users/alice/functions/fn/data/"), "{}", reply.message());
+    assert_eq!(gateway.get("/api/v1/files?function=fn", "bob").await.json, json!({"results": ["secret.txt"]}));
+    assert_eq!(gateway.get("/api/v1/files?function=fn", "alice").await.json, json!({"results": ["evil.txt"]}));
 
     for file in [
         "../../../bob/functions/fn/data/secret.txt",
@@ -259,59 +130,30 @@ async fn names_cannot_escape_their_folder(backend: Backend) {
         "..",
         "secret.txt%00",
     ] {
-        let download = gateway
-            .get(
-                &format!("/api/v1/files/download?function=fn&file={file}"),
-                "alice",
-            )
-            .await;
+        let download = gateway.get(&format!("/api/v1/files/download?function=fn&file={file}"), "alice").await;
         assert_eq!(download.status, 404, "{file}");
         assert_ne!(download.bytes, b"bob's secret");
-        let delete = gateway
-            .delete(
-                &format!("/api/v1/files/delete?function=fn&file={file}"),
-                "alice",
-            )
-            .await;
+        let delete = gateway.delete(&format!("/api/v1/files/delete?function=fn&file={file}"), "alice").await;
         assert_eq!(delete.status, 404, "{file}");
     }
-    assert_eq!(
-        gateway.get("/api/v1/files?function=fn", "bob").await.json,
-        json!({"results": ["secret.txt"]})
-    );
+    assert_eq!(gateway.get("/api/v1/files?function=fn", "bob").await.json, json!({"results": ["secret.txt"]}));
     // Titles with traversal are sanitized into names that do not exist.
     for function in ["..%2F..%2Fbob", "%2Fetc%2Fpasswd", "%00nope%2F.."] {
-        let reply = gateway
-            .get(&format!("/api/v1/files?function={function}"), "alice")
-            .await;
+        let reply = gateway.get(&format!("/api/v1/files?function={function}"), "alice").await;
         assert_eq!(reply.status, 404, "{function}");
     }
     // A multipart part name with NUL or absolute path is reduced too.
     let (content_type, body) = multipart(&[], &[("file", "/etc/passwd", b"root")]);
     let reply = gateway
-        .call(
-            "POST",
-            "/api/v1/files/upload/?function=fn",
-            Some("alice"),
-            Some(&content_type),
-            Body::from(body),
-        )
+        .call("POST", "/api/v1/files/upload/?function=fn", Some("alice"), Some(&content_type), Body::from(body))
         .await;
-    assert!(
-        reply
-            .message()
-            .starts_with("users/alice/functions/fn/data/passwd"),
-        "{}",
-        reply.message()
-    );
+    assert!(reply.message().starts_with("users/alice/functions/fn/data/passwd"), "{}", reply.message());
 }
 
 async fn provider_files_round_trip(backend: Backend) {
     let gateway = Gateway::start(backend).await;
     gateway.provider("acme", None, "erin").await;
-    gateway
-        .upload_function("erin", &[("title", "acme/tool"), ("entrypoint", "main.py")])
-        .await;
+    gateway.upload_function("erin", &[("title", "acme/tool"), ("entrypoint", "main.py")]).await;
     let upload = gateway
         .post_multipart(
             "/api/v1/files/provider/upload/?function=tool&provider=acme",
@@ -323,41 +165,21 @@ async fn provider_files_round_trip(backend: Backend) {
     assert_eq!(upload.status, 200, "{}", upload.json);
     assert_eq!(upload.message(), "providers/acme/tool/data/model.json");
     assert_eq!(
-        gateway
-            .get("/api/v1/files/provider?function=tool&provider=acme", "erin")
-            .await
-            .json,
+        gateway.get("/api/v1/files/provider?function=tool&provider=acme", "erin").await.json,
         json!({"results": ["model.json"]})
     );
-    let download = gateway
-        .get(
-            "/api/v1/files/provider/download?function=tool&provider=acme&file=model.json",
-            "erin",
-        )
-        .await;
+    let download =
+        gateway.get("/api/v1/files/provider/download?function=tool&provider=acme&file=model.json", "erin").await;
     assert_eq!(download.bytes, b"{}");
     // Not visible in the user area of the same function.
-    assert_eq!(
-        gateway
-            .get("/api/v1/files?function=tool&provider=acme", "erin")
-            .await
-            .json,
-        json!({"results": []})
-    );
-    let missing_provider = gateway
-        .get("/api/v1/files/provider?function=tool", "erin")
-        .await;
+    assert_eq!(gateway.get("/api/v1/files?function=tool&provider=acme", "erin").await.json, json!({"results": []}));
+    let missing_provider = gateway.get("/api/v1/files/provider?function=tool", "erin").await;
     assert_eq!(
         (missing_provider.status.as_u16(), missing_provider.message()),
         (400, "'provider' not provided or is not valid".into())
     );
-    let unknown = gateway
-        .get("/api/v1/files/provider?function=tool&provider=nope", "erin")
-        .await;
-    assert_eq!(
-        (unknown.status.as_u16(), unknown.message()),
-        (404, "Provider nope doesn't exist.".into())
-    );
+    let unknown = gateway.get("/api/v1/files/provider?function=tool&provider=nope", "erin").await;
+    assert_eq!((unknown.status.as_u16(), unknown.message()), (404, "Provider nope doesn't exist.".into()));
     let stranger = gateway
         .post_multipart(
             "/api/v1/files/provider/upload/?function=tool&provider=acme",
@@ -367,18 +189,11 @@ async fn provider_files_round_trip(backend: Backend) {
         )
         .await;
     assert_eq!(stranger.status, 404);
-    let deleted = gateway
-        .delete(
-            "/api/v1/files/provider/delete?function=tool&provider=acme&file=model.json",
-            "erin",
-        )
-        .await;
+    let deleted =
+        gateway.delete("/api/v1/files/provider/delete?function=tool&provider=acme&file=model.json", "erin").await;
     assert_eq!(deleted.status, 200);
     assert_eq!(
-        gateway
-            .get("/api/v1/files/provider?function=tool&provider=acme", "erin")
-            .await
-            .json,
+        gateway.get("/api/v1/files/provider?function=tool&provider=acme", "erin").await.json,
         json!({"results": []})
     );
 }

@@ -27,7 +27,9 @@ const S3_SECRET: &str = "gantry-test-secret";
 
 pub struct Gateway {
     pub state: AppState,
-    _dir: tempfile::TempDir,
+    s3_endpoint: Option<String>,
+    runner_task: Option<tokio::task::JoinHandle<()>>,
+    dir: tempfile::TempDir,
     postgres: Option<(String, String)>,
 }
 
@@ -41,10 +43,7 @@ pub struct Reply {
 
 impl Reply {
     pub fn message(&self) -> String {
-        self.json["message"]
-            .as_str()
-            .unwrap_or_default()
-            .to_string()
+        self.json["message"].as_str().unwrap_or_default().to_string()
     }
 }
 
@@ -53,22 +52,18 @@ impl Gateway {
         Self::start_with(backend, |_| {}).await
     }
 
-    pub async fn start_with(
-        backend: Backend,
-        configure: impl FnOnce(&mut GatewayConfig),
-    ) -> Gateway {
+    pub async fn start_with(backend: Backend, configure: impl FnOnce(&mut GatewayConfig)) -> Gateway {
         let dir = tempfile::tempdir().expect("temp dir");
         let mut config = GatewayConfig {
             max_body_bytes: 50 * 1024 * 1024,
             max_arguments_bytes: 32 * 1024 * 1024,
             spool_dir: dir.path().join("spool"),
             version: "9.9.9".into(),
-            allowed_mime_types: DEFAULT_UPLOAD_MIME_TYPES
-                .split(',')
-                .map(str::to_string)
-                .collect(),
+            allowed_mime_types: DEFAULT_UPLOAD_MIME_TYPES.split(',').map(str::to_string).collect(),
+            active_jobs_per_user: 50,
         };
         configure(&mut config);
+        let mut s3_endpoint = None;
         let (db, storage, postgres) = match backend {
             Backend::SqliteLocal => {
                 let url = format!("sqlite://{}", dir.path().join("gantry.db").display());
@@ -76,28 +71,18 @@ impl Gateway {
                 (db, Storage::local(dir.path().join("objects")), None)
             }
             Backend::PostgresS3 => {
-                let admin_url =
-                    std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.into());
+                let admin_url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.into());
                 let name = format!("gantry_test_{}", uuid::Uuid::new_v4().simple());
-                let admin = Db::connect(&admin_url).await.unwrap_or_else(|e| {
-                    panic!("PostgreSQL tests need a server at DATABASE_URL ({admin_url}): {e:?}")
-                });
-                let Db::Postgres(pool) = &admin else {
-                    panic!("DATABASE_URL must be a postgres:// URL")
-                };
-                sqlx::query(&format!("CREATE DATABASE {name}"))
-                    .execute(pool)
+                let admin = Db::connect(&admin_url)
                     .await
-                    .expect("create test database");
+                    .unwrap_or_else(|e| panic!("PostgreSQL tests need a server at DATABASE_URL ({admin_url}): {e:?}"));
+                let Db::Postgres(pool) = &admin else { panic!("DATABASE_URL must be a postgres:// URL") };
+                sqlx::query(&format!("CREATE DATABASE {name}")).execute(pool).await.expect("create test database");
                 pool.close().await;
-                let base = admin_url
-                    .rsplit_once('/')
-                    .expect("database url has a path")
-                    .0;
-                let db = Db::connect(&format!("{base}/{name}"))
-                    .await
-                    .expect("connect to test database");
+                let base = admin_url.rsplit_once('/').expect("database url has a path").0;
+                let db = Db::connect(&format!("{base}/{name}")).await.expect("connect to test database");
                 let endpoint = start_s3(dir.path().join("s3")).await;
+                s3_endpoint = Some(endpoint.clone());
                 let storage = Storage::s3(&S3Settings {
                     bucket: "gantry".into(),
                     prefix: "test".into(),
@@ -112,36 +97,86 @@ impl Gateway {
         };
         db.migrate().await.expect("migrations");
         storage.check().await.expect("storage reachable");
+        let publisher: Arc<dyn gantry::events::Publisher> = Arc::new(gantry::events::LogPublisher);
         Gateway {
-            state: AppState {
-                db,
-                storage,
-                config: Arc::new(config),
-            },
-            _dir: dir,
+            state: AppState { db, storage, config: Arc::new(config), runner: None, publisher },
+            s3_endpoint,
+            runner_task: None,
+            dir,
             postgres,
         }
     }
 
+    /// The same gateway with a local runner that starts jobs with the real `gantry launch`.
+    pub async fn with_runner(mut self, configure: impl FnOnce(&mut gantry::runner::RunnerConfig)) -> Gateway {
+        let (storage_args, storage_env) = match &self.state.storage {
+            Storage::Local { root } => (vec!["--storage".to_string(), root.display().to_string()], Vec::new()),
+            Storage::S3 { .. } => {
+                let endpoint = self.s3_endpoint.clone().expect("S3 endpoint");
+                (
+                    vec![
+                        "--storage".into(),
+                        "s3://gantry/test".into(),
+                        "--s3-endpoint".into(),
+                        endpoint,
+                        "--s3-region".into(),
+                        "us-east-1".into(),
+                        "--s3-path-style".into(),
+                    ],
+                    vec![
+                        ("AWS_ACCESS_KEY_ID".to_string(), S3_KEY.to_string()),
+                        ("AWS_SECRET_ACCESS_KEY".to_string(), S3_SECRET.to_string()),
+                    ],
+                )
+            }
+        };
+        let mut config = gantry::runner::RunnerConfig {
+            launcher: env!("CARGO_BIN_EXE_gantry").into(),
+            python: std::env::var("GANTRY_TEST_PYTHON").unwrap_or_else(|_| "python3".into()),
+            work_root: self.dir.path().join("jobs"),
+            gateway_host: "http://127.0.0.1:9".into(),
+            limits: gantry::domain::admission::Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
+            timeout: std::time::Duration::from_secs(3600),
+            logs_size_limit: 1024 * 1024,
+            tick: std::time::Duration::from_millis(50),
+            qiskit_ibm_url: "https://cloud.ibm.com".into(),
+            storage_args,
+            storage_env,
+        };
+        configure(&mut config);
+        let runner = gantry::runner::LocalRunner::new(
+            self.state.db.clone(),
+            self.state.storage.clone(),
+            config,
+            self.state.publisher.clone(),
+        );
+        self.state.runner = Some(runner.clone());
+        let handle = tokio::spawn(runner.run());
+        self.runner_task = Some(handle);
+        self
+    }
+
+    /// Polls a job until `done` holds for its record, or panics after `seconds`.
+    pub async fn wait_for_job(&self, token: &str, job_id: &str, seconds: u64, done: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
+        loop {
+            let job = self.get(&format!("/api/v1/jobs/{job_id}/?with_result=false"), token).await.json;
+            if done(&job) {
+                return job;
+            }
+            assert!(std::time::Instant::now() < deadline, "job {job_id} did not get there in {seconds} s: {job}");
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+    }
+
     pub async fn send(&self, request: Request<Body>) -> Reply {
-        let response = gantry::api::app(self.state.clone())
-            .oneshot(request)
-            .await
-            .expect("infallible");
+        let response = gantry::api::app(self.state.clone()).oneshot(request).await.expect("infallible");
         let status = response.status();
         let headers = response.headers().clone();
-        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX)
-            .await
-            .expect("body")
-            .to_vec();
+        let bytes = axum::body::to_bytes(response.into_body(), usize::MAX).await.expect("body").to_vec();
         let json = serde_json::from_slice(&bytes)
             .unwrap_or_else(|_| Value::String(String::from_utf8_lossy(&bytes).into_owned()));
-        Reply {
-            status,
-            headers,
-            bytes,
-            json,
-        }
+        Reply { status, headers, bytes, json }
     }
 
     pub async fn call(
@@ -163,36 +198,20 @@ impl Gateway {
     }
 
     pub async fn get(&self, uri: &str, token: &str) -> Reply {
-        self.call("GET", uri, Some(token), None, Body::empty())
-            .await
+        self.call("GET", uri, Some(token), None, Body::empty()).await
     }
 
     pub async fn delete(&self, uri: &str, token: &str) -> Reply {
-        self.call("DELETE", uri, Some(token), None, Body::empty())
-            .await
+        self.call("DELETE", uri, Some(token), None, Body::empty()).await
     }
 
     pub async fn post_json(&self, uri: &str, token: &str, body: Value) -> Reply {
-        self.call(
-            "POST",
-            uri,
-            Some(token),
-            Some("application/json"),
-            Body::from(body.to_string()),
-        )
-        .await
+        self.call("POST", uri, Some(token), Some("application/json"), Body::from(body.to_string())).await
     }
 
     pub async fn post_form(&self, uri: &str, token: &str, fields: &[(&str, &str)]) -> Reply {
         let body = serde_urlencoded::to_string(fields).expect("form");
-        self.call(
-            "POST",
-            uri,
-            Some(token),
-            Some("application/x-www-form-urlencoded"),
-            Body::from(body),
-        )
-        .await
+        self.call("POST", uri, Some(token), Some("application/x-www-form-urlencoded"), Body::from(body)).await
     }
 
     pub async fn post_multipart(
@@ -203,68 +222,43 @@ impl Gateway {
         files: &[(&str, &str, &[u8])],
     ) -> Reply {
         let (content_type, body) = multipart(fields, files);
-        self.call(
-            "POST",
-            uri,
-            Some(token),
-            Some(&content_type),
-            Body::from(body),
-        )
-        .await
+        self.call("POST", uri, Some(token), Some(&content_type), Body::from(body)).await
     }
 
     /// Uploads a user function `title` whose artifact holds `main.py`.
     pub async fn upload_function(&self, token: &str, fields: &[(&str, &str)]) -> Reply {
         let artifact = tar_of(&[("main.py", b"print('hello')\n")]);
-        self.post_multipart(
-            "/api/v1/programs/upload/",
-            token,
-            fields,
-            &[("artifact", "artifact.tar", &artifact)],
-        )
-        .await
+        self.post_multipart("/api/v1/programs/upload/", token, fields, &[("artifact", "artifact.tar", &artifact)]).await
     }
 
     pub async fn admin(&self, command: AdminCommand) -> String {
-        gantry::cli::admin(&self.state.db, command)
-            .await
-            .expect("admin command")
+        gantry::cli::admin(&self.state.db, command).await.expect("admin command")
     }
 
     /// A provider `name` with `admin` in its admin group.
     pub async fn provider(&self, name: &str, registry: Option<&str>, admin: &str) {
-        self.admin(AdminCommand::CreateProvider {
-            name: name.into(),
-            registry: registry.map(str::to_string),
-        })
-        .await;
-        self.admin(AdminCommand::AddAdmin {
-            provider: name.into(),
-            user: admin.into(),
-        })
-        .await;
+        self.admin(AdminCommand::CreateProvider { name: name.into(), registry: registry.map(str::to_string) }).await;
+        self.admin(AdminCommand::AddAdmin { provider: name.into(), user: admin.into() }).await;
     }
 }
 
 impl Drop for Gateway {
     fn drop(&mut self) {
+        if let Some(task) = self.runner_task.take() {
+            task.abort();
+        }
         if let Some((admin_url, name)) = self.postgres.take() {
             let db = self.state.db.clone();
             // Dropping needs async I/O; do it on a thread with its own runtime.
             let _ = std::thread::spawn(move || {
-                let runtime = tokio::runtime::Builder::new_current_thread()
-                    .enable_all()
-                    .build()
-                    .expect("runtime");
+                let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
                 runtime.block_on(async move {
                     if let Db::Postgres(pool) = db {
                         pool.close().await;
                     }
                     if let Ok(Db::Postgres(pool)) = Db::connect(&admin_url).await {
                         let _ =
-                            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
-                                .execute(&pool)
-                                .await;
+                            sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&pool).await;
                         pool.close().await;
                     }
                 });
@@ -277,13 +271,10 @@ impl Drop for Gateway {
 /// Serves the S3 protocol from `root` on a loopback port; returns the endpoint URL.
 async fn start_s3(root: std::path::PathBuf) -> String {
     std::fs::create_dir_all(root.join("gantry")).expect("bucket folder");
-    let mut builder =
-        s3s::service::S3ServiceBuilder::new(s3s_fs::FileSystem::new(&root).expect("s3s-fs"));
+    let mut builder = s3s::service::S3ServiceBuilder::new(s3s_fs::FileSystem::new(&root).expect("s3s-fs"));
     builder.set_auth(s3s::auth::SimpleAuth::from_single(S3_KEY, S3_SECRET));
     let service = builder.build();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .expect("bind s3");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind s3");
     let address = listener.local_addr().expect("s3 address");
     tokio::spawn(async move {
         loop {
@@ -292,11 +283,9 @@ async fn start_s3(root: std::path::PathBuf) -> String {
             };
             let service = service.clone();
             tokio::spawn(async move {
-                let _ = hyper_util::server::conn::auto::Builder::new(
-                    hyper_util::rt::TokioExecutor::new(),
-                )
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
-                .await;
+                let _ = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new())
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                    .await;
             });
         }
     });
@@ -309,15 +298,15 @@ pub fn multipart(fields: &[(&str, &str)], files: &[(&str, &str, &[u8])]) -> (Str
     let mut body = Vec::new();
     for (name, value) in fields {
         body.extend_from_slice(
-            format!(
-                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n"
-            )
-            .as_bytes(),
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"\r\n\r\n{value}\r\n").as_bytes(),
         );
     }
     for (name, file_name, bytes) in files {
         body.extend_from_slice(
-            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{file_name}\"\r\n\r\n").as_bytes(),
+            format!(
+                "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{file_name}\"\r\n\r\n"
+            )
+            .as_bytes(),
         );
         body.extend_from_slice(bytes);
         body.extend_from_slice(b"\r\n");
@@ -334,9 +323,7 @@ pub fn tar_of(files: &[(&str, &[u8])]) -> Vec<u8> {
         header.set_size(bytes.len() as u64);
         header.set_mode(0o644);
         header.set_cksum();
-        builder
-            .append_data(&mut header, path, *bytes)
-            .expect("tar member");
+        builder.append_data(&mut header, path, *bytes).expect("tar member");
     }
     builder.into_inner().expect("tar")
 }

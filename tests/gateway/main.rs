@@ -3,6 +3,7 @@
 mod harness;
 
 mod files;
+mod jobs;
 mod programs;
 mod system;
 mod visibility;

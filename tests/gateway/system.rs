@@ -18,24 +18,11 @@ both_backends!(
 
 async fn probes_and_version_need_no_token(backend: Backend) {
     let gateway = Gateway::start(backend).await;
-    for path in [
-        "/liveness/",
-        "/liveness",
-        "/api/v1/liveness/",
-        "/readiness/",
-        "/readiness",
-        "/api/v1/readiness",
-    ] {
+    for path in ["/liveness/", "/liveness", "/api/v1/liveness/", "/readiness/", "/readiness", "/api/v1/readiness"] {
         let reply = gateway.call("GET", path, None, None, Body::empty()).await;
         assert_eq!(reply.status, 200, "{path}");
     }
-    assert_eq!(
-        gateway
-            .call("GET", "/readiness/", None, None, Body::empty())
-            .await
-            .json,
-        json!({"status": "ready"})
-    );
+    assert_eq!(gateway.call("GET", "/readiness/", None, None, Body::empty()).await.json, json!({"status": "ready"}));
     for path in ["/version/", "/version", "/api/v1/version/"] {
         let reply = gateway.call("GET", path, None, None, Body::empty()).await;
         assert_eq!(reply.json, json!({"version": "9.9.9"}), "{path}");
@@ -59,53 +46,25 @@ async fn every_endpoint_but_probes_needs_a_token(backend: Backend) {
         ("GET", "/api/v1/files/download/?function=fn&file=a"),
         ("DELETE", "/api/v1/files/delete/?function=fn&file=a"),
         ("GET", "/api/v1/files/provider/?function=fn&provider=p"),
-        (
-            "POST",
-            "/api/v1/files/provider/upload/?function=fn&provider=p",
-        ),
-        (
-            "GET",
-            "/api/v1/files/provider/download/?function=fn&provider=p&file=a",
-        ),
-        (
-            "DELETE",
-            "/api/v1/files/provider/delete/?function=fn&provider=p&file=a",
-        ),
+        ("POST", "/api/v1/files/provider/upload/?function=fn&provider=p"),
+        ("GET", "/api/v1/files/provider/download/?function=fn&provider=p&file=a"),
+        ("DELETE", "/api/v1/files/provider/delete/?function=fn&provider=p&file=a"),
         ("GET", "/api/v1/dependencies-versions/"),
     ];
     for (method, path) in endpoints {
         let reply = gateway.call(method, path, None, None, Body::empty()).await;
         assert_eq!(reply.status, 401, "{method} {path}");
-        assert_eq!(
-            reply.json,
-            json!({"detail": "Authorization token was not provided."}),
-            "{method} {path}"
-        );
+        assert_eq!(reply.json, json!({"detail": "Authorization token was not provided."}), "{method} {path}");
         assert_eq!(reply.headers[header::WWW_AUTHENTICATE], "Bearer");
     }
-    let bad_token = gateway
-        .call(
-            "GET",
-            "/api/v1/programs/",
-            Some("../../etc"),
-            None,
-            Body::empty(),
-        )
-        .await;
+    let bad_token = gateway.call("GET", "/api/v1/programs/", Some("../../etc"), None, Body::empty()).await;
     assert_eq!(bad_token.status, 401);
-    assert!(
-        bad_token.json["detail"]
-            .as_str()
-            .unwrap()
-            .starts_with("Authorization token is not valid")
-    );
+    assert!(bad_token.json["detail"].as_str().unwrap().starts_with("Authorization token is not valid"));
 }
 
 async fn bodies_above_the_limit_get_413_without_being_read(backend: Backend) {
     let gateway = Gateway::start_with(backend, |config| config.max_body_bytes = 1024 * 1024).await;
-    gateway
-        .upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")])
-        .await;
+    gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
     // Declared too large: refused before any byte is read (the body here is never produced).
     let never_read = Body::from_stream(futures::stream::once(async {
         panic!("the body of an oversized request must not be read");
@@ -122,18 +81,12 @@ async fn bodies_above_the_limit_get_413_without_being_read(backend: Backend) {
         .unwrap();
     let reply = gateway.send(request).await;
     assert_eq!(reply.status, 413);
-    assert_eq!(
-        reply.message(),
-        "Request body is larger than the limit of 1 MB (MAX_REQUEST_BODY_SIZE_MB)."
-    );
+    assert_eq!(reply.message(), "Request body is larger than the limit of 1 MB (MAX_REQUEST_BODY_SIZE_MB).");
 
     // Streamed without a length: cut off at the limit, nothing stored.
-    let (content_type, body) =
-        crate::harness::multipart(&[], &[("file", "big.txt", &vec![b'a'; 2 * 1024 * 1024])]);
-    let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = body
-        .chunks(64 * 1024)
-        .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
-        .collect();
+    let (content_type, body) = crate::harness::multipart(&[], &[("file", "big.txt", &vec![b'a'; 2 * 1024 * 1024])]);
+    let chunks: Vec<Result<bytes::Bytes, std::io::Error>> =
+        body.chunks(64 * 1024).map(|c| Ok(bytes::Bytes::copy_from_slice(c))).collect();
     let request = Request::builder()
         .method("POST")
         .uri("/api/v1/files/upload/?function=fn")
@@ -144,18 +97,12 @@ async fn bodies_above_the_limit_get_413_without_being_read(backend: Backend) {
     let reply = gateway.send(request).await;
     assert_eq!(reply.status, 413, "{}", reply.json);
     assert!(reply.message().contains("1 MB"));
-    assert_eq!(
-        gateway.get("/api/v1/files?function=fn", "alice").await.json,
-        json!({"results": []})
-    );
+    assert_eq!(gateway.get("/api/v1/files?function=fn", "alice").await.json, json!({"results": []}));
 
     // The same for a JSON body.
     let big_json = json!({"title": "fn", "arguments": "x".repeat(2 * 1024 * 1024)}).to_string();
-    let chunks: Vec<Result<bytes::Bytes, std::io::Error>> = big_json
-        .as_bytes()
-        .chunks(64 * 1024)
-        .map(|c| Ok(bytes::Bytes::copy_from_slice(c)))
-        .collect();
+    let chunks: Vec<Result<bytes::Bytes, std::io::Error>> =
+        big_json.as_bytes().chunks(64 * 1024).map(|c| Ok(bytes::Bytes::copy_from_slice(c))).collect();
     let request = Request::builder()
         .method("POST")
         .uri("/api/v1/programs/validate_arguments/")
@@ -169,82 +116,29 @@ async fn bodies_above_the_limit_get_413_without_being_read(backend: Backend) {
 async fn malformed_requests_get_clear_4xx(backend: Backend) {
     let gateway = Gateway::start(backend).await;
     let malformed = gateway
-        .call(
-            "POST",
-            "/api/v1/programs/upload/",
-            Some("alice"),
-            Some("application/json"),
-            Body::from("{title"),
-        )
+        .call("POST", "/api/v1/programs/upload/", Some("alice"), Some("application/json"), Body::from("{title"))
         .await;
     assert_eq!(malformed.status, 400);
-    assert!(
-        malformed
-            .message()
-            .starts_with("Request body is not valid JSON")
-    );
+    assert!(malformed.message().starts_with("Request body is not valid JSON"));
     let not_object = gateway
-        .call(
-            "POST",
-            "/api/v1/programs/upload/",
-            Some("alice"),
-            Some("application/json"),
-            Body::from("[1]"),
-        )
+        .call("POST", "/api/v1/programs/upload/", Some("alice"), Some("application/json"), Body::from("[1]"))
         .await;
-    assert_eq!(
-        (not_object.status.as_u16(), not_object.message()),
-        (400, "Request body must be a JSON object.".into())
-    );
-    let wrong_type = gateway
-        .call(
-            "POST",
-            "/api/v1/programs/upload/",
-            Some("alice"),
-            Some("text/xml"),
-            Body::from("<a/>"),
-        )
-        .await;
+    assert_eq!((not_object.status.as_u16(), not_object.message()), (400, "Request body must be a JSON object.".into()));
+    let wrong_type =
+        gateway.call("POST", "/api/v1/programs/upload/", Some("alice"), Some("text/xml"), Body::from("<a/>")).await;
     assert_eq!(wrong_type.status, 415);
     assert!(wrong_type.message().contains("text/xml"));
     let broken_multipart = gateway
-        .call(
-            "POST",
-            "/api/v1/programs/upload/",
-            Some("alice"),
-            Some("multipart/form-data"),
-            Body::from("--x"),
-        )
+        .call("POST", "/api/v1/programs/upload/", Some("alice"), Some("multipart/form-data"), Body::from("--x"))
         .await;
     assert_eq!(broken_multipart.status, 400);
-    let method = gateway
-        .call(
-            "PUT",
-            "/api/v1/programs/",
-            Some("alice"),
-            None,
-            Body::empty(),
-        )
-        .await;
+    let method = gateway.call("PUT", "/api/v1/programs/", Some("alice"), None, Body::empty()).await;
     assert_eq!(method.status, 405);
-    assert_eq!(
-        method.message(),
-        "Method PUT is not allowed on /api/v1/programs/."
-    );
-    let unknown = gateway
-        .call(
-            "GET",
-            "/api/v1/nothing-here/",
-            Some("alice"),
-            None,
-            Body::empty(),
-        )
-        .await;
+    assert_eq!(method.message(), "Method PUT is not allowed on /api/v1/programs/.");
+    let unknown = gateway.call("GET", "/api/v1/nothing-here/", Some("alice"), None, Body::empty()).await;
     assert_eq!(unknown.status, 404);
     assert!(unknown.json.is_object());
-    let bad_query = gateway
-        .get("/api/v1/programs/?filter=catalog&provider=%ZZ", "alice")
-        .await;
+    let bad_query = gateway.get("/api/v1/programs/?filter=catalog&provider=%ZZ", "alice").await;
     // Undecodable escapes are kept literally (and so name no provider), never a 500.
     assert_eq!(bad_query.status, 200);
     assert_eq!(bad_query.json, json!([]));
@@ -256,27 +150,16 @@ async fn readiness_reports_an_unreachable_database(backend: Backend) {
         gantry::db::Db::Sqlite(pool) => pool.close().await,
         gantry::db::Db::Postgres(pool) => pool.close().await,
     }
-    let reply = gateway
-        .call("GET", "/readiness/", None, None, Body::empty())
-        .await;
+    let reply = gateway.call("GET", "/readiness/", None, None, Body::empty()).await;
     assert_eq!(reply.status, 503);
     assert_eq!(reply.json, json!({"status": "database_unavailable"}));
     // Liveness does not depend on it.
-    assert_eq!(
-        gateway
-            .call("GET", "/liveness/", None, None, Body::empty())
-            .await
-            .status,
-        200
-    );
+    assert_eq!(gateway.call("GET", "/liveness/", None, None, Body::empty()).await.status, 200);
 }
 
 async fn swagger_describes_every_route(backend: Backend) {
     let gateway = Gateway::start(backend).await;
-    let document = gateway
-        .call("GET", "/swagger.json", None, None, Body::empty())
-        .await
-        .json;
+    let document = gateway.call("GET", "/swagger.json", None, None, Body::empty()).await.json;
     let paths = document["paths"].as_object().expect("paths");
     for path in [
         "/api/v1/programs/",
@@ -300,9 +183,7 @@ async fn swagger_describes_every_route(backend: Backend) {
         assert!(paths.contains_key(path), "{path} is not documented");
     }
     assert!(!document.to_string().contains("compute_profile"));
-    let page = gateway
-        .call("GET", "/swagger/", None, None, Body::empty())
-        .await;
+    let page = gateway.call("GET", "/swagger/", None, None, Body::empty()).await;
     assert_eq!(page.status, 200);
     assert!(String::from_utf8_lossy(&page.bytes).contains("/api/v1/programs/upload/"));
 }

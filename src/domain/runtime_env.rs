@@ -1,0 +1,94 @@
+//! The environment a job's code runs with (client-contract §5.1): where to call back, as whom,
+//! where its arguments and result live, and the function's own variables last so they may
+//! override the rest.
+
+use serde_json::{Map, Value};
+
+/// Everything the environment is computed from.
+#[derive(Debug, Clone)]
+pub struct JobEnvironmentInput<'a> {
+    pub job_id: &'a str,
+    /// Base URL of the gateway as the job reaches it, with scheme, without trailing slash.
+    pub gateway_host: &'a str,
+    /// The caller's own token: the job acts as its author.
+    pub token: &'a str,
+    /// `local`, `ibm_cloud` or `ibm_quantum_platform`, as the caller used.
+    pub channel: &'a str,
+    /// The caller's instance (CRN), when sent.
+    pub instance: Option<&'a str>,
+    /// The user's file area for the function.
+    pub data_path: &'a str,
+    pub function_size: Option<&'a str>,
+    pub qiskit_ibm_url: &'a str,
+    /// The function's `env_vars`.
+    pub function_env: &'a Map<String, Value>,
+}
+
+pub fn job_environment(input: &JobEnvironmentInput<'_>) -> Vec<(String, String)> {
+    let data_path = input.data_path.trim_end_matches('/');
+    let mut env: Vec<(String, String)> = vec![
+        ("ENV_JOB_GATEWAY_HOST".into(), input.gateway_host.trim_end_matches('/').into()),
+        ("ENV_JOB_GATEWAY_TOKEN".into(), input.token.into()),
+        ("ENV_JOB_ID_GATEWAY".into(), input.job_id.into()),
+        ("FUNCTIONS_IDENTIFIER".into(), input.job_id.into()),
+        ("ENV_JOB_ARGUMENTS".into(), "{}".into()),
+        ("ENV_ACCESS_TRIAL".into(), "False".into()),
+        ("DATA_PATH".into(), data_path.into()),
+        ("ARGUMENTS_PATH".into(), format!("{data_path}/arguments/{}.json", input.job_id)),
+        ("RESULTS_PATH".into(), format!("{data_path}/results/{}.json", input.job_id)),
+        ("QISKIT_IBM_TOKEN".into(), input.token.into()),
+        ("QISKIT_IBM_CHANNEL".into(), input.channel.into()),
+        ("QISKIT_IBM_URL".into(), input.qiskit_ibm_url.into()),
+        ("ENV_JOB_FUNCTION_SIZE".into(), input.function_size.unwrap_or_default().into()),
+    ];
+    if let Some(instance) = input.instance {
+        env.push(("QISKIT_IBM_INSTANCE".into(), instance.into()));
+        env.push(("ENV_JOB_GATEWAY_INSTANCE".into(), instance.into()));
+    }
+    for (key, value) in input.function_env {
+        let value = match value {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        };
+        env.retain(|(existing, _)| existing != key);
+        env.push((key.clone(), value));
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lookup<'a>(env: &'a [(String, String)], key: &str) -> Option<&'a str> {
+        env.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+
+    #[test]
+    fn the_job_sees_the_contract_variables_and_its_function_env_last() {
+        let function_env: Map<String, Value> =
+            serde_json::from_str(r#"{"MY_VAR": "x", "QISKIT_IBM_URL": "https://other"}"#).unwrap();
+        let env = job_environment(&JobEnvironmentInput {
+            job_id: "j1",
+            gateway_host: "http://127.0.0.1:8000/",
+            token: "alice",
+            channel: "local",
+            instance: Some("crn:v1:x"),
+            data_path: "/data/alice/",
+            function_size: Some("M"),
+            qiskit_ibm_url: "https://cloud.ibm.com",
+            function_env: &function_env,
+        });
+        assert_eq!(lookup(&env, "ENV_JOB_GATEWAY_HOST"), Some("http://127.0.0.1:8000"));
+        assert_eq!(lookup(&env, "ENV_JOB_GATEWAY_TOKEN"), Some("alice"));
+        assert_eq!(lookup(&env, "FUNCTIONS_IDENTIFIER"), Some("j1"));
+        assert_eq!(lookup(&env, "ARGUMENTS_PATH"), Some("/data/alice/arguments/j1.json"));
+        assert_eq!(lookup(&env, "RESULTS_PATH"), Some("/data/alice/results/j1.json"));
+        assert_eq!(lookup(&env, "ENV_JOB_GATEWAY_INSTANCE"), Some("crn:v1:x"));
+        assert_eq!(lookup(&env, "ENV_JOB_FUNCTION_SIZE"), Some("M"));
+        assert_eq!(lookup(&env, "MY_VAR"), Some("x"));
+        assert_eq!(lookup(&env, "QISKIT_IBM_URL"), Some("https://other"));
+        assert_eq!(env.last().unwrap().0, "QISKIT_IBM_URL");
+        assert_eq!(env.iter().filter(|(k, _)| k == "QISKIT_IBM_URL").count(), 1);
+    }
+}

@@ -1,0 +1,459 @@
+//! The local compute backend of `gantry serve`: admits queued jobs (the pure `admission` rules),
+//! starts `gantry launch` as a child process for each, watches it, and moves the job through its
+//! lifecycle as its process starts and ends. It also enforces `PROGRAM_TIMEOUT` and, at start,
+//! reconciles jobs left in flight by a previous run: a job whose process still runs is adopted,
+//! one whose process is gone ends with an event that says why.
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use serde_json::{Map, Value};
+use tokio::sync::Notify;
+
+use crate::db::{self, Db, jobs};
+use crate::domain::admission::{self, Capacity, Limits};
+use crate::domain::lifecycle::{self, JobStatus, Trigger};
+use crate::domain::runtime_env::{JobEnvironmentInput, job_environment};
+use crate::events::{self, Publisher, StatusEvent};
+use crate::storage::{Storage, keys};
+
+/// Applies a lifecycle trigger to a job: decides the move from its current status, writes it
+/// with its event, and publishes it. Returns the new status when a move happened.
+pub async fn move_job(
+    db: &Db,
+    publisher: &Arc<dyn Publisher>,
+    job_id: &str,
+    current: JobStatus,
+    trigger: &Trigger,
+) -> Result<Option<JobStatus>, db::Error> {
+    let Some(mv) = lifecycle::decide(current, trigger) else {
+        return Ok(None);
+    };
+    if !jobs::apply_move(db, job_id, &mv).await? {
+        return Ok(None);
+    }
+    events::publish(
+        publisher,
+        StatusEvent {
+            job_id: job_id.to_string(),
+            status: mv.to.as_str().to_string(),
+            origin: mv.origin.as_str().to_string(),
+            context: mv.context.to_string(),
+            created: db::format_timestamp(db::now_micros()),
+        },
+    );
+    Ok(Some(mv.to))
+}
+
+/// Applies a trigger to whatever status the job has now, retrying if another mover got there
+/// first.
+pub async fn move_job_now(
+    db: &Db,
+    publisher: &Arc<dyn Publisher>,
+    job_id: &str,
+    trigger: &Trigger,
+) -> Result<Option<JobStatus>, db::Error> {
+    for _ in 0..5 {
+        let Some(job) = jobs::find(db, job_id).await? else { return Ok(None) };
+        let current = job.status();
+        if lifecycle::decide(current, trigger).is_none() {
+            return Ok(None);
+        }
+        if let Some(status) = move_job(db, publisher, job_id, current, trigger).await? {
+            return Ok(Some(status));
+        }
+    }
+    Ok(None)
+}
+
+/// What a stop request came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopOutcome {
+    Requested,
+    AlreadyFinished(String),
+}
+
+/// Settings of the local runner.
+#[derive(Debug, Clone)]
+pub struct RunnerConfig {
+    /// The `gantry` executable that provides `gantry launch`.
+    pub launcher: PathBuf,
+    /// Interpreter for `python <entrypoint>`.
+    pub python: String,
+    /// Working folders of running jobs.
+    pub work_root: PathBuf,
+    /// Base URL jobs call back to.
+    pub gateway_host: String,
+    pub limits: Limits,
+    /// `PROGRAM_TIMEOUT`.
+    pub timeout: Duration,
+    /// `FUNCTIONS_LOGS_SIZE_LIMIT`.
+    pub logs_size_limit: u64,
+    /// How often the runner looks at the queue without being woken.
+    pub tick: Duration,
+    /// `QISKIT_IBM_URL` for the job environment.
+    pub qiskit_ibm_url: String,
+    /// Flags and environment that let `gantry launch` open the same object storage.
+    pub storage_args: Vec<String>,
+    pub storage_env: Vec<(String, String)>,
+}
+
+/// The local runner. Cheap to share; `run` drives it.
+pub struct LocalRunner {
+    db: Db,
+    storage: Storage,
+    config: RunnerConfig,
+    publisher: Arc<dyn Publisher>,
+    /// Launcher process ids by job id, for jobs this process is watching.
+    processes: Mutex<HashMap<String, u32>>,
+    /// Jobs stopped by the timeout, so their end is recorded as such.
+    timed_out: Mutex<HashSet<String>>,
+    wake: Notify,
+}
+
+/// Variables passed through from the gateway's own environment to jobs; everything else is
+/// cleared so no server secret reaches user code.
+const PASSED_THROUGH: [&str; 8] =
+    ["PATH", "HOME", "LANG", "LC_ALL", "TZ", "TMPDIR", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"];
+
+impl LocalRunner {
+    pub fn new(db: Db, storage: Storage, config: RunnerConfig, publisher: Arc<dyn Publisher>) -> Arc<LocalRunner> {
+        Arc::new(LocalRunner {
+            db,
+            storage,
+            config,
+            publisher,
+            processes: Mutex::new(HashMap::new()),
+            timed_out: Mutex::new(HashSet::new()),
+            wake: Notify::new(),
+        })
+    }
+
+    pub fn publisher(&self) -> &Arc<dyn Publisher> {
+        &self.publisher
+    }
+
+    /// Asks for a scheduling pass now (after a run).
+    pub fn wake(&self) {
+        self.wake.notify_one();
+    }
+
+    /// The live log file of a running job.
+    pub fn live_log_path(&self, job_id: &str, provider: bool) -> PathBuf {
+        self.config.work_root.join(job_id).join(if provider { "provider.log" } else { "user.log" })
+    }
+
+    /// Reconciles what a previous run left, then schedules until the process ends.
+    pub async fn run(self: Arc<Self>) {
+        if let Err(error) = self.reconcile().await {
+            tracing::error!(error = &error as &dyn std::error::Error, "failed to reconcile jobs left in flight");
+        }
+        loop {
+            if let Err(error) = self.tick().await {
+                tracing::error!(error = &error as &dyn std::error::Error, "scheduling pass failed");
+            }
+            tokio::select! {
+                _ = self.wake.notified() => {}
+                _ = tokio::time::sleep(self.config.tick) => {}
+            }
+        }
+    }
+
+    /// One pass: time out, then admit and launch.
+    pub async fn tick(self: &Arc<Self>) -> Result<(), db::Error> {
+        let in_flight = jobs::in_flight(&self.db).await?;
+        let now = db::now_micros();
+        let timeout_micros = i64::try_from(self.config.timeout.as_micros()).unwrap_or(i64::MAX);
+        let mut capacity = Capacity::default();
+        for job in &in_flight {
+            if now.saturating_sub(job.last_activity) > timeout_micros {
+                tracing::warn!(job.id = %job.id, timeout_seconds = self.config.timeout.as_secs(), "job exceeded PROGRAM_TIMEOUT; stopping it");
+                self.timed_out.lock().expect("lock").insert(job.id.clone());
+                if !self.signal(&job.id, libc::SIGTERM) {
+                    // Nothing of ours runs it: record the timeout directly.
+                    move_job(&self.db, &self.publisher, &job.id, job.status(), &Trigger::TimedOut).await?;
+                }
+                continue;
+            }
+            *capacity.running_per_user.entry(job.author_id.clone()).or_default() += 1;
+            if job.gpu {
+                capacity.running_gpu += 1;
+            } else {
+                capacity.running_cpu += 1;
+            }
+        }
+        let queue = jobs::queued(&self.db, 1000).await?;
+        if queue.is_empty() {
+            return Ok(());
+        }
+        for job_id in admission::admit(&queue, &capacity, self.config.limits) {
+            if move_job(&self.db, &self.publisher, &job_id, JobStatus::Queued, &Trigger::Admitted).await?.is_some() {
+                let runner = Arc::clone(self);
+                tokio::spawn(async move { runner.launch(job_id).await });
+            }
+        }
+        Ok(())
+    }
+
+    async fn fail_launch(&self, job_id: &str, reason: String) {
+        tracing::warn!(job.id = %job_id, reason = %reason, "job could not be started");
+        if let Err(error) = move_job_now(&self.db, &self.publisher, job_id, &Trigger::LaunchFailed { reason }).await {
+            tracing::error!(error = &error as &dyn std::error::Error, "failed to record a launch failure");
+        }
+    }
+
+    /// Starts `gantry launch` for an admitted (PENDING) job and watches it.
+    async fn launch(self: Arc<Self>, job_id: String) {
+        let child = match self.spawn_launcher(&job_id).await {
+            Ok(child) => child,
+            Err(reason) => return self.fail_launch(&job_id, reason).await,
+        };
+        let pid = child.id().unwrap_or_default();
+        self.processes.lock().expect("lock").insert(job_id.clone(), pid);
+        if let Err(error) = jobs::set_backend_ref(&self.db, &job_id, Some(&format!("pid:{pid}"))).await {
+            tracing::warn!(error = &error as &dyn std::error::Error, "failed to record the launcher pid");
+        }
+        match move_job(&self.db, &self.publisher, &job_id, JobStatus::Pending, &Trigger::Started).await {
+            Ok(_) => {}
+            Err(error) => tracing::error!(error = &error as &dyn std::error::Error, "failed to record a job start"),
+        }
+        // A stop that arrived while the process was being started.
+        if matches!(jobs::find(&self.db, &job_id).await, Ok(Some(job)) if job.stop_requested) {
+            self.signal(&job_id, libc::SIGTERM);
+        }
+        self.watch(job_id, child).await;
+    }
+
+    async fn spawn_launcher(&self, job_id: &str) -> Result<tokio::process::Child, String> {
+        let job = jobs::find(&self.db, job_id)
+            .await
+            .map_err(|e| format!("failed to load the job: {e}"))?
+            .ok_or("the job disappeared")?;
+        let info = jobs::launch_info(&self.db, job_id)
+            .await
+            .map_err(|e| format!("failed to load the job: {e}"))?
+            .ok_or("the job disappeared")?;
+        let (Some(artifact_key), Some(entrypoint)) = (info.artifact_key.clone(), info.entrypoint.clone()) else {
+            return Err(
+                "the function has no artifact to run (container-image functions need the Kubernetes backend)".into()
+            );
+        };
+        let work_dir = self.config.work_root.join(job_id);
+        tokio::fs::create_dir_all(&work_dir)
+            .await
+            .map_err(|e| format!("failed to create {}: {e}", work_dir.display()))?;
+        let arguments_file = work_dir.join("arguments.json");
+        tokio::fs::write(&arguments_file, &info.arguments)
+            .await
+            .map_err(|e| format!("failed to write the arguments: {e}"))?;
+        let title = job.program_title.clone().unwrap_or_default();
+        let data_path = match &self.storage {
+            Storage::Local { root } => {
+                root.join(keys::user_files(&job.author_name, job.provider_name.as_deref(), &title))
+            }
+            Storage::S3 { .. } => work_dir.join("data"),
+        };
+        tokio::fs::create_dir_all(&data_path)
+            .await
+            .map_err(|e| format!("failed to create {}: {e}", data_path.display()))?;
+        let request_env: Map<String, Value> = serde_json::from_str(&info.env_vars).unwrap_or_default();
+        let function_env: Map<String, Value> =
+            info.function_env_vars.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
+        let text = |key: &str| request_env.get(key).and_then(Value::as_str).map(str::to_string);
+        let token = text("token").unwrap_or_default();
+        let channel = text("channel").unwrap_or_else(|| "local".into());
+        let instance = text("instance");
+        let data_path_text = data_path.to_string_lossy().into_owned();
+        let environment = job_environment(&JobEnvironmentInput {
+            job_id,
+            gateway_host: &self.config.gateway_host,
+            token: &token,
+            channel: &channel,
+            instance: instance.as_deref(),
+            data_path: &data_path_text,
+            function_size: job.function_size.as_deref(),
+            qiskit_ibm_url: &self.config.qiskit_ibm_url,
+            function_env: &function_env,
+        });
+        let log = std::fs::File::create(work_dir.join("launcher.log"))
+            .map_err(|e| format!("failed to create the launcher log: {e}"))?;
+        let log_err = log.try_clone().map_err(|e| format!("failed to create the launcher log: {e}"))?;
+        let mut command = tokio::process::Command::new(&self.config.launcher);
+        command
+            .arg("launch")
+            .arg("--job-id")
+            .arg(job_id)
+            .arg("--work-dir")
+            .arg(&work_dir)
+            .arg("--artifact-key")
+            .arg(&artifact_key)
+            .arg("--entrypoint")
+            .arg(&entrypoint)
+            .arg("--python")
+            .arg(&self.config.python)
+            .arg("--arguments-file")
+            .arg(&arguments_file)
+            .arg("--logs-size-limit")
+            .arg(self.config.logs_size_limit.to_string())
+            .args(&self.config.storage_args)
+            .env_clear()
+            .stdin(std::process::Stdio::null())
+            .stdout(log)
+            .stderr(log_err)
+            .kill_on_drop(false);
+        if job.provider_id.is_some() {
+            command.arg("--provider-function");
+        }
+        for key in PASSED_THROUGH {
+            if let Ok(value) = std::env::var(key) {
+                command.env(key, value);
+            }
+        }
+        command.envs(self.config.storage_env.iter().map(|(k, v)| (k, v)));
+        command.envs(environment);
+        command.spawn().map_err(|e| format!("failed to start {}: {e}", self.config.launcher.display()))
+    }
+
+    async fn watch(&self, job_id: String, mut child: tokio::process::Child) {
+        let status = child.wait().await;
+        let code = status.ok().and_then(|s| s.code());
+        self.processes.lock().expect("lock").remove(&job_id);
+        self.finish(&job_id, code).await;
+    }
+
+    /// Records the end of a job's process from the launcher's exit record.
+    async fn finish(&self, job_id: &str, launcher_code: Option<i32>) {
+        let timed_out = self.timed_out.lock().expect("lock").remove(job_id);
+        let record = match self.storage.read_to_bytes(&keys::job_exit(job_id)).await {
+            Ok(bytes) => bytes.and_then(|b| serde_json::from_slice::<Value>(&b).ok()),
+            Err(error) => {
+                tracing::warn!(error = &error as &dyn std::error::Error, "failed to read a job's exit record");
+                None
+            }
+        };
+        let stop_requested = matches!(jobs::find(&self.db, job_id).await, Ok(Some(job)) if job.stop_requested);
+        let trigger = if stop_requested {
+            Trigger::StopRequested
+        } else if timed_out {
+            Trigger::TimedOut
+        } else {
+            match &record {
+                Some(record) => {
+                    Trigger::Exited { success: record["exit_code"].as_i64() == Some(0) && record["error"].is_null() }
+                }
+                None => Trigger::Lost {
+                    reason: match launcher_code {
+                        Some(code) => {
+                            format!("the launcher exited with code {code} without reporting how the job ended")
+                        }
+                        None => "the job's process was gone and had not reported how the job ended".into(),
+                    },
+                },
+            }
+        };
+        if let Err(error) = move_job_now(&self.db, &self.publisher, job_id, &trigger).await {
+            tracing::error!(error = &error as &dyn std::error::Error, "failed to record the end of a job");
+        }
+        let work_dir = self.config.work_root.join(job_id);
+        if let Err(error) = tokio::fs::remove_dir_all(&work_dir).await {
+            tracing::debug!(error = &error as &dyn std::error::Error, "could not remove a job's work folder");
+        }
+    }
+
+    /// Sends a signal to the launcher of a job watched here or adopted; false when none runs.
+    fn signal(&self, job_id: &str, signal: i32) -> bool {
+        let Some(pid) = self.processes.lock().expect("lock").get(job_id).copied() else {
+            return false;
+        };
+        let Ok(pid) = i32::try_from(pid) else { return false };
+        // SAFETY: kill(2) with a pid we started; no memory is involved.
+        unsafe { libc::kill(pid, signal) == 0 }
+    }
+
+    /// Delivers a stop: a queued job stops at once; a running one has its launcher told to stop
+    /// (it kills the job's process group and archives the logs), and its end is recorded as
+    /// STOPPED by the watcher.
+    pub async fn stop(&self, job_id: &str) -> Result<StopOutcome, db::Error> {
+        stop_without_process(&self.db, &self.publisher, job_id).await.map(|outcome| {
+            if outcome == StopOutcome::Requested && self.signal(job_id, libc::SIGTERM) {
+                let processes = self.processes.lock().expect("lock").get(job_id).copied();
+                if let Some(pid) = processes {
+                    // If the launcher does not end within its grace period, end it.
+                    tokio::spawn(async move {
+                        tokio::time::sleep(Duration::from_secs(15)).await;
+                        if let Ok(pid) = i32::try_from(pid) {
+                            // SAFETY: kill(2) on the launcher's pid; harmless if it is gone.
+                            unsafe { libc::kill(pid, libc::SIGKILL) };
+                        }
+                    });
+                }
+            }
+            outcome
+        })
+    }
+
+    /// Jobs left PENDING or RUNNING by a previous run: adopt live launchers, finish the rest.
+    pub async fn reconcile(self: &Arc<Self>) -> Result<(), db::Error> {
+        for job in jobs::in_flight(&self.db).await? {
+            if self.processes.lock().expect("lock").contains_key(&job.id) {
+                continue;
+            }
+            let pid =
+                job.backend_ref.as_deref().and_then(|r| r.strip_prefix("pid:")).and_then(|p| p.parse::<u32>().ok());
+            match pid.filter(|pid| launcher_alive(*pid, &job.id)) {
+                Some(pid) => {
+                    tracing::info!(job.id = %job.id, pid, "adopting a job still running from a previous run");
+                    self.processes.lock().expect("lock").insert(job.id.clone(), pid);
+                    let runner = Arc::clone(self);
+                    tokio::spawn(async move {
+                        while launcher_alive(pid, &job.id) {
+                            tokio::time::sleep(Duration::from_millis(500)).await;
+                        }
+                        runner.processes.lock().expect("lock").remove(&job.id);
+                        runner.finish(&job.id, None).await;
+                    });
+                }
+                None => {
+                    tracing::warn!(job.id = %job.id, "job was left in flight and its process is gone");
+                    self.finish(&job.id, None).await;
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A stop for a job no process of ours runs: marks the request, and stops a queued job at once.
+pub async fn stop_without_process(
+    db: &Db,
+    publisher: &Arc<dyn Publisher>,
+    job_id: &str,
+) -> Result<StopOutcome, db::Error> {
+    if !jobs::mark_stop_requested(db, job_id).await? {
+        let status = jobs::find(db, job_id).await?.map(|j| j.status).unwrap_or_default();
+        return Ok(StopOutcome::AlreadyFinished(status));
+    }
+    move_job(db, publisher, job_id, JobStatus::Queued, &Trigger::StopRequested).await?;
+    Ok(StopOutcome::Requested)
+}
+
+/// Whether `pid` is a live `gantry launch` of this job (its command line names the job).
+fn launcher_alive(pid: u32, job_id: &str) -> bool {
+    let cmdline = Path::new("/proc").join(pid.to_string()).join("cmdline");
+    match std::fs::read(cmdline) {
+        Ok(bytes) => {
+            let text = String::from_utf8_lossy(&bytes);
+            text.contains("launch") && text.contains(job_id) && !is_zombie(pid)
+        }
+        Err(_) => false,
+    }
+}
+
+fn is_zombie(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|stat| stat.rsplit(')').next().map(|rest| rest.trim_start().starts_with('Z')))
+        .unwrap_or(false)
+}
