@@ -4,6 +4,7 @@ mod harness;
 
 mod files;
 mod jobs;
+mod lifecycle;
 mod programs;
 mod system;
 mod visibility;

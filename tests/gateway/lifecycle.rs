@@ -1,0 +1,253 @@
+//! Jobs executed for real: the local runner admits them and starts `gantry launch`, which runs
+//! `python3 main.py` from the unpacked artifact. Statuses, events, results, logs, stop, timeout
+//! and restart reconciliation, on both backends.
+
+use serde_json::{Value, json};
+
+use crate::both_backends;
+use crate::harness::{Backend, Gateway, tar_of};
+
+both_backends!(
+    a_job_runs_to_success_with_result_logs_and_events,
+    a_failing_job_ends_failed_with_its_traceback,
+    provider_function_logs_are_split,
+    a_running_job_is_stopped_with_its_process_group,
+    a_job_past_the_timeout_is_stopped,
+    jobs_left_running_by_a_dead_process_are_reconciled,
+    admission_caps_running_jobs_per_user,
+);
+
+const MAIN: &str = r#"
+import json, os, sys
+from pkg.helper import double
+with open(os.environ["ARGUMENTS_PATH"]) as handle:
+    arguments = json.load(handle)
+print("stdout line", double(arguments["n"]))
+print("[PUBLIC] public line", file=sys.stderr)
+print("[private] private line", file=sys.stderr)
+os.makedirs(os.path.dirname(os.environ["RESULTS_PATH"]), exist_ok=True)
+with open(os.environ["RESULTS_PATH"], "w") as handle:
+    json.dump({"doubled": double(arguments["n"]), "job": os.environ["ENV_JOB_ID_GATEWAY"], "id": os.environ["FUNCTIONS_IDENTIFIER"]}, handle)
+mode = arguments.get("mode")
+if mode == "fail":
+    raise RuntimeError("this function failed on purpose")
+if mode == "sleep":
+    print("going to sleep", flush=True)
+    import time
+    time.sleep(120)
+"#;
+
+async fn upload(gateway: &Gateway, token: &str, title: &str) {
+    let artifact = tar_of(&[
+        ("main.py", MAIN.as_bytes()),
+        ("pkg/__init__.py", b""),
+        ("pkg/helper.py", b"def double(n):\n    return 2 * n\n"),
+    ]);
+    let reply = gateway
+        .post_multipart(
+            "/api/v1/programs/upload/",
+            token,
+            &[("title", title), ("entrypoint", "main.py")],
+            &[("artifact", "artifact.tar", &artifact)],
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+}
+
+async fn run(gateway: &Gateway, token: &str, body: Value) -> String {
+    let reply = gateway.post_json("/api/v1/programs/run/", token, body).await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    reply.json["id"].as_str().unwrap().to_string()
+}
+
+fn terminal(job: &Value) -> bool {
+    matches!(job["status"].as_str(), Some("SUCCEEDED" | "FAILED" | "STOPPED"))
+}
+
+async fn statuses(gateway: &Gateway, token: &str, job_id: &str) -> Vec<(String, String)> {
+    let events = gateway.get(&format!("/api/v1/jobs/{job_id}/events/"), token).await.json;
+    let mut moves: Vec<(String, String)> = events
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|e| e["event_type"] == "STATUS_CHANGE")
+        .map(|e| (e["data"]["status"].as_str().unwrap().to_string(), e["origin"].as_str().unwrap().to_string()))
+        .collect();
+    moves.reverse();
+    moves
+}
+
+async fn a_job_runs_to_success_with_result_logs_and_events(backend: Backend) {
+    let gateway = Gateway::start(backend).await.with_runner(|_| {}).await;
+    upload(&gateway, "alice", "fn").await;
+    let id = run(&gateway, "alice", json!({"title": "fn", "arguments": "{\"n\": 21}"})).await;
+    let job = gateway.wait_for_job("alice", &id, 60, terminal).await;
+    assert_eq!(job["status"], "SUCCEEDED", "{job}");
+    let result = gateway.get(&format!("/api/v1/jobs/{id}/result/"), "alice").await.json;
+    let result: Value = serde_json::from_str(result["result"].as_str().unwrap()).unwrap();
+    assert_eq!(result, json!({"doubled": 42, "job": id, "id": id}));
+    let logs =
+        gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json["logs"].as_str().unwrap().to_string();
+    for line in ["stdout line 42\n", "public line\n", "private line\n"] {
+        assert!(logs.contains(line), "{line:?} missing from {logs:?}");
+    }
+    assert!(!logs.contains("[PUBLIC]"), "prefixes are stripped: {logs:?}");
+    assert_eq!(
+        statuses(&gateway, "alice", &id).await,
+        [("QUEUED", "API"), ("PENDING", "SCHEDULER"), ("RUNNING", "SCHEDULER"), ("SUCCEEDED", "SCHEDULER")]
+            .map(|(s, o)| (s.to_string(), o.to_string()))
+    );
+}
+
+async fn a_failing_job_ends_failed_with_its_traceback(backend: Backend) {
+    let gateway = Gateway::start(backend).await.with_runner(|_| {}).await;
+    upload(&gateway, "alice", "fn").await;
+    let id = run(&gateway, "alice", json!({"title": "fn", "arguments": "{\"n\": 1, \"mode\": \"fail\"}"})).await;
+    let job = gateway.wait_for_job("alice", &id, 60, terminal).await;
+    assert_eq!(job["status"], "FAILED");
+    let logs =
+        gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json["logs"].as_str().unwrap().to_string();
+    assert!(logs.contains("RuntimeError: this function failed on purpose"), "{logs}");
+}
+
+async fn provider_function_logs_are_split(backend: Backend) {
+    let gateway = Gateway::start(backend).await.with_runner(|_| {}).await;
+    gateway.provider("acme", None, "erin").await;
+    upload(&gateway, "erin", "acme/tool").await;
+    gateway.admin(gantry::cli::AdminCommand::AddMember { group: "users".into(), user: "alice".into() }).await;
+    gateway
+        .admin(gantry::cli::AdminCommand::Grant {
+            provider: "acme".into(),
+            function: "tool".into(),
+            group: "users".into(),
+            view: true,
+            run: true,
+        })
+        .await;
+    let id = run(&gateway, "alice", json!({"title": "tool", "provider": "acme", "arguments": "{\"n\": 2}"})).await;
+    assert_eq!(gateway.wait_for_job("alice", &id, 60, terminal).await["status"], "SUCCEEDED");
+    let user =
+        gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json["logs"].as_str().unwrap().to_string();
+    assert_eq!(user, "public line\n");
+    let provider = gateway.get(&format!("/api/v1/jobs/{id}/provider-logs/"), "erin").await.json["logs"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(provider.contains("stdout line 4\n") && provider.contains("private line\n"), "{provider}");
+    assert!(!provider.contains("public line"), "{provider}");
+}
+
+fn process_alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|stat| !stat.rsplit(')').next().unwrap_or_default().trim_start().starts_with('Z'))
+        .unwrap_or(false)
+}
+
+async fn launcher_pid(gateway: &Gateway, id: &str) -> i32 {
+    let job = gantry::db::jobs::find(&gateway.state.db, id).await.unwrap().unwrap();
+    job.backend_ref.unwrap().strip_prefix("pid:").unwrap().parse().unwrap()
+}
+
+/// Process ids of the whole process group led by the job's python (the launcher's child).
+fn python_children(launcher: i32) -> Vec<i32> {
+    let children = std::fs::read_to_string(format!("/proc/{launcher}/task/{launcher}/children")).unwrap_or_default();
+    children.split_whitespace().filter_map(|p| p.parse().ok()).collect()
+}
+
+async fn a_running_job_is_stopped_with_its_process_group(backend: Backend) {
+    let gateway = Gateway::start(backend).await.with_runner(|_| {}).await;
+    upload(&gateway, "alice", "fn").await;
+    let id = run(&gateway, "alice", json!({"title": "fn", "arguments": "{\"n\": 1, \"mode\": \"sleep\"}"})).await;
+    gateway.wait_for_job("alice", &id, 60, |job| job["status"] == "RUNNING").await;
+    // Wait until python has printed, so the live log and the process are there.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let logs = gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json["logs"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        if logs.contains("going to sleep") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no live log: {logs:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let launcher = launcher_pid(&gateway, &id).await;
+    let pythons = python_children(launcher);
+    assert!(!pythons.is_empty(), "python should run under the launcher");
+    let stop = gateway.post_json(&format!("/api/v1/jobs/{id}/stop/"), "alice", json!({"service": "null"})).await;
+    assert!(stop.message().contains("Stop requested"), "{}", stop.message());
+    let job = gateway.wait_for_job("alice", &id, 30, terminal).await;
+    assert_eq!(job["status"], "STOPPED");
+    assert!(!process_alive(launcher), "the launcher is gone");
+    for python in pythons {
+        assert!(!process_alive(python), "python {python} is gone");
+    }
+    let logs =
+        gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json["logs"].as_str().unwrap().to_string();
+    assert!(logs.contains("going to sleep"), "a stopped job's logs are archived: {logs:?}");
+    let last = statuses(&gateway, "alice", &id).await.pop().unwrap();
+    assert_eq!(last, ("STOPPED".to_string(), "API".to_string()));
+}
+
+async fn a_job_past_the_timeout_is_stopped(backend: Backend) {
+    let gateway =
+        Gateway::start(backend).await.with_runner(|config| config.timeout = std::time::Duration::from_secs(2)).await;
+    upload(&gateway, "alice", "fn").await;
+    let id = run(&gateway, "alice", json!({"title": "fn", "arguments": "{\"n\": 1, \"mode\": \"sleep\"}"})).await;
+    let job = gateway.wait_for_job("alice", &id, 60, terminal).await;
+    assert_eq!(job["status"], "STOPPED");
+    let events = gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
+    assert_eq!(events[0]["origin"], "SCHEDULER");
+    assert!(events[0]["data"]["reason"].as_str().unwrap().contains("PROGRAM_TIMEOUT"), "{}", events[0]);
+}
+
+async fn jobs_left_running_by_a_dead_process_are_reconciled(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    upload(&gateway, "alice", "fn").await;
+    let id = run(&gateway, "alice", json!({"title": "fn", "arguments": "{\"n\": 1}"})).await;
+    // As a crashed gateway would leave it: RUNNING, with a launcher that no longer exists.
+    let publisher = gateway.state.publisher.clone();
+    for trigger in [gantry::domain::lifecycle::Trigger::Admitted, gantry::domain::lifecycle::Trigger::Started] {
+        gantry::runner::move_job_now(&gateway.state.db, &publisher, &id, &trigger).await.unwrap();
+    }
+    gantry::db::jobs::set_backend_ref(&gateway.state.db, &id, Some("pid:999999999")).await.unwrap();
+    assert_eq!(gateway.get(&format!("/api/v1/jobs/{id}/"), "alice").await.json["status"], "RUNNING");
+    let gateway = gateway.with_runner(|_| {}).await;
+    let job = gateway.wait_for_job("alice", &id, 30, terminal).await;
+    assert_eq!(job["status"], "FAILED");
+    let events = gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
+    assert_eq!(events[0]["context"], "RECONCILE");
+    assert!(events[0]["data"]["reason"].as_str().unwrap().contains("gone"), "{}", events[0]);
+}
+
+async fn admission_caps_running_jobs_per_user(backend: Backend) {
+    let gateway = Gateway::start(backend).await.with_runner(|config| config.limits.jobs_per_user = 1).await;
+    upload(&gateway, "alice", "fn").await;
+    let mut ids = Vec::new();
+    for n in 0..3 {
+        ids.push(run(&gateway, "alice", json!({"title": "fn", "arguments": format!("{{\"n\": {n}}}")})).await);
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+    loop {
+        let (_, rows) = gantry::db::jobs::list(&gateway.state.db, &Default::default(), None, 0).await.unwrap();
+        let in_flight = rows.iter().filter(|j| matches!(j.status.as_str(), "PENDING" | "RUNNING")).count();
+        assert!(in_flight <= 1, "at most one job of the user runs at a time");
+        if rows.iter().all(|j| j.status == "SUCCEEDED") {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "jobs did not all finish");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    // Oldest first.
+    let mut started = Vec::new();
+    for id in &ids {
+        let events = gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
+        let pending =
+            events.as_array().unwrap().iter().find(|e| e["data"]["status"] == "PENDING").unwrap()["created"].clone();
+        started.push(pending.as_str().unwrap().to_string());
+    }
+    let mut sorted = started.clone();
+    sorted.sort();
+    assert_eq!(started, sorted);
+}
