@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The test command: formatting, lints, unit tests, the gateway suite on SQLite+local and on
-# PostgreSQL+S3, and the end-to-end checks with the real Python client against `gantry serve`.
+# PostgreSQL+S3, and the end-to-end checks with the real Python client against `gantry serve`
+# (functions, files, and jobs executed by a Python that has the client installed).
 # Needs DATABASE_URL (a PostgreSQL superuser; default postgres://postgres@127.0.0.1:5432/test)
 # and GANTRY_TEST_PYTHON (a Python with qiskit-serverless 0.37.0); `.ci/run` provides both.
 set -euo pipefail
@@ -23,7 +24,10 @@ step "end to end: the real qiskit-serverless client against gantry serve"
 cargo build --quiet --bin gantry
 DATA=$(mktemp -d)
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-target/debug/gantry serve --listen "127.0.0.1:$PORT" --data-dir "$DATA/gantry" >"$DATA/serve.log" 2>&1 &
+target/debug/gantry admin --data-dir "$DATA/gantry" create-provider e2e >/dev/null
+target/debug/gantry admin --data-dir "$DATA/gantry" add-admin --provider e2e --user e2e-erin >/dev/null
+target/debug/gantry serve --listen "127.0.0.1:$PORT" --data-dir "$DATA/gantry" --python "$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" \
+  >"$DATA/serve.log" 2>&1 &
 SERVER=$!
 cleanup() { kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -rf "$DATA"; }
 trap cleanup EXIT
@@ -32,6 +36,9 @@ for _ in $(seq 1 100); do
   kill -0 "$SERVER" 2>/dev/null || { cat "$DATA/serve.log"; exit 1; }
   sleep 0.1
 done
-if ! "$PYTHON" tests/e2e/client_foundation.py "http://127.0.0.1:$PORT"; then
-  echo "--- gantry serve log ---"; cat "$DATA/serve.log"; exit 1
+status=0
+"$PYTHON" tests/e2e/client_foundation.py "http://127.0.0.1:$PORT" || status=1
+"$PYTHON" tests/e2e/client_jobs.py "http://127.0.0.1:$PORT" || status=1
+if [ "$status" != 0 ]; then
+  echo "--- gantry serve log ---"; tail -n 200 "$DATA/serve.log"; exit 1
 fi

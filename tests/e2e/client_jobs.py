@@ -1,0 +1,146 @@
+"""End-to-end checks of running jobs with the real qiskit-serverless client.
+
+Usage: python client_jobs.py HOST
+Expects a running `gantry serve` whose jobs run with a Python that has qiskit-serverless, and a
+provider `e2e` administered by the user `e2e-erin`. Prints one line per check and
+`N passed, N failed`; exits non-zero on any failure.
+"""
+
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+from qiskit_serverless import QiskitFunction, ServerlessClient
+
+HOST = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000"
+HERE = os.path.dirname(os.path.abspath(__file__))
+WORKING_DIR = os.path.join(HERE, "functions", "jobs")
+RESULTS = {"passed": 0, "failed": 0}
+TERMINAL = {"DONE", "ERROR", "CANCELED"}
+
+
+def check(name):
+    def decorator(test):
+        started = time.monotonic()
+        try:
+            test()
+        except Exception:  # noqa: BLE001 - every failure is reported, then counted
+            RESULTS["failed"] += 1
+            print(f"FAIL {name}")
+            traceback.print_exc()
+        else:
+            RESULTS["passed"] += 1
+            print(f"ok   {name} ({time.monotonic() - started:.1f} s)")
+        return test
+
+    return decorator
+
+
+def wait(job, seconds=120):
+    """Polls job.status() until terminal; returns every status seen, in order."""
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        status = job.status()
+        if not seen or seen[-1] != status:
+            seen.append(status)
+        if status in TERMINAL:
+            return seen
+        time.sleep(0.1)
+    raise AssertionError(f"job {job.job_id} not finished after {seconds} s: {seen}")
+
+
+alice = ServerlessClient(host=HOST, token="e2e-jobs-alice", channel="local")
+erin = ServerlessClient(host=HOST, token="e2e-erin", channel="local")
+function = alice.upload(QiskitFunction(title="jobs-e2e", entrypoint="main.py", working_dir=WORKING_DIR))
+STATE = {}
+
+
+@check("run with arguments, status goes to DONE, result and logs")
+def _():
+    job = function.run(values=[1, 2, 3, 4], mode="ok")
+    seen = wait(job)
+    assert seen[-1] == "DONE", seen
+    assert set(seen) <= {"QUEUED", "INITIALIZING", "RUNNING", "DONE"}, seen
+    result = job.result(cadence=0.2)
+    assert result == {"total": 10, "mode": "ok", "job": job.job_id}, result
+    logs = job.logs()
+    assert "stdout: mode ok" in logs, logs
+    assert "INFO: logger: started" in logs, logs
+    STATE["done"] = job.job_id
+
+
+@check("update_status shows RUNNING: EXECUTING_QPU")
+def _():
+    job = function.run(mode="status", seconds=5)
+    seen = wait(job)
+    assert "RUNNING: EXECUTING_QPU" in seen, seen
+    assert seen[-1] == "DONE", seen
+
+
+@check("a failing function ends ERROR with its send_error event, and result() raises")
+def _():
+    job = function.run(mode="fail")
+    seen = wait(job)
+    assert seen[-1] == "ERROR", seen
+    events = job.events(type="ERROR")
+    assert len(events) == 1, events
+    try:
+        job.result(cadence=0.2)
+    except Exception as error:  # noqa: BLE001 - the client raises QiskitServerlessException
+        text = str(error)
+        assert "the widget broke" in text and "E42" in text and "WidgetError" in text, text
+    else:
+        raise AssertionError("result() of a failed job must raise")
+    assert "widget failure" in job.logs()
+    STATE["failed"] = job.job_id
+
+
+@check("job.cancel(service=...) stops a sleeping job, CANCELED, process gone")
+def _():
+    job = function.run(mode="sleep")
+    deadline = time.monotonic() + 60
+    while "sleeping" not in (job.logs() or ""):
+        assert time.monotonic() < deadline, "the sleeping job never started"
+        time.sleep(0.2)
+    with tempfile.TemporaryDirectory() as folder:
+        alice.file_download("pid.txt", function, target_name="pid.txt", download_location=folder)
+        with open(os.path.join(folder, "pid.txt"), encoding="utf-8") as handle:
+            pid = int(handle.read())
+    assert os.path.exists(f"/proc/{pid}"), "the job's python process should be running"
+    message = job.cancel(service={"channel": "local"})
+    assert "stop" in message.lower(), message
+    seen = wait(job, 60)
+    assert seen[-1] == "CANCELED", seen
+    assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(") ")[1].startswith("Z"), "process still running"
+    assert "sleeping" in job.logs()
+
+
+@check("jobs(status='DONE') filters")
+def _():
+    done = [job.job_id for job in alice.jobs(status="DONE", limit=50)]
+    assert STATE["done"] in done, done
+    assert STATE["failed"] not in done
+    errored = [job.job_id for job in alice.jobs(status="ERROR", limit=50)]
+    assert STATE["failed"] in errored, errored
+
+
+@check("provider function: the admin reads provider_logs, the user log keeps [PUBLIC] lines only")
+def _():
+    provider_function = erin.upload(
+        QiskitFunction(title="jobs-e2e-provider", provider="e2e", entrypoint="main.py", working_dir=WORKING_DIR)
+    )
+    job = provider_function.run(values=[5], mode="ok")
+    assert wait(job)[-1] == "DONE"
+    provider_logs = job.provider_logs()
+    assert "provider logger: internal detail" in provider_logs, provider_logs
+    assert "stdout: mode ok" in provider_logs, provider_logs
+    user_logs = job.logs()
+    assert "INFO: logger: started" in user_logs and "internal detail" not in user_logs, user_logs
+    assert job.result(cadence=0.2)["total"] == 5
+
+
+print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
+sys.exit(1 if RESULTS["failed"] else 0)

@@ -1,0 +1,32 @@
+"""End-to-end test function: what a user's function does with the in-job helpers.
+
+Argument `mode` picks the behaviour: ok (default), status, fail, sleep.
+"""
+
+import os
+import time
+
+from qiskit_serverless import get_arguments, get_logger, get_provider_logger, save_result, send_error, update_status
+
+from tools.maths import total
+
+arguments = get_arguments()
+logger = get_logger()
+mode = arguments.get("mode", "ok")
+print(f"stdout: mode {mode}", flush=True)
+logger.info("logger: started")
+get_provider_logger().info("provider logger: internal detail")
+
+if mode == "status":
+    update_status("EXECUTING_QPU")
+    time.sleep(float(arguments.get("seconds", 4)))
+elif mode == "fail":
+    send_error(code="E42", message="the widget broke", exception="WidgetError", args={"widget": 7})
+    raise ValueError("widget failure")
+elif mode == "sleep":
+    with open(os.path.join(os.environ["DATA_PATH"], "pid.txt"), "w", encoding="utf-8") as handle:
+        handle.write(str(os.getpid()))
+    print("sleeping", flush=True)
+    time.sleep(600)
+
+save_result({"total": total(arguments.get("values", [])), "mode": mode, "job": os.environ["ENV_JOB_ID_GATEWAY"]})
