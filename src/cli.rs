@@ -289,11 +289,11 @@ fn absolute(path: &std::path::Path) -> anyhow::Result<PathBuf> {
     path.canonicalize().with_context(|| format!("failed to resolve {}", path.display()))
 }
 
+/// Flags and environment variables for `gantry launch`.
+type LauncherStorage = (Vec<String>, Vec<(String, String)>);
+
 /// The flags and environment that make `gantry launch` open the same storage as the gateway.
-fn launcher_storage(
-    storage: &StorageArgs,
-    data_dir: &std::path::Path,
-) -> anyhow::Result<(Vec<String>, Vec<(String, String)>)> {
+fn launcher_storage(storage: &StorageArgs, data_dir: &std::path::Path) -> anyhow::Result<LauncherStorage> {
     let mut args = Vec::new();
     let mut env = Vec::new();
     match storage.storage.as_deref() {

@@ -5,17 +5,12 @@
 pub mod admission;
 pub mod dependencies;
 pub mod lifecycle;
+pub mod logs;
 pub mod names;
+pub mod runtime_env;
 pub mod schema;
 pub mod sizes;
 pub mod visibility;
 
 /// Status values of a job, as stored and as sent on the wire.
-pub const JOB_STATUSES: [&str; 6] = [
-    "QUEUED",
-    "PENDING",
-    "RUNNING",
-    "SUCCEEDED",
-    "FAILED",
-    "STOPPED",
-];
+pub const JOB_STATUSES: [&str; 6] = ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"];

@@ -7,4 +7,7 @@ pub mod auth;
 pub mod cli;
 pub mod db;
 pub mod domain;
+pub mod events;
+pub mod launch;
+pub mod runner;
 pub mod storage;

@@ -414,12 +414,11 @@ async fn read_log(state: &AppState, job: &JobRow, provider: bool) -> Result<Stri
     if let Some(bytes) = state.storage.read_to_bytes(&key).await? {
         return Ok(String::from_utf8_lossy(&bytes).into_owned());
     }
-    if let Some(runner) = &state.runner {
-        if job.status() == JobStatus::Running {
-            if let Ok(text) = tokio::fs::read_to_string(runner.live_log_path(&job.id, provider)).await {
-                return Ok(text);
-            }
-        }
+    if let Some(runner) = &state.runner
+        && job.status() == JobStatus::Running
+        && let Ok(text) = tokio::fs::read_to_string(runner.live_log_path(&job.id, provider)).await
+    {
+        return Ok(text);
     }
     let stored: Option<String> = jobs::stored_logs(&state.db, &job.id).await?;
     Ok(stored.filter(|s| !s.is_empty()).unwrap_or_else(|| "No logs yet.".into()))

@@ -1,0 +1,286 @@
+//! Log routing of a running job (reference contract §7.7): which output line goes to the user
+//! log and which to the provider log, with which prefix removed, and the tail-keeping size cap
+//! of each stored log. Pure: the launcher feeds lines in and writes the renders out.
+
+use std::collections::VecDeque;
+
+/// Marks a line meant for the caller of a provider function.
+const PUBLIC_TAG: &str = "[PUBLIC]";
+/// Marks a line meant only for the provider.
+const PRIVATE_TAG: &str = "[PRIVATE]";
+
+/// Which stored log a line belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Destination {
+    /// The log the job's author reads (`/jobs/{id}/logs/`).
+    User,
+    /// The log only the provider reads (`/jobs/{id}/provider-logs/`).
+    Provider,
+}
+
+/// The routing of one output line (given without its trailing newline): where it goes and its
+/// text there. A `[PUBLIC]`/`[PRIVATE]` tag (any case) is removed with the one character that
+/// follows it. User functions send everything to the user log; provider functions send public
+/// lines to the user log and private and untagged lines (the latter verbatim) to the provider
+/// log, so a public line never reaches the provider log and nothing else reaches the user log.
+pub fn route_line(line: &str, provider_function: bool) -> (Destination, &str) {
+    let (tag, text) = if let Some(rest) = strip_tag(line, PUBLIC_TAG) {
+        (Some(Destination::User), rest)
+    } else if let Some(rest) = strip_tag(line, PRIVATE_TAG) {
+        (Some(Destination::Provider), rest)
+    } else {
+        (None, line)
+    };
+    let destination = match (provider_function, tag) {
+        (false, _) => Destination::User,
+        (true, Some(destination)) => destination,
+        (true, None) => Destination::Provider,
+    };
+    (destination, text)
+}
+
+/// `line` without `tag` (compared case-insensitively) and the character after it; `None` when
+/// the line does not start with the tag.
+fn strip_tag<'a>(line: &'a str, tag: &str) -> Option<&'a str> {
+    let head = line.get(..tag.len())?;
+    if !head.eq_ignore_ascii_case(tag) {
+        return None;
+    }
+    let rest = &line[tag.len()..];
+    let skipped = rest.chars().next().map_or(0, char::len_utf8);
+    Some(&rest[skipped..])
+}
+
+/// The newest lines of one log within a byte budget, in constant memory: older lines are
+/// dropped as newer ones arrive. The budget covers the rendered lines including their newlines,
+/// so a render is at most `limit_bytes` plus the truncation notice.
+#[derive(Debug, Clone)]
+pub struct TailBuffer {
+    limit_bytes: usize,
+    lines: VecDeque<String>,
+    /// Sum over `lines` of the length plus one newline.
+    bytes: usize,
+    truncated: bool,
+}
+
+impl TailBuffer {
+    pub fn new(limit_bytes: usize) -> Self {
+        Self { limit_bytes, lines: VecDeque::new(), bytes: 0, truncated: false }
+    }
+
+    /// Appends one line (without its newline), dropping the oldest lines when over budget. A
+    /// line that alone exceeds the budget keeps its end, cut on a character boundary.
+    pub fn push(&mut self, line: &str) {
+        let cost = line.len() + 1;
+        if cost > self.limit_bytes {
+            self.lines.clear();
+            self.bytes = 0;
+            self.truncated = true;
+            if self.limit_bytes > 0 {
+                let tail = char_tail(line, self.limit_bytes - 1);
+                self.bytes = tail.len() + 1;
+                self.lines.push_back(tail.to_string());
+            }
+            return;
+        }
+        self.lines.push_back(line.to_string());
+        self.bytes += cost;
+        while self.bytes > self.limit_bytes {
+            let dropped = self.lines.pop_front().expect("a buffer over budget holds at least one line");
+            self.bytes -= dropped.len() + 1;
+            self.truncated = true;
+        }
+    }
+
+    /// The stored text: the lines joined by `\n` with a trailing `\n` (empty when there are no
+    /// lines), after a notice when older lines were dropped.
+    pub fn render(&self) -> String {
+        let notice = self.truncated.then(|| {
+            format!(
+                "[Logs exceeded maximum allowed size ({} bytes). Logs have been truncated, \
+                 discarding the oldest entries first.]\n",
+                self.limit_bytes
+            )
+        });
+        let notice = notice.unwrap_or_default();
+        let mut text = String::with_capacity(notice.len() + self.bytes);
+        text.push_str(&notice);
+        for line in &self.lines {
+            text.push_str(line);
+            text.push('\n');
+        }
+        text
+    }
+
+    /// No line was ever kept (and none dropped).
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty() && !self.truncated
+    }
+
+    /// Some lines, or the start of an over-long line, were dropped.
+    pub fn truncated(&self) -> bool {
+        self.truncated
+    }
+}
+
+/// The longest suffix of `text` of at most `max_bytes` bytes that starts on a char boundary.
+fn char_tail(text: &str, max_bytes: usize) -> &str {
+    let mut start = text.len().saturating_sub(max_bytes);
+    while !text.is_char_boundary(start) {
+        start += 1;
+    }
+    &text[start..]
+}
+
+/// Both logs of one job, fed line by line.
+#[derive(Debug, Clone)]
+pub struct LogRouter {
+    pub user: TailBuffer,
+    pub provider: TailBuffer,
+    provider_function: bool,
+}
+
+impl LogRouter {
+    /// Each log is capped at `limit_bytes` (`FUNCTIONS_LOGS_SIZE_LIMIT`).
+    pub fn new(provider_function: bool, limit_bytes: usize) -> Self {
+        Self { user: TailBuffer::new(limit_bytes), provider: TailBuffer::new(limit_bytes), provider_function }
+    }
+
+    /// Whether lines are split between the two logs (provider function) or all go to the user log.
+    pub fn provider_function(&self) -> bool {
+        self.provider_function
+    }
+
+    /// Routes one line given without its trailing newline.
+    pub fn push_line(&mut self, line: &str) {
+        match route_line(line, self.provider_function) {
+            (Destination::User, text) => self.user.push(text),
+            (Destination::Provider, text) => self.provider.push(text),
+        }
+    }
+
+    /// Routes every line of `text`; a final line without newline counts as a line.
+    pub fn push_text(&mut self, text: &str) {
+        for line in text.lines() {
+            self.push_line(line);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tags_are_recognized_in_any_case() {
+        for line in ["[PUBLIC] hi", "[public] hi", "[Public] hi", "[pUbLiC] hi"] {
+            assert_eq!(route_line(line, true), (Destination::User, "hi"), "{line}");
+        }
+        for line in ["[PRIVATE] hi", "[private] hi", "[Private] hi"] {
+            assert_eq!(route_line(line, true), (Destination::Provider, "hi"), "{line}");
+        }
+    }
+
+    #[test]
+    fn exactly_one_character_after_the_tag_is_removed() {
+        assert_eq!(route_line("[PUBLIC]  two", true).1, " two");
+        assert_eq!(route_line("[PUBLIC]x", true).1, "");
+        assert_eq!(route_line("[PUBLIC]:msg", true).1, "msg");
+        assert_eq!(route_line("[PUBLIC]", true), (Destination::User, ""));
+        assert_eq!(route_line("[PRIVATE]éa", true).1, "a");
+        assert_eq!(route_line("[PUBLIC] INFO: x", false), (Destination::User, "INFO: x"));
+    }
+
+    #[test]
+    fn tags_count_only_at_the_start_of_a_line() {
+        assert_eq!(route_line(" [PUBLIC] x", true), (Destination::Provider, " [PUBLIC] x"));
+        assert_eq!(route_line("x [PRIVATE] y", false), (Destination::User, "x [PRIVATE] y"));
+        assert_eq!(route_line("[PUBLI", true), (Destination::Provider, "[PUBLI"));
+        assert_eq!(route_line("ü", true), (Destination::Provider, "ü"));
+    }
+
+    #[test]
+    fn untagged_lines_go_to_the_user_log_of_user_functions_and_the_provider_log_otherwise() {
+        assert_eq!(route_line("plain", false), (Destination::User, "plain"));
+        assert_eq!(route_line("plain", true), (Destination::Provider, "plain"));
+        assert_eq!(route_line("", true), (Destination::Provider, ""));
+    }
+
+    #[test]
+    fn user_functions_keep_every_line_in_the_user_log_without_prefixes() {
+        let mut router = LogRouter::new(false, 1024);
+        router.push_text("[PUBLIC] a\n[PRIVATE] b\nc\n[private]d");
+        assert_eq!(router.user.render(), "a\nb\nc\n\n");
+        assert_eq!(router.provider.render(), "");
+        assert!(router.provider.is_empty());
+        assert!(!router.provider_function());
+    }
+
+    #[test]
+    fn provider_functions_split_public_from_private_and_untagged_lines() {
+        let mut router = LogRouter::new(true, 1024);
+        router.push_text("[PUBLIC] public1\nprint output\n[PRIVATE] secret\n[public] public2\n");
+        assert_eq!(router.user.render(), "public1\npublic2\n");
+        assert_eq!(router.provider.render(), "print output\nsecret\n");
+    }
+
+    #[test]
+    fn empty_logs_render_as_empty_text() {
+        let router = LogRouter::new(true, 1024);
+        assert_eq!(router.user.render(), "");
+        assert_eq!(router.provider.render(), "");
+        assert!(router.user.is_empty());
+        assert!(!router.user.truncated());
+        let mut buffer = TailBuffer::new(10);
+        buffer.push("");
+        assert_eq!(buffer.render(), "\n");
+        assert!(!buffer.is_empty());
+    }
+
+    #[test]
+    fn the_cap_keeps_the_newest_lines_and_announces_the_truncation() {
+        let mut buffer = TailBuffer::new(8);
+        buffer.push("one");
+        buffer.push("two");
+        assert_eq!(buffer.render(), "one\ntwo\n");
+        assert!(!buffer.truncated());
+        buffer.push("six");
+        assert!(buffer.truncated());
+        assert_eq!(
+            buffer.render(),
+            "[Logs exceeded maximum allowed size (8 bytes). Logs have been truncated, \
+             discarding the oldest entries first.]\ntwo\nsix\n"
+        );
+        for n in 0..1000 {
+            buffer.push(&format!("{n}"));
+        }
+        assert!(buffer.render().ends_with("\n998\n999\n"));
+        assert_eq!(buffer.lines.len(), 2);
+    }
+
+    #[test]
+    fn a_line_over_the_cap_keeps_its_end_on_a_character_boundary() {
+        let mut buffer = TailBuffer::new(5);
+        buffer.push("old");
+        buffer.push("abcdefgh");
+        assert!(buffer.truncated());
+        assert!(buffer.render().ends_with("]\nefgh\n"));
+
+        let mut buffer = TailBuffer::new(5);
+        buffer.push("aé€");
+        assert!(buffer.render().ends_with("]\n€\n"));
+
+        let mut buffer = TailBuffer::new(0);
+        buffer.push("x");
+        assert!(buffer.truncated());
+        assert!(buffer.render().ends_with("first.]\n"));
+    }
+
+    #[test]
+    fn a_line_exactly_at_the_cap_is_kept_whole() {
+        let mut buffer = TailBuffer::new(5);
+        buffer.push("abcd");
+        assert_eq!(buffer.render(), "abcd\n");
+        assert!(!buffer.truncated());
+    }
+}
