@@ -148,6 +148,10 @@ pub struct ServeArgs {
 /// How jobs run.
 #[derive(Debug, Clone, Args)]
 pub struct JobArgs {
+    /// Where jobs run: `local` processes, or `none` (the gateway only queues them; for a
+    /// separate runner, or to measure the API alone).
+    #[arg(long, env = "GANTRY_RUNNER", value_enum, default_value = "local")]
+    pub runner: RunnerKind,
     /// Python interpreter that runs functions (`python <entrypoint>`); give a venv's python to
     /// make `qiskit_serverless` importable by jobs.
     #[arg(long, env = "GANTRY_PYTHON", default_value = "python3")]
@@ -180,6 +184,12 @@ pub struct JobArgs {
     /// How often the scheduler looks at the queue when nothing wakes it, in milliseconds.
     #[arg(long, env = "GANTRY_SCHEDULER_TICK_MS", default_value_t = 500)]
     pub scheduler_tick_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RunnerKind {
+    Local,
+    None,
 }
 
 /// `PROGRAM_TIMEOUT`: a number of hours, or a number with `s`, `m` or `h`.
@@ -267,14 +277,23 @@ impl ServeArgs {
             storage_args,
             storage_env,
         };
-        println!(
-            "jobs run as local processes with {} (work folders in {})",
-            runner_config.python,
-            runner_config.work_root.display()
-        );
-        let runner = LocalRunner::new(db.clone(), storage.clone(), runner_config, publisher.clone());
-        tokio::spawn(Arc::clone(&runner).run());
-        let state = AppState { db, storage, config: Arc::new(config), runner: Some(runner), publisher };
+        let runner = match jobs.runner {
+            RunnerKind::Local => {
+                println!(
+                    "jobs run as local processes with {} (work folders in {})",
+                    runner_config.python,
+                    runner_config.work_root.display()
+                );
+                let runner = LocalRunner::new(db.clone(), storage.clone(), runner_config, publisher.clone());
+                tokio::spawn(Arc::clone(&runner).run());
+                Some(runner)
+            }
+            RunnerKind::None => {
+                println!("no runner: jobs stay queued (GANTRY_RUNNER=none)");
+                None
+            }
+        };
+        let state = AppState { db, storage, config: Arc::new(config), runner, publisher };
         let app = api::app(state);
         axum::serve(listener, tower::make::Shared::new(app))
             .with_graceful_shutdown(shutdown_signal())

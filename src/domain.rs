@@ -11,6 +11,3 @@ pub mod runtime_env;
 pub mod schema;
 pub mod sizes;
 pub mod visibility;
-
-/// Status values of a job, as stored and as sent on the wire.
-pub const JOB_STATUSES: [&str; 6] = ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"];

@@ -5,13 +5,24 @@ use super::{Db, Error, new_id, now_micros, on_db, query_error};
 use crate::domain::admission::QueuedJob;
 use crate::domain::lifecycle::{JobStatus, Move};
 
-macro_rules! job_select {
+macro_rules! job_columns {
     () => {
         "SELECT j.id, j.program_id, p.title AS program_title, pr.name AS provider_name, j.provider_id, \
          j.author_id, u.username AS author_name, j.status, j.sub_status, j.gpu, j.function_size, j.runner, \
-         j.created, j.updated, j.last_activity, j.backend_ref, j.stop_requested, j.result \
-         FROM jobs j LEFT JOIN programs p ON p.id = j.program_id LEFT JOIN providers pr ON pr.id = j.provider_id \
+         j.created, j.updated, j.last_activity, j.backend_ref, j.stop_requested, j.result "
+    };
+}
+
+macro_rules! job_joins {
+    () => {
+        " LEFT JOIN programs p ON p.id = j.program_id LEFT JOIN providers pr ON pr.id = j.provider_id \
          JOIN users u ON u.id = j.author_id "
+    };
+}
+
+macro_rules! job_select {
+    () => {
+        concat!(job_columns!(), "FROM jobs j", job_joins!())
     };
 }
 
@@ -42,6 +53,10 @@ impl JobRow {
         self.status.parse().unwrap_or(JobStatus::Failed)
     }
 }
+
+/// Adds `$4` to the count of (author `$1`, program `$2`, status `$3`).
+const COUNT_ADD: &str = "INSERT INTO job_counts (author_id, program_id, status, n) VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (author_id, program_id, status) DO UPDATE SET n = job_counts.n + excluded.n";
 
 /// A job to create.
 #[derive(Debug, Clone)]
@@ -77,7 +92,8 @@ pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64) -> Resu
             "INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
              function_size, created, updated, last_activity) \
              SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $11, $11, $11 \
-             WHERE (SELECT COUNT(*) FROM jobs WHERE author_id = $4 AND status IN ('QUEUED', 'PENDING', 'RUNNING')) < $12")
+             WHERE (SELECT COALESCE(SUM(n), 0) FROM job_counts \
+                    WHERE author_id = $4 AND status IN ('QUEUED', 'PENDING', 'RUNNING')) < $12")
             .bind(&job.id)
             .bind(&job.program_id)
             .bind(&job.provider_id)
@@ -97,6 +113,7 @@ pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64) -> Resu
             tx.rollback().await?;
             return Ok(false);
         }
+        sqlx::query(COUNT_ADD).bind(&job.author_id).bind(&job.program_id).bind("QUEUED").bind(1i64).execute(&mut *tx).await?;
         sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $4)")
             .bind(new_id())
             .bind(&job.id)
@@ -126,22 +143,27 @@ pub async fn apply_move(db: &Db, job_id: &str, mv: &Move) -> Result<bool, Error>
     let terminal = mv.to.is_terminal();
     on_db!(db, pool => async {
         let mut tx = pool.begin().await?;
-        let updated = sqlx::query(
+        let updated: Option<(String, String)> = sqlx::query_as(
             "UPDATE jobs SET status = $2, updated = $4, last_activity = $4, \
              sub_status = CASE WHEN $5 THEN NULL ELSE sub_status END, \
              env_vars = CASE WHEN $5 THEN '{}' ELSE env_vars END \
-             WHERE id = $1 AND status = $3")
+             WHERE id = $1 AND status = $3 RETURNING author_id, COALESCE(program_id, '')")
             .bind(job_id)
             .bind(mv.to.as_str())
             .bind(mv.from.as_str())
             .bind(now)
             .bind(terminal)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if updated == 0 {
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some((author_id, program_id)) = updated else {
             tx.rollback().await?;
             return Ok(false);
+        };
+        // Counter rows are always locked in status order, so concurrent moves cannot deadlock.
+        let mut changes = [(mv.from.as_str(), -1i64), (mv.to.as_str(), 1i64)];
+        changes.sort();
+        for (status, delta) in changes {
+            sqlx::query(COUNT_ADD).bind(&author_id).bind(&program_id).bind(status).bind(delta).execute(&mut *tx).await?;
         }
         sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'STATUS_CHANGE', $4, $5, $6)")
             .bind(new_id())
@@ -305,6 +327,52 @@ pub struct JobFilter {
 }
 
 impl JobFilter {
+    /// The count of matching jobs from `job_counts`, when the filter allows it (every filter but
+    /// `created_after` maps onto author, program and status).
+    fn count_from_counters(&self) -> Option<(String, Vec<Param>)> {
+        if self.created_after.is_some() {
+            return None;
+        }
+        let mut clauses = Vec::new();
+        let mut params = Vec::new();
+        if let Some(author) = &self.author_id {
+            params.push(Param::Text(author.clone()));
+            clauses.push(format!("jc.author_id = ${}", params.len()));
+        }
+        if let Some(provider) = &self.provider_id {
+            params.push(Param::Text(provider.clone()));
+            clauses.push(format!("p.provider_id = ${}", params.len()));
+        }
+        if let Some(status) = &self.status {
+            params.push(Param::Text(status.clone()));
+            clauses.push(format!("jc.status = ${}", params.len()));
+        }
+        if let Some(ids) = &self.program_ids {
+            if ids.is_empty() {
+                clauses.push("1 = 0".to_string());
+            } else {
+                let mut placeholders = Vec::new();
+                for id in ids {
+                    params.push(Param::Text(id.clone()));
+                    placeholders.push(format!("${}", params.len()));
+                }
+                clauses.push(format!("jc.program_id IN ({})", placeholders.join(", ")));
+            }
+        }
+        match self.catalog {
+            Some(true) => clauses.push("p.provider_id IS NOT NULL".into()),
+            Some(false) => clauses.push("p.provider_id IS NULL".into()),
+            None => {}
+        }
+        let clause = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
+        Some((
+            format!(
+                "SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM job_counts jc LEFT JOIN programs p ON p.id = jc.program_id {clause}"
+            ),
+            params,
+        ))
+    }
+
     fn where_clause(&self) -> (String, Vec<Param>) {
         let mut clauses = Vec::new();
         let mut params = Vec::new();
@@ -362,16 +430,25 @@ macro_rules! bind_params {
 /// One page of jobs, newest first, and the total matching.
 pub async fn list(db: &Db, filter: &JobFilter, limit: Option<i64>, offset: i64) -> Result<(i64, Vec<JobRow>), Error> {
     let (clause, params) = filter.where_clause();
-    let count_sql = format!("SELECT COUNT(*) FROM jobs j {clause}");
+    // The page is chosen on the jobs table alone (its index gives the order), then joined.
     let page_sql = format!(
-        "{} {clause} ORDER BY j.created DESC, j.id DESC LIMIT {} OFFSET {}",
-        job_select!(),
+        "{} FROM (SELECT * FROM jobs j {clause} ORDER BY j.created DESC, j.id DESC LIMIT {} OFFSET {}) j {} \
+         ORDER BY j.created DESC, j.id DESC",
+        job_columns!(),
         limit.map(|l| l.max(0)).unwrap_or(i64::MAX),
-        offset.max(0)
+        offset.max(0),
+        job_joins!(),
     );
-    let count =
-        on_db!(db, pool => bind_params!(sqlx::query_scalar::<_, i64>(&count_sql), &params).fetch_one(pool).await)
-            .map_err(query_error("count jobs"))?;
+    let count = match filter.count_from_counters() {
+        Some((count_sql, count_params)) => {
+            on_db!(db, pool => bind_params!(sqlx::query_scalar::<_, i64>(&count_sql), &count_params).fetch_one(pool).await)
+        }
+        None => {
+            let count_sql = format!("SELECT COUNT(*) FROM jobs j {clause}");
+            on_db!(db, pool => bind_params!(sqlx::query_scalar::<_, i64>(&count_sql), &params).fetch_one(pool).await)
+        }
+    }
+    .map_err(query_error("count jobs"))?;
     let rows = on_db!(db, pool => bind_params!(sqlx::query_as::<_, JobRow>(&page_sql), &params).fetch_all(pool).await)
         .map_err(query_error("list jobs"))?;
     Ok((count, rows))

@@ -239,6 +239,13 @@ async fn admission_caps_running_jobs_per_user(backend: Backend) {
         assert!(std::time::Instant::now() < deadline, "jobs did not all finish");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
+    // The kept counts followed every move.
+    for (status, expected) in [("SUCCEEDED", 3), ("QUEUED", 0), ("PENDING", 0), ("RUNNING", 0)] {
+        let listed = gateway.get(&format!("/api/v1/jobs/?status={status}"), "alice").await.json;
+        assert_eq!(listed["count"], expected, "{status}");
+        let scanned = gateway.get(&format!("/api/v1/jobs/?status={status}&created_after=2000-01-01"), "alice").await.json;
+        assert_eq!(scanned["count"], expected, "{status} by scan");
+    }
     // Oldest first.
     let mut started = Vec::new();
     for id in &ids {

@@ -1,0 +1,146 @@
+#!/usr/bin/env bash
+# Job API benchmark on SQLite and PostgreSQL, with the standard 100,000-job seed of
+# ../shared/bench/README.md, driven by the shared load.sh (wrk, 16 connections):
+#   a  GET /api/v1/jobs/{id}/            b  GET /api/v1/jobs/?limit=10
+#   c  GET /api/v1/jobs/?limit=10&status=SUCCEEDED&created_after=...
+#   e  POST /api/v1/programs/run/ (16 concurrent clients)
+# plus the time from `run` to the first output line of the job's python, measured with the
+# local runner on a fresh data dir. Prints markdown tables. Not a test: figures vary by machine.
+#
+# usage: bench/jobs.sh            (both backends)   BACKENDS=sqlite bench/jobs.sh
+# env:   DATABASE_URL (PostgreSQL superuser, default postgres://postgres@127.0.0.1:5432/test),
+#        LOAD_SH (default ../shared/bench/load.sh), DURATION/WARMUP for load.sh, STARTS=20
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+LOAD_SH=${LOAD_SH:-$ROOT/../shared/bench/load.sh}
+DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
+BACKENDS=${BACKENDS:-"sqlite postgres"}
+STARTS=${STARTS:-20}
+TOKEN=bench
+for tool in wrk curl python3 psql; do
+  command -v "$tool" >/dev/null || { echo "missing tool: $tool (apt-get install -y $tool)" >&2; exit 2; }
+done
+[ -f "$LOAD_SH" ] || { echo "load.sh not found at $LOAD_SH (set LOAD_SH)" >&2; exit 2; }
+
+cargo build --release --quiet --bin gantry
+GANTRY=$ROOT/target/release/gantry
+WORK=$(mktemp -d)
+SERVER=""
+stop_server() { if [ -n "$SERVER" ]; then kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; SERVER=""; fi; }
+cleanup() { stop_server; rm -rf "$WORK"; }
+trap cleanup EXIT
+
+free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
+
+# start_server DATA_DIR PORT [extra flags...]
+start_server() {
+  local data=$1 port=$2; shift 2
+  "$GANTRY" serve --listen "127.0.0.1:$port" --data-dir "$data" "$@" >"$data.log" 2>&1 &
+  SERVER=$!
+  for _ in $(seq 1 200); do
+    curl -fsS "http://127.0.0.1:$port/readiness/" >/dev/null 2>&1 && return 0
+    sleep 0.05
+  done
+  echo "gantry did not start:" >&2; cat "$data.log" >&2; exit 1
+}
+
+# upload_function PORT TITLE MAIN_PY_TEXT -> prints the function id
+upload_function() {
+  local dir; dir=$(mktemp -d -p "$WORK")
+  printf '%s\n' "$3" >"$dir/main.py"
+  tar -C "$dir" -cf "$dir/fn.tar" main.py
+  curl -fsS -H "Authorization: Bearer $TOKEN" -F "title=$2" -F entrypoint=main.py -F "artifact=@$dir/fn.tar" \
+    "http://127.0.0.1:$1/api/v1/programs/upload/" | python3 -c 'import json, sys; print(json.load(sys.stdin)["id"])'
+}
+
+SEED_STATUSES="SUCCEEDED,SUCCEEDED,STOPPED,SUCCEEDED,SUCCEEDED,STOPPED,SUCCEEDED,SUCCEEDED,RUNNING,SUCCEEDED,SUCCEEDED,RUNNING,SUCCEEDED,FAILED,QUEUED,SUCCEEDED,FAILED,PENDING,SUCCEEDED,FAILED"
+
+seed_sqlite() { # DB_FILE PROGRAM_ID
+  python3 - "$1" "$2" "$SEED_STATUSES" <<'PY'
+import sqlite3, sys
+path, program, statuses = sys.argv[1], sys.argv[2], sys.argv[3].split(",")
+db = sqlite3.connect(path)
+author = db.execute("SELECT id FROM users WHERE username = 'bench'").fetchone()[0]
+base = 1735689600 * 1_000_000
+rows = []
+for i in range(100_000):
+    status = statuses[i % 20]
+    created = base + i * 300 * 1_000_000
+    rows.append((f"be0c0000-0000-0000-0000-{i:012x}", program, author, status, created, created, created,
+                 '{"value": 42}' if status == "SUCCEEDED" else None))
+db.executemany("INSERT INTO jobs (id, program_id, author_id, status, created, updated, last_activity, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
+db.execute("DELETE FROM job_counts")
+db.execute("INSERT INTO job_counts SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY 1, 2, 3")
+db.commit()
+db.execute("ANALYZE")
+PY
+}
+
+seed_postgres() { # URL PROGRAM_ID
+  psql "$1" -qv ON_ERROR_STOP=1 <<SQL
+INSERT INTO jobs (id, program_id, author_id, status, created, updated, last_activity, result)
+SELECT 'be0c0000-0000-0000-0000-' || lpad(to_hex(i), 12, '0'), '$2',
+       (SELECT id FROM users WHERE username = 'bench'), s.status, c.created, c.created, c.created,
+       CASE WHEN s.status = 'SUCCEEDED' THEN '{"value": 42}' END
+FROM generate_series(0, 99999) AS i
+CROSS JOIN LATERAL (SELECT (string_to_array('$SEED_STATUSES', ','))[i % 20 + 1] AS status) s
+CROSS JOIN LATERAL (SELECT 1735689600000000::bigint + i::bigint * 300000000 AS created) c;
+DELETE FROM job_counts;
+INSERT INTO job_counts SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY 1, 2, 3;
+VACUUM ANALYZE jobs;
+SQL
+}
+
+for backend in $BACKENDS; do
+  echo
+  echo "## $backend"
+  data=$WORK/$backend
+  port=$(free_port)
+  flags=(--runner none --active-jobs-per-user 100000000)
+  pg_bench_url=""
+  if [ "$backend" = postgres ]; then
+    name="gantry_bench_$$"
+    psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $name" -c "CREATE DATABASE $name"
+    pg_bench_url="${DATABASE_URL%/*}/$name"
+    flags+=(--database-url "$pg_bench_url")
+  fi
+  start_server "$data" "$port" "${flags[@]}"
+  program=$(upload_function "$port" bench-fn 'print("bench")')
+  if [ "$backend" = postgres ]; then seed_postgres "$pg_bench_url" "$program"; else seed_sqlite "$data/gantry.db" "$program"; fi
+  SERVER_PID=$SERVER TESTS="a b c e" bash "$LOAD_SH" "http://127.0.0.1:$port" "$TOKEN" be0c0000-0000-0000-0000-00000000c350 bench-fn
+  stop_server
+  if [ -n "$pg_bench_url" ]; then psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $name WITH (FORCE)"; fi
+done
+
+echo
+echo "## run to first output line (local runner, python3, $STARTS sequential runs)"
+data=$WORK/starts
+port=$(free_port)
+start_server "$data" "$port" --python python3 --scheduler-tick-ms 500
+upload_function "$port" first-line 'import time; print(f"FIRST {time.time():.6f}", flush=True)' >/dev/null
+python3 - "$port" "$TOKEN" "$STARTS" <<'PY'
+import json, sys, time, urllib.request
+port, token, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
+base = f"http://127.0.0.1:{port}/api/v1"
+def call(method, path, body=None):
+    request = urllib.request.Request(base + path, method=method, data=None if body is None else json.dumps(body).encode(),
+                                     headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(request) as response:
+        return json.loads(response.read() or b"null")
+delays = []
+for _ in range(count):
+    sent = time.time()
+    job = call("POST", "/programs/run/", {"title": "first-line", "arguments": "{}", "config": {}})
+    while call("GET", f"/jobs/{job['id']}/?with_result=false")["status"] not in ("SUCCEEDED", "FAILED", "STOPPED"):
+        time.sleep(0.02)
+    logs = call("GET", f"/jobs/{job['id']}/logs/")["logs"]
+    first = float(logs.split("FIRST ")[1].split()[0])
+    delays.append((first - sent) * 1000)
+delays.sort()
+p50 = delays[len(delays) // 2]
+print("| runs | p50 ms | max ms |")
+print("|---:|---:|---:|")
+print(f"| {count} | {p50:.0f} | {delays[-1]:.0f} |")
+PY
+stop_server
