@@ -9,7 +9,8 @@
 #
 # usage: bench/jobs.sh            (both backends)   BACKENDS=sqlite bench/jobs.sh
 # env:   DATABASE_URL (PostgreSQL superuser, default postgres://postgres@127.0.0.1:5432/test),
-#        LOAD_SH (default ../shared/bench/load.sh), DURATION/WARMUP for load.sh, STARTS=20
+#        LOAD_SH (default ../shared/bench/load.sh), DURATION/WARMUP/CONNS for load.sh,
+#        LOAD_TESTS (default "a b c e"), STARTS=20
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -108,7 +109,7 @@ for backend in $BACKENDS; do
   start_server "$data" "$port" "${flags[@]}"
   program=$(upload_function "$port" bench-fn 'print("bench")')
   if [ "$backend" = postgres ]; then seed_postgres "$pg_bench_url" "$program"; else seed_sqlite "$data/gantry.db" "$program"; fi
-  SERVER_PID=$SERVER TESTS="a b c e" bash "$LOAD_SH" "http://127.0.0.1:$port" "$TOKEN" be0c0000-0000-0000-0000-00000000c350 bench-fn
+  SERVER_PID=$SERVER TESTS="${LOAD_TESTS:-a b c e}" bash "$LOAD_SH" "http://127.0.0.1:$port" "$TOKEN" be0c0000-0000-0000-0000-00000000c350 bench-fn
   stop_server
   if [ -n "$pg_bench_url" ]; then psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $name WITH (FORCE)"; fi
 done

@@ -15,7 +15,36 @@ both_backends!(
     a_job_past_the_timeout_is_stopped,
     jobs_left_running_by_a_dead_process_are_reconciled,
     admission_caps_running_jobs_per_user,
+    a_failing_publisher_never_blocks_a_move,
 );
+
+struct BrokenPublisher(std::sync::atomic::AtomicUsize);
+
+impl gantry::events::Publisher for BrokenPublisher {
+    fn publish(&self, _event: &gantry::events::StatusEvent) -> Result<(), String> {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        Err("the event stream is down".into())
+    }
+}
+
+async fn a_failing_publisher_never_blocks_a_move(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    upload(&gateway, "alice", "fn").await;
+    let id = run(&gateway, "alice", json!({"title": "fn", "arguments": "{\"n\": 1}"})).await;
+    let broken = std::sync::Arc::new(BrokenPublisher(Default::default()));
+    let publisher: std::sync::Arc<dyn gantry::events::Publisher> = broken.clone();
+    for trigger in [
+        gantry::domain::lifecycle::Trigger::Admitted,
+        gantry::domain::lifecycle::Trigger::Started,
+        gantry::domain::lifecycle::Trigger::Exited { success: true },
+    ] {
+        let moved = gantry::runner::move_job_now(&gateway.state.db, &publisher, &id, &trigger).await.unwrap();
+        assert!(moved.is_some(), "{trigger:?} was not applied");
+    }
+    assert_eq!(broken.0.load(std::sync::atomic::Ordering::SeqCst), 3, "every move was offered to the sink");
+    assert_eq!(gateway.get(&format!("/api/v1/jobs/{id}/"), "alice").await.json["status"], "SUCCEEDED");
+    assert_eq!(statuses(&gateway, "alice", &id).await.len(), 4);
+}
 
 const MAIN: &str = r#"
 import json, os, sys
@@ -243,7 +272,8 @@ async fn admission_caps_running_jobs_per_user(backend: Backend) {
     for (status, expected) in [("SUCCEEDED", 3), ("QUEUED", 0), ("PENDING", 0), ("RUNNING", 0)] {
         let listed = gateway.get(&format!("/api/v1/jobs/?status={status}"), "alice").await.json;
         assert_eq!(listed["count"], expected, "{status}");
-        let scanned = gateway.get(&format!("/api/v1/jobs/?status={status}&created_after=2000-01-01"), "alice").await.json;
+        let scanned =
+            gateway.get(&format!("/api/v1/jobs/?status={status}&created_after=2000-01-01"), "alice").await.json;
         assert_eq!(scanned["count"], expected, "{status} by scan");
     }
     // Oldest first.
