@@ -326,91 +326,79 @@ pub struct JobFilter {
     pub created_after: Option<i64>,
 }
 
+/// Where each filter looks, in the jobs table or in the kept counts.
+struct FilterColumns {
+    author: &'static str,
+    provider: &'static str,
+    status: &'static str,
+    program: &'static str,
+}
+
+const JOB_COLUMNS: FilterColumns =
+    FilterColumns { author: "j.author_id", provider: "j.provider_id", status: "j.status", program: "j.program_id" };
+const COUNT_COLUMNS: FilterColumns =
+    FilterColumns { author: "jc.author_id", provider: "p.provider_id", status: "jc.status", program: "jc.program_id" };
+
 impl JobFilter {
+    /// `WHERE …` over the given columns, with its numbered parameters.
+    fn clause(&self, columns: &FilterColumns) -> (String, Vec<Param>) {
+        let mut clauses = Vec::new();
+        let mut params = Vec::new();
+        let mut equal = |column: &str, param: Param, clauses: &mut Vec<String>| {
+            params.push(param);
+            clauses.push(format!("{column} = ${}", params.len()));
+        };
+        if let Some(author) = &self.author_id {
+            equal(columns.author, Param::Text(author.clone()), &mut clauses);
+        }
+        if let Some(provider) = &self.provider_id {
+            equal(columns.provider, Param::Text(provider.clone()), &mut clauses);
+        }
+        if let Some(status) = &self.status {
+            equal(columns.status, Param::Text(status.clone()), &mut clauses);
+        }
+        if let Some(after) = self.created_after {
+            params.push(Param::Int(after));
+            clauses.push(format!("j.created >= ${}", params.len()));
+        }
+        if let Some(ids) = &self.program_ids {
+            let mut placeholders = Vec::new();
+            for id in ids {
+                params.push(Param::Text(id.clone()));
+                placeholders.push(format!("${}", params.len()));
+            }
+            clauses.push(match placeholders.is_empty() {
+                true => "1 = 0".to_string(),
+                false => format!("{} IN ({})", columns.program, placeholders.join(", ")),
+            });
+        }
+        match self.catalog {
+            Some(true) => clauses.push(format!("{} IS NOT NULL", columns.provider)),
+            Some(false) => clauses.push(format!("{} IS NULL", columns.provider)),
+            None => {}
+        }
+        let clause = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
+        (clause, params)
+    }
+
+    fn where_clause(&self) -> (String, Vec<Param>) {
+        self.clause(&JOB_COLUMNS)
+    }
+
     /// The count of matching jobs from `job_counts`, when the filter allows it (every filter but
     /// `created_after` maps onto author, program and status).
     fn count_from_counters(&self) -> Option<(String, Vec<Param>)> {
         if self.created_after.is_some() {
             return None;
         }
-        let mut clauses = Vec::new();
-        let mut params = Vec::new();
-        if let Some(author) = &self.author_id {
-            params.push(Param::Text(author.clone()));
-            clauses.push(format!("jc.author_id = ${}", params.len()));
-        }
-        if let Some(provider) = &self.provider_id {
-            params.push(Param::Text(provider.clone()));
-            clauses.push(format!("p.provider_id = ${}", params.len()));
-        }
-        if let Some(status) = &self.status {
-            params.push(Param::Text(status.clone()));
-            clauses.push(format!("jc.status = ${}", params.len()));
-        }
-        if let Some(ids) = &self.program_ids {
-            if ids.is_empty() {
-                clauses.push("1 = 0".to_string());
-            } else {
-                let mut placeholders = Vec::new();
-                for id in ids {
-                    params.push(Param::Text(id.clone()));
-                    placeholders.push(format!("${}", params.len()));
-                }
-                clauses.push(format!("jc.program_id IN ({})", placeholders.join(", ")));
-            }
-        }
-        match self.catalog {
-            Some(true) => clauses.push("p.provider_id IS NOT NULL".into()),
-            Some(false) => clauses.push("p.provider_id IS NULL".into()),
-            None => {}
-        }
-        let clause = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
+        let (clause, params) = self.clause(&COUNT_COLUMNS);
         Some((
             format!(
-                "SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM job_counts jc LEFT JOIN programs p ON p.id = jc.program_id {clause}"
+                "SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM job_counts jc \
+                 LEFT JOIN programs p ON p.id = jc.program_id {clause}"
             ),
             params,
         ))
-    }
-
-    fn where_clause(&self) -> (String, Vec<Param>) {
-        let mut clauses = Vec::new();
-        let mut params = Vec::new();
-        let mut push = |clause: &str, param: Param, params: &mut Vec<Param>| {
-            params.push(param);
-            clauses.push(clause.replace('?', &format!("${}", params.len())));
-        };
-        if let Some(author) = &self.author_id {
-            push("j.author_id = ?", Param::Text(author.clone()), &mut params);
-        }
-        if let Some(provider) = &self.provider_id {
-            push("j.provider_id = ?", Param::Text(provider.clone()), &mut params);
-        }
-        if let Some(status) = &self.status {
-            push("j.status = ?", Param::Text(status.clone()), &mut params);
-        }
-        if let Some(after) = self.created_after {
-            push("j.created >= ?", Param::Int(after), &mut params);
-        }
-        if let Some(ids) = &self.program_ids {
-            if ids.is_empty() {
-                clauses.push("1 = 0".to_string());
-            } else {
-                let mut placeholders = Vec::new();
-                for id in ids {
-                    params.push(Param::Text(id.clone()));
-                    placeholders.push(format!("${}", params.len()));
-                }
-                clauses.push(format!("j.program_id IN ({})", placeholders.join(", ")));
-            }
-        }
-        match self.catalog {
-            Some(true) => clauses.push("j.provider_id IS NOT NULL".into()),
-            Some(false) => clauses.push("j.provider_id IS NULL".into()),
-            None => {}
-        }
-        let clause = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
-        (clause, params)
     }
 }
 

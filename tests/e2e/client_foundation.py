@@ -9,29 +9,13 @@ non-zero on any failure.
 import os
 import sys
 import tempfile
-import traceback
 
+from checks import check, finish
 from qiskit_serverless import QiskitFunction, ServerlessClient
 
 HOST = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000"
 HERE = os.path.dirname(os.path.abspath(__file__))
-RESULTS = {"passed": 0, "failed": 0}
 
-
-def check(name):
-    def decorator(test):
-        try:
-            test()
-        except Exception:  # noqa: BLE001 - every failure is reported, then counted
-            RESULTS["failed"] += 1
-            print(f"FAIL {name}")
-            traceback.print_exc()
-        else:
-            RESULTS["passed"] += 1
-            print(f"ok   {name}")
-        return test
-
-    return decorator
 
 
 alice = ServerlessClient(host=HOST, token="e2e-alice", channel="local")
@@ -109,5 +93,4 @@ def _():
         raise AssertionError("another user's function must not be found")
 
 
-print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
-sys.exit(1 if RESULTS["failed"] else 0)
+finish()

@@ -10,32 +10,15 @@ import os
 import sys
 import tempfile
 import time
-import traceback
 
+from checks import check, finish
 from qiskit_serverless import QiskitFunction, ServerlessClient
 
 HOST = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000"
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKING_DIR = os.path.join(HERE, "functions", "jobs")
-RESULTS = {"passed": 0, "failed": 0}
 TERMINAL = {"DONE", "ERROR", "CANCELED"}
 
-
-def check(name):
-    def decorator(test):
-        started = time.monotonic()
-        try:
-            test()
-        except Exception:  # noqa: BLE001 - every failure is reported, then counted
-            RESULTS["failed"] += 1
-            print(f"FAIL {name}")
-            traceback.print_exc()
-        else:
-            RESULTS["passed"] += 1
-            print(f"ok   {name} ({time.monotonic() - started:.1f} s)")
-        return test
-
-    return decorator
 
 
 def wait(job, seconds=120):
@@ -142,5 +125,4 @@ def _():
     assert job.result(cadence=0.2)["total"] == 5
 
 
-print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
-sys.exit(1 if RESULTS["failed"] else 0)
+finish()
