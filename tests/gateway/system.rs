@@ -13,6 +13,7 @@ both_backends!(
     bodies_above_the_limit_get_413_without_being_read,
     malformed_requests_get_clear_4xx,
     readiness_reports_an_unreachable_database,
+    readiness_reports_unreachable_storage,
     swagger_describes_every_route,
 );
 
@@ -186,4 +187,25 @@ async fn swagger_describes_every_route(backend: Backend) {
     let page = gateway.call("GET", "/swagger/", None, None, Body::empty()).await;
     assert_eq!(page.status, 200);
     assert!(String::from_utf8_lossy(&page.bytes).contains("/api/v1/programs/upload/"));
+}
+
+async fn readiness_reports_unreachable_storage(backend: Backend) {
+    let mut gateway = Gateway::start(backend).await;
+    // A local root that is a file, or a bucket that does not exist.
+    let broken = match &gateway.state.storage {
+        gantry::storage::Storage::Local { root } => {
+            let file = root.with_extension("not-a-folder");
+            std::fs::write(&file, b"x").unwrap();
+            gantry::storage::Storage::local(file)
+        }
+        gantry::storage::Storage::S3 { client, prefix, .. } => gantry::storage::Storage::S3 {
+            client: client.clone(),
+            bucket: "missing-bucket".into(),
+            prefix: prefix.clone(),
+        },
+    };
+    gateway.state.storage = broken;
+    let reply = gateway.call("GET", "/readiness/", None, None, Body::empty()).await;
+    assert_eq!(reply.status, 503);
+    assert_eq!(reply.json, json!({"status": "storage_unavailable"}));
 }
