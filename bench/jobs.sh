@@ -4,8 +4,8 @@
 #   a  GET /api/v1/jobs/{id}/            b  GET /api/v1/jobs/?limit=10
 #   c  GET /api/v1/jobs/?limit=10&status=SUCCEEDED&created_after=...
 #   e  POST /api/v1/programs/run/ (16 concurrent clients)
-# plus the time from `run` to the first output line of the job's python, measured with the
-# local runner on a fresh data dir. Prints markdown tables. Not a test: figures vary by machine.
+# plus, per backend, the time from `run` to the first output line of the job's python, measured
+# with the local runner on a fresh database. Prints markdown tables. Not a test: figures vary by machine.
 #
 # usage: bench/jobs.sh            (both backends)   BACKENDS=sqlite bench/jobs.sh
 # env:   DATABASE_URL (PostgreSQL superuser, default postgres://postgres@127.0.0.1:5432/test),
@@ -93,34 +93,10 @@ VACUUM ANALYZE jobs;
 SQL
 }
 
-for backend in $BACKENDS; do
-  echo
-  echo "## $backend"
-  data=$WORK/$backend
-  port=$(free_port)
-  flags=(--runner none --active-jobs-per-user 100000000)
-  pg_bench_url=""
-  if [ "$backend" = postgres ]; then
-    name="gantry_bench_$$"
-    psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $name" -c "CREATE DATABASE $name"
-    pg_bench_url="${DATABASE_URL%/*}/$name"
-    flags+=(--database-url "$pg_bench_url")
-  fi
-  start_server "$data" "$port" "${flags[@]}"
-  program=$(upload_function "$port" bench-fn 'print("bench")')
-  if [ "$backend" = postgres ]; then seed_postgres "$pg_bench_url" "$program"; else seed_sqlite "$data/gantry.db" "$program"; fi
-  SERVER_PID=$SERVER TESTS="${LOAD_TESTS:-a b c e}" bash "$LOAD_SH" "http://127.0.0.1:$port" "$TOKEN" be0c0000-0000-0000-0000-00000000c350 bench-fn
-  stop_server
-  if [ -n "$pg_bench_url" ]; then psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $name WITH (FORCE)"; fi
-done
-
-echo
-echo "## run to first output line (local runner, python3, $STARTS sequential runs)"
-data=$WORK/starts
-port=$(free_port)
-start_server "$data" "$port" --python python3 --scheduler-tick-ms 500
-upload_function "$port" first-line 'import time; print(f"FIRST {time.time():.6f}", flush=True)' >/dev/null
-python3 - "$port" "$TOKEN" "$STARTS" <<'PY'
+# measure_starts PORT: run → first output line of the job's python, STARTS sequential runs.
+measure_starts() {
+  upload_function "$1" first-line 'import time; print(f"FIRST {time.time():.6f}", flush=True)' >/dev/null
+  python3 - "$1" "$TOKEN" "$STARTS" <<'PY'
 import json, sys, time, urllib.request
 port, token, count = sys.argv[1], sys.argv[2], int(sys.argv[3])
 base = f"http://127.0.0.1:{port}/api/v1"
@@ -139,9 +115,44 @@ for _ in range(count):
     first = float(logs.split("FIRST ")[1].split()[0])
     delays.append((first - sent) * 1000)
 delays.sort()
-p50 = delays[len(delays) // 2]
+print()
+print(f"run → first output line of the job (local runner, python3, {count} sequential runs)")
+print()
 print("| runs | p50 ms | max ms |")
 print("|---:|---:|---:|")
-print(f"| {count} | {p50:.0f} | {delays[-1]:.0f} |")
+print(f"| {count} | {delays[len(delays) // 2]:.0f} | {delays[-1]:.0f} |")
 PY
-stop_server
+}
+
+for backend in $BACKENDS; do
+  echo
+  echo "## $backend"
+  data=$WORK/$backend
+  port=$(free_port)
+  flags=(--runner none --active-jobs-per-user 100000000)
+  pg_bench_url=""
+  if [ "$backend" = postgres ]; then
+    name="gantry_bench_$$"
+    psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $name" -c "CREATE DATABASE $name"
+    pg_bench_url="${DATABASE_URL%/*}/$name"
+    flags+=(--database-url "$pg_bench_url")
+  fi
+  start_server "$data" "$port" "${flags[@]}"
+  program=$(upload_function "$port" bench-fn 'print("bench")')
+  if [ "$backend" = postgres ]; then seed_postgres "$pg_bench_url" "$program"; else seed_sqlite "$data/gantry.db" "$program"; fi
+  SERVER_PID=$SERVER TESTS="${LOAD_TESTS:-a b c e}" bash "$LOAD_SH" "http://127.0.0.1:$port" "$TOKEN" be0c0000-0000-0000-0000-00000000c350 bench-fn
+  stop_server
+  # Run-to-start on a fresh database, with the local runner.
+  # The interpreter itself, not a wrapper such as a pyenv shim (which alone costs ~100 ms).
+  starts_flags=(--python "$(python3 -c 'import sys; print(sys.executable)')")
+  if [ -n "$pg_bench_url" ]; then
+    psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $name WITH (FORCE)" -c "CREATE DATABASE $name"
+    starts_flags+=(--database-url "$pg_bench_url")
+  fi
+  starts_port=$(free_port)
+  start_server "$data-starts" "$starts_port" "${starts_flags[@]}"
+  measure_starts "$starts_port"
+  stop_server
+  if [ -n "$pg_bench_url" ]; then psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $name WITH (FORCE)"; fi
+done
+
