@@ -9,6 +9,7 @@ pub mod providers;
 pub mod users;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -18,7 +19,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePo
 macro_rules! on_db {
     ($db:expr, $pool:ident => $body:expr) => {
         match $db {
-            $crate::db::Db::Sqlite($pool) => $body,
+            $crate::db::Db::Sqlite($pool, _) => $body,
             $crate::db::Db::Postgres($pool) => $body,
         }
     };
@@ -56,7 +57,9 @@ pub(crate) fn query_error(operation: &'static str) -> impl FnOnce(sqlx::Error) -
 
 #[derive(Clone, Debug)]
 pub enum Db {
-    Sqlite(SqlitePool),
+    /// The pool, and the lock that queues this process's write transactions: SQLite allows one
+    /// writer, and waiting here in order is fairer and quicker than SQLite's sleeping busy handler.
+    Sqlite(SqlitePool, Arc<tokio::sync::Mutex<()>>),
     Postgres(PgPool),
 }
 
@@ -74,7 +77,7 @@ impl Db {
                 .busy_timeout(Duration::from_secs(10));
             let pool =
                 SqlitePoolOptions::new().max_connections(8).connect_with(options).await.map_err(connect_error)?;
-            Ok(Db::Sqlite(pool))
+            Ok(Db::Sqlite(pool, Arc::new(tokio::sync::Mutex::new(()))))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             let pool = PgPoolOptions::new()
                 .max_connections(16)
@@ -90,7 +93,7 @@ impl Db {
 
     pub async fn migrate(&self) -> Result<(), Error> {
         let result = match self {
-            Db::Sqlite(pool) => sqlx::migrate!("migrations/sqlite").run(pool).await,
+            Db::Sqlite(pool, _) => sqlx::migrate!("migrations/sqlite").run(pool).await,
             Db::Postgres(pool) => sqlx::migrate!("migrations/postgres").run(pool).await,
         };
         result.map_err(|source| Error::Migrate { source })
@@ -101,9 +104,18 @@ impl Db {
         on_db!(self, pool => sqlx::query("SELECT 1").execute(pool).await.map(|_| ())).map_err(query_error("ping"))
     }
 
+    /// Taken around multi-statement write transactions; a no-op on PostgreSQL, whose row locks
+    /// do the work.
+    pub async fn write_lock(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
+        match self {
+            Db::Sqlite(_, lock) => Some(Arc::clone(lock).lock_owned().await),
+            Db::Postgres(_) => None,
+        }
+    }
+
     pub fn backend_name(&self) -> &'static str {
         match self {
-            Db::Sqlite(_) => "sqlite",
+            Db::Sqlite(..) => "sqlite",
             Db::Postgres(_) => "postgres",
         }
     }

@@ -81,10 +81,11 @@ pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64) -> Resu
     // SQLite: take the write lock up front, so the count and the insert see one state.
     let (begin, lock) = match db {
         Db::Postgres(_) => ("BEGIN", "SELECT id FROM users WHERE id = $1 FOR UPDATE"),
-        Db::Sqlite(_) => ("BEGIN IMMEDIATE", "SELECT id FROM users WHERE id = $1"),
+        Db::Sqlite(..) => ("BEGIN IMMEDIATE", "SELECT id FROM users WHERE id = $1"),
     };
     let now = now_micros();
     let event = serde_json::json!({ "status": "QUEUED" }).to_string();
+    let _writer = db.write_lock().await;
     on_db!(db, pool => async {
         let mut tx = pool.begin_with(begin).await?;
         sqlx::query(lock).bind(&job.author_id).execute(&mut *tx).await?;
@@ -141,6 +142,7 @@ pub async fn find(db: &Db, id: &str) -> Result<Option<JobRow>, Error> {
 pub async fn apply_move(db: &Db, job_id: &str, mv: &Move) -> Result<bool, Error> {
     let now = now_micros();
     let terminal = mv.to.is_terminal();
+    let _writer = db.write_lock().await;
     on_db!(db, pool => async {
         let mut tx = pool.begin().await?;
         let updated: Option<(String, String)> = sqlx::query_as(
@@ -192,6 +194,7 @@ pub enum SubStatusOutcome {
 /// Sets the sub-status of an active job, with a `SUB_STATUS_CHANGE` event when it changes.
 pub async fn set_sub_status(db: &Db, job_id: &str, value: &str) -> Result<SubStatusOutcome, Error> {
     let now = now_micros();
+    let _writer = db.write_lock().await;
     on_db!(db, pool => async {
         let mut tx = pool.begin().await?;
         let changed = sqlx::query(
@@ -232,6 +235,7 @@ pub async fn set_sub_status(db: &Db, job_id: &str, value: &str) -> Result<SubSta
 /// job is not active.
 pub async fn insert_error_event(db: &Db, job_id: &str, data: &serde_json::Value) -> Result<bool, Error> {
     let now = now_micros();
+    let _writer = db.write_lock().await;
     on_db!(db, pool => async {
         let mut tx = pool.begin().await?;
         let active = sqlx::query("UPDATE jobs SET last_activity = $2 WHERE id = $1 AND status IN ('QUEUED', 'PENDING', 'RUNNING')")

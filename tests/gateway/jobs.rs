@@ -106,7 +106,7 @@ async fn rejected_runs_leave_nothing_behind(backend: Backend) {
     assert_eq!(limited.message(), "Active job limit reached. The maximum allowed is 1.");
     assert_eq!(job_rows(&gateway).await, 1);
     let events: i64 = match &gateway.state.db {
-        gantry::db::Db::Sqlite(pool) => {
+        gantry::db::Db::Sqlite(pool, _) => {
             sqlx::query_scalar("SELECT COUNT(*) FROM job_events").fetch_one(pool).await.unwrap()
         }
         gantry::db::Db::Postgres(pool) => {

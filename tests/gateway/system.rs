@@ -148,7 +148,7 @@ async fn malformed_requests_get_clear_4xx(backend: Backend) {
 async fn readiness_reports_an_unreachable_database(backend: Backend) {
     let gateway = Gateway::start(backend).await;
     match &gateway.state.db {
-        gantry::db::Db::Sqlite(pool) => pool.close().await,
+        gantry::db::Db::Sqlite(pool, _) => pool.close().await,
         gantry::db::Db::Postgres(pool) => pool.close().await,
     }
     let reply = gateway.call("GET", "/readiness/", None, None, Body::empty()).await;
