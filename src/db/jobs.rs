@@ -54,9 +54,16 @@ impl JobRow {
     }
 }
 
-/// Adds `$4` to the count of (author `$1`, program `$2`, status `$3`).
-const COUNT_ADD: &str = "INSERT INTO job_counts (author_id, program_id, status, n) VALUES ($1, $2, $3, $4) \
-     ON CONFLICT (author_id, program_id, status) DO UPDATE SET n = job_counts.n + excluded.n";
+/// Adds `$5` to the count of (author `$1`, program `$2`, status `$3`, creation day `$4`).
+const COUNT_ADD: &str = "INSERT INTO job_counts (author_id, program_id, status, day, n) VALUES ($1, $2, $3, $4, $5) \
+     ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts.n + excluded.n";
+
+/// Microseconds in a day: the counts are kept per creation day.
+const DAY_MICROS: i64 = 86_400_000_000;
+
+fn day_of(micros: i64) -> i64 {
+    micros.div_euclid(DAY_MICROS)
+}
 
 /// A job to create.
 #[derive(Debug, Clone)]
@@ -114,7 +121,14 @@ pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64) -> Resu
             tx.rollback().await?;
             return Ok(false);
         }
-        sqlx::query(COUNT_ADD).bind(&job.author_id).bind(&job.program_id).bind("QUEUED").bind(1i64).execute(&mut *tx).await?;
+        sqlx::query(COUNT_ADD)
+            .bind(&job.author_id)
+            .bind(&job.program_id)
+            .bind("QUEUED")
+            .bind(day_of(now))
+            .bind(1i64)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $4)")
             .bind(new_id())
             .bind(&job.id)
@@ -145,11 +159,11 @@ pub async fn apply_move(db: &Db, job_id: &str, mv: &Move) -> Result<bool, Error>
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
         let mut tx = pool.begin().await?;
-        let updated: Option<(String, String)> = sqlx::query_as(
+        let updated: Option<(String, String, i64)> = sqlx::query_as(
             "UPDATE jobs SET status = $2, updated = $4, last_activity = $4, \
              sub_status = CASE WHEN $5 THEN NULL ELSE sub_status END, \
              env_vars = CASE WHEN $5 THEN '{}' ELSE env_vars END \
-             WHERE id = $1 AND status = $3 RETURNING author_id, COALESCE(program_id, '')")
+             WHERE id = $1 AND status = $3 RETURNING author_id, COALESCE(program_id, ''), created")
             .bind(job_id)
             .bind(mv.to.as_str())
             .bind(mv.from.as_str())
@@ -157,7 +171,7 @@ pub async fn apply_move(db: &Db, job_id: &str, mv: &Move) -> Result<bool, Error>
             .bind(terminal)
             .fetch_optional(&mut *tx)
             .await?;
-        let Some((author_id, program_id)) = updated else {
+        let Some((author_id, program_id, created)) = updated else {
             tx.rollback().await?;
             return Ok(false);
         };
@@ -165,7 +179,14 @@ pub async fn apply_move(db: &Db, job_id: &str, mv: &Move) -> Result<bool, Error>
         let mut changes = [(mv.from.as_str(), -1i64), (mv.to.as_str(), 1i64)];
         changes.sort();
         for (status, delta) in changes {
-            sqlx::query(COUNT_ADD).bind(&author_id).bind(&program_id).bind(status).bind(delta).execute(&mut *tx).await?;
+            sqlx::query(COUNT_ADD)
+                .bind(&author_id)
+                .bind(&program_id)
+                .bind(status)
+                .bind(day_of(created))
+                .bind(delta)
+                .execute(&mut *tx)
+                .await?;
         }
         sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'STATUS_CHANGE', $4, $5, $6)")
             .bind(new_id())
@@ -336,12 +357,24 @@ struct FilterColumns {
     provider: &'static str,
     status: &'static str,
     program: &'static str,
+    /// The kept counts narrow `created_after` to whole days after its day.
+    by_day: bool,
 }
 
-const JOB_COLUMNS: FilterColumns =
-    FilterColumns { author: "j.author_id", provider: "j.provider_id", status: "j.status", program: "j.program_id" };
-const COUNT_COLUMNS: FilterColumns =
-    FilterColumns { author: "jc.author_id", provider: "p.provider_id", status: "jc.status", program: "jc.program_id" };
+const JOB_COLUMNS: FilterColumns = FilterColumns {
+    author: "j.author_id",
+    provider: "j.provider_id",
+    status: "j.status",
+    program: "j.program_id",
+    by_day: false,
+};
+const COUNT_COLUMNS: FilterColumns = FilterColumns {
+    author: "jc.author_id",
+    provider: "p.provider_id",
+    status: "jc.status",
+    program: "jc.program_id",
+    by_day: true,
+};
 
 impl JobFilter {
     /// `WHERE …` over the given columns, with its numbered parameters.
@@ -362,8 +395,13 @@ impl JobFilter {
             equal(columns.status, Param::Text(status.clone()), &mut clauses);
         }
         if let Some(after) = self.created_after {
-            params.push(Param::Int(after));
-            clauses.push(format!("j.created >= ${}", params.len()));
+            if columns.by_day {
+                params.push(Param::Int(day_of(after)));
+                clauses.push(format!("jc.day > ${}", params.len()));
+            } else {
+                params.push(Param::Int(after));
+                clauses.push(format!("j.created >= ${}", params.len()));
+            }
         }
         if let Some(ids) = &self.program_ids {
             let mut placeholders = Vec::new();
@@ -389,20 +427,23 @@ impl JobFilter {
         self.clause(&JOB_COLUMNS)
     }
 
-    /// The count of matching jobs from `job_counts`, when the filter allows it (every filter but
-    /// `created_after` maps onto author, program and status).
-    fn count_from_counters(&self) -> Option<(String, Vec<Param>)> {
-        if self.created_after.is_some() {
-            return None;
-        }
+    /// The count of matching jobs: whole days from `job_counts`, plus, with `created_after`, the
+    /// rows of its own day counted in the jobs table (at most one day of jobs).
+    fn count_queries(&self) -> Vec<(String, Vec<Param>)> {
         let (clause, params) = self.clause(&COUNT_COLUMNS);
-        Some((
+        let mut queries = vec![(
             format!(
                 "SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM job_counts jc \
                  LEFT JOIN programs p ON p.id = jc.program_id {clause}"
             ),
             params,
-        ))
+        )];
+        if let Some(after) = self.created_after {
+            let (clause, mut params) = self.clause(&JOB_COLUMNS);
+            params.push(Param::Int((day_of(after) + 1) * DAY_MICROS));
+            queries.push((format!("SELECT COUNT(*) FROM jobs j {clause} AND j.created < ${}", params.len()), params));
+        }
+        queries
     }
 }
 
@@ -431,16 +472,11 @@ pub async fn list(db: &Db, filter: &JobFilter, limit: Option<i64>, offset: i64) 
         offset.max(0),
         job_joins!(),
     );
-    let count = match filter.count_from_counters() {
-        Some((count_sql, count_params)) => {
-            on_db!(db, pool => bind_params!(sqlx::query_scalar::<_, i64>(&count_sql), &count_params).fetch_one(pool).await)
-        }
-        None => {
-            let count_sql = format!("SELECT COUNT(*) FROM jobs j {clause}");
-            on_db!(db, pool => bind_params!(sqlx::query_scalar::<_, i64>(&count_sql), &params).fetch_one(pool).await)
-        }
+    let mut count = 0;
+    for (count_sql, count_params) in filter.count_queries() {
+        count += on_db!(db, pool => bind_params!(sqlx::query_scalar::<_, i64>(&count_sql), &count_params).fetch_one(pool).await)
+            .map_err(query_error("count jobs"))?;
     }
-    .map_err(query_error("count jobs"))?;
     let rows = on_db!(db, pool => bind_params!(sqlx::query_as::<_, JobRow>(&page_sql), &params).fetch_all(pool).await)
         .map_err(query_error("list jobs"))?;
     Ok((count, rows))

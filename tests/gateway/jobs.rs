@@ -185,6 +185,17 @@ async fn listings_filter_paginate_and_order(backend: Backend) {
     assert_eq!(count("status=QUEUED&filter=serverless&function=other").await, 1);
     assert_eq!(count("created_after=2000-01-01").await, 4);
     assert_eq!(count("created_after=2999-01-01T00:00:00Z").await, 0);
+    // Within today: the kept per-day counts and the rows of the first day add up.
+    let at = |offset: chrono::Duration| (chrono::Utc::now() + offset).format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string();
+    assert_eq!(count(&format!("created_after={}", at(chrono::Duration::hours(-1)))).await, 4);
+    assert_eq!(
+        count(&format!("created_after={}&status=QUEUED&function=fn", at(chrono::Duration::hours(-30)))).await,
+        2
+    );
+    assert_eq!(count(&format!("created_after={}", at(chrono::Duration::minutes(10)))).await, 0);
+    let last =
+        gateway.get("/api/v1/jobs/?limit=1", "alice").await.json["results"][0]["created"].as_str().unwrap().to_string();
+    assert_eq!(count(&format!("created_after={last}")).await, 1, "created_after is inclusive");
     assert_eq!(count("provider=nope").await, 0);
 
     let page = gateway.get("/api/v1/jobs?limit=2&offset=0&status=QUEUED", "alice").await.json;
