@@ -29,7 +29,7 @@ GANTRY=$ROOT/target/release/gantry
 WORK=$(mktemp -d)
 SERVER=""
 stop_server() { if [ -n "$SERVER" ]; then kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; SERVER=""; fi; }
-cleanup() { stop_server; rm -rf "$WORK"; }
+cleanup() { stop_server; if [ -n "${KEEP_WORK:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }

@@ -135,6 +135,17 @@ pub fn redact(url: &str) -> String {
     }
 }
 
+/// Runs a transaction to its end on its own task, so a request that goes away mid-way (a client
+/// disconnect cancels the handler) cannot leave a transaction open on a pooled connection, holding
+/// SQLite's write lock or PostgreSQL row locks until that connection is next used.
+pub(crate) async fn detached<T: Send + 'static>(
+    transaction: impl std::future::Future<Output = Result<T, Error>> + Send + 'static,
+) -> Result<T, Error> {
+    tokio::spawn(transaction)
+        .await
+        .map_err(|e| Error::Query { operation: "run a transaction", source: sqlx::Error::Protocol(e.to_string()) })?
+}
+
 /// Microseconds since the Unix epoch, the stored form of every timestamp.
 pub fn now_micros() -> i64 {
     chrono::Utc::now().timestamp_micros()

@@ -85,6 +85,11 @@ pub struct NewJob {
 /// author's row is locked first so concurrent runs of one user serialize; SQLite serializes all
 /// writers, and the conditional insert is one statement.
 pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64) -> Result<bool, Error> {
+    let (db, job) = (db.clone(), job.clone());
+    super::detached(async move { insert_with_limit_attached(&db, &job, active_limit).await }).await
+}
+
+async fn insert_with_limit_attached(db: &Db, job: &NewJob, active_limit: i64) -> Result<bool, Error> {
     // SQLite: take the write lock up front, so the count and the insert see one state.
     let (begin, lock) = match db {
         Db::Postgres(_) => ("BEGIN", "SELECT id FROM users WHERE id = $1 FOR UPDATE"),
@@ -154,6 +159,11 @@ pub async fn find(db: &Db, id: &str) -> Result<Option<JobRow>, Error> {
 /// whether it was applied. Terminal moves clear `sub_status` and the stored environment (which
 /// holds the caller's token).
 pub async fn apply_move(db: &Db, job_id: &str, mv: &Move) -> Result<bool, Error> {
+    let (db, job_id, mv) = (db.clone(), job_id.to_string(), mv.clone());
+    super::detached(async move { apply_move_attached(&db, &job_id, &mv).await }).await
+}
+
+async fn apply_move_attached(db: &Db, job_id: &str, mv: &Move) -> Result<bool, Error> {
     let now = now_micros();
     let terminal = mv.to.is_terminal();
     let _writer = db.write_lock().await;
@@ -214,6 +224,11 @@ pub enum SubStatusOutcome {
 
 /// Sets the sub-status of an active job, with a `SUB_STATUS_CHANGE` event when it changes.
 pub async fn set_sub_status(db: &Db, job_id: &str, value: &str) -> Result<SubStatusOutcome, Error> {
+    let (db, job_id, value) = (db.clone(), job_id.to_string(), value.to_string());
+    super::detached(async move { set_sub_status_attached(&db, &job_id, &value).await }).await
+}
+
+async fn set_sub_status_attached(db: &Db, job_id: &str, value: &str) -> Result<SubStatusOutcome, Error> {
     let now = now_micros();
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
@@ -255,6 +270,11 @@ pub async fn set_sub_status(db: &Db, job_id: &str, value: &str) -> Result<SubSta
 /// Records an `ERROR` event of an active job (which also extends its timeout). False when the
 /// job is not active.
 pub async fn insert_error_event(db: &Db, job_id: &str, data: &serde_json::Value) -> Result<bool, Error> {
+    let (db, job_id, data) = (db.clone(), job_id.to_string(), data.clone());
+    super::detached(async move { insert_error_event_attached(&db, &job_id, &data).await }).await
+}
+
+async fn insert_error_event_attached(db: &Db, job_id: &str, data: &serde_json::Value) -> Result<bool, Error> {
     let now = now_micros();
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {

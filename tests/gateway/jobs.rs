@@ -17,6 +17,7 @@ both_backends!(
     results_and_logs_read_order,
     stop_requests,
     provider_job_listing_and_logs,
+    a_cancelled_run_never_leaves_a_transaction_open,
 );
 
 async fn run(gateway: &Gateway, token: &str, title: &str, arguments: &str) -> crate::harness::Reply {
@@ -529,4 +530,48 @@ async fn provider_job_listing_and_logs(backend: Backend) {
         ],
         [403, 200, 200]
     );
+}
+
+async fn a_cancelled_run_never_leaves_a_transaction_open(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    let program = gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await.json["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let author = gantry::db::users::find_by_username(&gateway.state.db, "alice").await.unwrap().unwrap().id;
+    let new_job = || gantry::db::jobs::NewJob {
+        id: gantry::db::new_id(),
+        program_id: program.clone(),
+        provider_id: None,
+        author_id: author.clone(),
+        arguments: "{}".into(),
+        config: "{}".into(),
+        env_vars: "{}".into(),
+        runner: "local".into(),
+        gpu: false,
+        function_size: None,
+    };
+    // Clients that disconnect cancel their requests at any point, also inside the transaction,
+    // while others keep the pool busy.
+    for round in 0..20u64 {
+        let mut attempts = Vec::new();
+        for i in 0..16u64 {
+            let (db, job) = (gateway.state.db.clone(), new_job());
+            attempts.push(tokio::spawn(async move {
+                let cancel_after = std::time::Duration::from_micros((round * 16 + i) * 37 % 4000);
+                let _ =
+                    tokio::time::timeout(cancel_after, gantry::db::jobs::insert_with_limit(&db, &job, 100_000)).await;
+            }));
+        }
+        for attempt in attempts {
+            attempt.await.unwrap();
+        }
+        let next = new_job();
+        let done = tokio::time::timeout(
+            std::time::Duration::from_secs(3),
+            gantry::db::jobs::insert_with_limit(&gateway.state.db, &next, 100_000),
+        )
+        .await;
+        assert!(matches!(done, Ok(Ok(true))), "a run after cancelled ones (round {round}): {done:?}");
+    }
 }
