@@ -72,7 +72,9 @@ for i in range(100_000):
                  '{"value": 42}' if status == "SUCCEEDED" else None))
 db.executemany("INSERT INTO jobs (id, program_id, author_id, status, created, updated, last_activity, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
 db.execute("DELETE FROM job_counts")
-db.execute("INSERT INTO job_counts (author_id, program_id, status, day, n) SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4")
+db.execute("DELETE FROM job_counts_by_day")
+db.execute("INSERT INTO job_counts (author_id, program_id, status, n) SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY 1, 2, 3")
+db.execute("INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4")
 db.commit()
 db.execute("ANALYZE")
 PY
@@ -88,7 +90,10 @@ FROM generate_series(0, 99999) AS i
 CROSS JOIN LATERAL (SELECT (string_to_array('$SEED_STATUSES', ','))[i % 20 + 1] AS status) s
 CROSS JOIN LATERAL (SELECT 1735689600000000::bigint + i::bigint * 300000000 AS created) c;
 DELETE FROM job_counts;
-INSERT INTO job_counts (author_id, program_id, status, day, n)
+DELETE FROM job_counts_by_day;
+INSERT INTO job_counts (author_id, program_id, status, n)
+SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY 1, 2, 3;
+INSERT INTO job_counts_by_day (author_id, program_id, status, day, n)
 SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4;
 VACUUM ANALYZE jobs;
 SQL

@@ -54,9 +54,14 @@ impl JobRow {
     }
 }
 
-/// Adds `$5` to the count of (author `$1`, program `$2`, status `$3`, creation day `$4`).
-const COUNT_ADD: &str = "INSERT INTO job_counts (author_id, program_id, status, day, n) VALUES ($1, $2, $3, $4, $5) \
-     ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts.n + excluded.n";
+/// Adds `$5` to the counts of (author `$1`, program `$2`, status `$3`), in total and for the
+/// creation day `$4`.
+const COUNT_ADD: [&str; 2] = [
+    "INSERT INTO job_counts (author_id, program_id, status, n) VALUES ($1, $2, $3, $5) \
+     ON CONFLICT (author_id, program_id, status) DO UPDATE SET n = job_counts.n + excluded.n",
+    "INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) VALUES ($1, $2, $3, $4, $5) \
+     ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n",
+];
 
 /// Microseconds in a day: the counts are kept per creation day.
 const DAY_MICROS: i64 = 86_400_000_000;
@@ -126,14 +131,16 @@ async fn insert_with_limit_attached(db: &Db, job: &NewJob, active_limit: i64) ->
             tx.rollback().await?;
             return Ok(false);
         }
-        sqlx::query(COUNT_ADD)
-            .bind(&job.author_id)
-            .bind(&job.program_id)
-            .bind("QUEUED")
-            .bind(day_of(now))
-            .bind(1i64)
-            .execute(&mut *tx)
-            .await?;
+        for statement in COUNT_ADD {
+            sqlx::query(statement)
+                .bind(&job.author_id)
+                .bind(&job.program_id)
+                .bind("QUEUED")
+                .bind(day_of(now))
+                .bind(1i64)
+                .execute(&mut *tx)
+                .await?;
+        }
         sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $4)")
             .bind(new_id())
             .bind(&job.id)
@@ -189,14 +196,16 @@ async fn apply_move_attached(db: &Db, job_id: &str, mv: &Move) -> Result<bool, E
         let mut changes = [(mv.from.as_str(), -1i64), (mv.to.as_str(), 1i64)];
         changes.sort();
         for (status, delta) in changes {
-            sqlx::query(COUNT_ADD)
-                .bind(&author_id)
-                .bind(&program_id)
-                .bind(status)
-                .bind(day_of(created))
-                .bind(delta)
-                .execute(&mut *tx)
-                .await?;
+            for statement in COUNT_ADD {
+                sqlx::query(statement)
+                    .bind(&author_id)
+                    .bind(&program_id)
+                    .bind(status)
+                    .bind(day_of(created))
+                    .bind(delta)
+                    .execute(&mut *tx)
+                    .await?;
+            }
         }
         sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'STATUS_CHANGE', $4, $5, $6)")
             .bind(new_id())
@@ -447,13 +456,14 @@ impl JobFilter {
         self.clause(&JOB_COLUMNS)
     }
 
-    /// The count of matching jobs: whole days from `job_counts`, plus, with `created_after`, the
-    /// rows of its own day counted in the jobs table (at most one day of jobs).
+    /// The count of matching jobs from the kept counts; with `created_after`, the whole days after
+    /// its day from `job_counts_by_day` plus that day's rows counted in `jobs`.
     fn count_queries(&self) -> Vec<(String, Vec<Param>)> {
         let (clause, params) = self.clause(&COUNT_COLUMNS);
+        let table = if self.created_after.is_some() { "job_counts_by_day" } else { "job_counts" };
         let mut queries = vec![(
             format!(
-                "SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM job_counts jc \
+                "SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM {table} jc \
                  LEFT JOIN programs p ON p.id = jc.program_id {clause}"
             ),
             params,
