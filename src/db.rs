@@ -1,7 +1,7 @@
 //! The database: SQLite (embedded default) or PostgreSQL (production), behind one `Db` value.
 //! Queries are written once in the portable subset both dialects share (`$N` placeholders, text
 //! ids, integer timestamps) and run on either pool through `on_db!`; each table's queries live in
-//! `db/<table>.rs` with their row types.
+//! `db/<table>.rs` with their row types. One set of migrations (`migrations/`) serves both.
 
 pub mod jobs;
 pub mod programs;
@@ -92,9 +92,10 @@ impl Db {
     }
 
     pub async fn migrate(&self) -> Result<(), Error> {
+        // One set of migrations: the schema uses only what both dialects share.
         let result = match self {
-            Db::Sqlite(pool, _) => sqlx::migrate!("migrations/sqlite").run(pool).await,
-            Db::Postgres(pool) => sqlx::migrate!("migrations/postgres").run(pool).await,
+            Db::Sqlite(pool, _) => sqlx::migrate!("./migrations").run(pool).await,
+            Db::Postgres(pool) => sqlx::migrate!("./migrations").run(pool).await,
         };
         result.map_err(|source| Error::Migrate { source })
     }
