@@ -142,9 +142,9 @@ pub async fn run_program(
         function_size,
     };
     let limit = state.config.active_jobs_per_user;
-    if !jobs::insert_with_limit(&state.db, &job, limit).await? {
+    let Some(created) = jobs::insert_with_limit(&state.db, &job, limit).await? else {
         return Err(ApiError::TooManyRequests(format!("Active job limit reached. The maximum allowed is {limit}.")));
-    }
+    };
     events::publish(
         &state.publisher,
         StatusEvent {
@@ -158,7 +158,6 @@ pub async fn run_program(
     if let Some(runner) = &state.runner {
         runner.wake();
     }
-    let created = jobs::find(&state.db, &job.id).await?.map(|j| j.created).unwrap_or_else(db::now_micros);
     Ok(Json(json!({
         "id": job.id,
         "status": "QUEUED",

@@ -86,15 +86,16 @@ pub struct NewJob {
 }
 
 /// Creates a `QUEUED` job and its first event in one transaction, unless the author already has
-/// `active_limit` active jobs (then nothing is written and `false` is returned). On PostgreSQL the
+/// `active_limit` active jobs (then nothing is written and `None` is returned). Returns the
+/// creation time. On PostgreSQL the
 /// author's row is locked first so concurrent runs of one user serialize; SQLite serializes all
 /// writers, and the conditional insert is one statement.
-pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64) -> Result<bool, Error> {
+pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64) -> Result<Option<i64>, Error> {
     let (db, job) = (db.clone(), job.clone());
     super::detached(async move { insert_with_limit_attached(&db, &job, active_limit).await }).await
 }
 
-async fn insert_with_limit_attached(db: &Db, job: &NewJob, active_limit: i64) -> Result<bool, Error> {
+async fn insert_with_limit_attached(db: &Db, job: &NewJob, active_limit: i64) -> Result<Option<i64>, Error> {
     // SQLite: take the write lock up front, so the count and the insert see one state.
     let (begin, lock) = match db {
         Db::Postgres(_) => ("BEGIN", "SELECT id FROM users WHERE id = $1 FOR UPDATE"),
@@ -129,7 +130,7 @@ async fn insert_with_limit_attached(db: &Db, job: &NewJob, active_limit: i64) ->
             .rows_affected();
         if inserted == 0 {
             tx.rollback().await?;
-            return Ok(false);
+            return Ok(None);
         }
         for statement in COUNT_ADD {
             sqlx::query(statement)
@@ -149,7 +150,7 @@ async fn insert_with_limit_attached(db: &Db, job: &NewJob, active_limit: i64) ->
             .execute(&mut *tx)
             .await?;
         tx.commit().await?;
-        Ok(true)
+        Ok(Some(now))
     }.await)
     .map_err(query_error("create job"))
 }
