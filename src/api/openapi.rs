@@ -59,6 +59,22 @@ pub fn document() -> Value {
         json!({"type": "object", "properties": {"results": {"type": "array", "items": {"type": "string"}}}});
     let message = json!({"type": "object", "properties": {"message": {"type": "string"}}});
     let binary = json!({"type": "string", "format": "binary"});
+    let path = |name: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}});
+    let job = json!({"$ref": "#/components/schemas/Job"});
+    let page = json!({"type": "object", "properties": {"count": {"type": "integer"}, "next": {"type": ["string", "null"]},
+        "previous": {"type": ["string", "null"]}, "results": {"type": "array", "items": job}}});
+    let logs = json!({"type": "object", "properties": {"logs": {"type": "string"}}});
+    let job_list_params = |provider_required: bool| {
+        vec![
+            query("provider", provider_required, "provider name"),
+            query("function", false, "function title"),
+            query("status", false, "QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED"),
+            query("filter", false, "catalog (provider functions) or serverless (own functions)"),
+            query("created_after", false, "ISO 8601 date or datetime, inclusive"),
+            query("limit", false, "page size, default 10, 0 for all"),
+            query("offset", false, "default 0"),
+        ]
+    };
     json!({
         "openapi": "3.1.0",
         "info": {"title": "Gantry gateway API", "version": env!("CARGO_PKG_VERSION"),
@@ -87,6 +103,36 @@ pub fn document() -> Value {
                 Some(form_body(json!({"title": {"type": "string"}, "provider": {"type": "string"},
                     "arguments": {"type": "string", "description": "encoded JSON text"}}), &["title", "arguments"], false)),
                 json!({"type": "object", "properties": {"valid": {"type": "boolean"}}}))},
+            "/api/v1/programs/run/": {"post": operation("Run a function: queue a job", vec![],
+                Some(form_body(json!({"title": {"type": "string"}, "provider": {"type": "string"},
+                    "arguments": {"type": "string", "description": "encoded JSON text, validated against the function's schema"},
+                    "function_size": {"type": "string", "enum": ["S", "M", "L", "XL"], "description": "a label of the function's sizes"},
+                    "config": {"type": "object"}}), &["title", "arguments"], false)),
+                json!({"type": "object", "properties": {"id": {"type": "string", "format": "uuid"}, "status": {"type": "string"}}}))},
+            "/api/v1/programs/{program_id}/get_jobs/": {"get": operation("Jobs of one function (every author's, without result, for its provider side)",
+                vec![path("program_id")], None, json!({"type": "array", "items": job.clone()}))},
+            "/api/v1/jobs/": {"get": operation("The caller's jobs, newest first", job_list_params(false), None, page.clone())},
+            "/api/v1/jobs/provider/": {"get": operation("Jobs of a provider's functions, every author", job_list_params(true), None, page)},
+            "/api/v1/jobs/{job_id}/": {"get": operation("One job", vec![path("job_id"), query("with_result", false, "include the result (author only); default true")], None, job.clone())},
+            "/api/v1/jobs/{job_id}/result/": {
+                "get": operation("The job's result as JSON text (204 when none)", vec![path("job_id")], None, json!({"type": "object", "properties": {"result": {"type": "string"}}})),
+                "post": operation("Save a result (older in-job clients)", vec![path("job_id")], Some(form_body(json!({"result": {"type": "string"}}), &["result"], false)), job.clone())},
+            "/api/v1/jobs/{job_id}/logs/": {"get": operation("User logs (job author)", vec![path("job_id")], None, logs.clone())},
+            "/api/v1/jobs/{job_id}/provider-logs/": {"get": operation("Provider logs (provider side)", vec![path("job_id")], None, logs)},
+            "/api/v1/jobs/{job_id}/stop/": {"post": operation("Request a stop; the job's status tells when it stopped", vec![path("job_id")],
+                Some(form_body(json!({"service": {"type": "string", "description": "serialized runtime service; never stored"}}), &[], false)), message.clone())},
+            "/api/v1/jobs/{job_id}/sub_status/": {"patch": operation("Set the sub-status of an active job (from inside the job)", vec![path("job_id")],
+                Some(form_body(json!({"sub_status": {"type": "string", "enum": ["MAPPING", "OPTIMIZING_HARDWARE", "WAITING_QPU", "EXECUTING_QPU", "POST_PROCESSING"]}}), &["sub_status"], false)),
+                json!({"type": "object", "properties": {"job": job.clone()}}))},
+            "/api/v1/jobs/{job_id}/event/": {"post": operation("Record an ERROR event of an active job", vec![path("job_id")],
+                Some(form_body(json!({"type": {"type": "string", "enum": ["ERROR"]}, "code": {"type": "string"}, "message": {"type": "string"},
+                    "exception": {"type": "string"}, "args": {}}), &["type", "code", "message", "exception"], false)), json!({}))},
+            "/api/v1/jobs/{job_id}/events/": {"get": operation("Events of a job, newest first", vec![path("job_id"), query("type", false, "ERROR")], None,
+                json!({"type": "array", "items": {"type": "object", "properties": {"event_type": {"type": "string"}, "origin": {"type": "string"},
+                    "context": {"type": "string"}, "created": {"type": "string"}, "data": {"type": "object"}}}}))},
+            "/api/v1/jobs/{job_id}/runtime_jobs/": {
+                "get": operation("Runtime jobs the job reported", vec![path("job_id")], None, json!({"type": "object", "properties": {"runtime_jobs": {"type": "array"}}})),
+                "post": operation("Report a runtime job", vec![path("job_id")], Some(form_body(json!({"runtime_job": {"type": "string"}, "runtime_session": {"type": "string"}}), &["runtime_job"], false)), message.clone())},
             "/api/v1/files/": {"get": operation("List the caller's files of a function", file_params(), None, file_list.clone())},
             "/api/v1/files/list/": {"get": operation("List the caller's files of a function (spec shape)", file_params(), None,
                 json!({"type": "object", "properties": {"files": {"type": "array", "items": {"type": "string"}}}}))},
@@ -115,6 +161,10 @@ pub fn document() -> Value {
                     "version": {"type": ["string", "null"]}, "description": {"type": ["string", "null"]}, "gpu": {"type": "boolean"},
                     "arguments_schema": {"type": ["object", "boolean", "null"]}, "function_size": {"type": ["string", "null"]},
                     "sizes": {"type": "object"}, "default_size": {"type": ["string", "null"]}}},
+                "Job": {"type": "object", "properties": {
+                    "id": {"type": "string", "format": "uuid"}, "status": {"type": "string"}, "sub_status": {"type": ["string", "null"]},
+                    "program": {"type": "object", "properties": {"id": {"type": "string"}, "title": {"type": "string"}, "provider": {"type": ["string", "null"]}}},
+                    "created": {"type": "string", "format": "date-time"}, "result": {"type": ["string", "null"]}}},
                 "Error": {"type": "object", "properties": {"message": {"type": "string"}, "path": {"type": "array"}}}
             },
             "responses": {
