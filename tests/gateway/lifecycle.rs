@@ -60,6 +60,9 @@ with open(os.environ["RESULTS_PATH"], "w") as handle:
 mode = arguments.get("mode")
 if mode == "fail":
     raise RuntimeError("this function failed on purpose")
+if mode == "nap":
+    time_module = __import__("time")
+    time_module.sleep(arguments.get("seconds", 3))
 if mode == "sleep":
     print("going to sleep", flush=True)
     import time
@@ -287,4 +290,101 @@ async fn admission_caps_running_jobs_per_user(backend: Backend) {
     let mut sorted = started.clone();
     sorted.sort();
     assert_eq!(started, sorted);
+}
+
+/// `curl` against a gateway process; returns the body.
+fn curl(args: &[&str]) -> String {
+    let output = std::process::Command::new("curl").arg("-sS").args(args).output().expect("curl runs");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn serve(dir: &std::path::Path) -> (std::process::Child, String) {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--scheduler-tick-ms", "50"])
+        .arg("--data-dir")
+        .arg(dir)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("gantry serve starts");
+    let base = format!("http://127.0.0.1:{port}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while !curl(&[&format!("{base}/readiness/")]).contains("ready") {
+        assert!(std::time::Instant::now() < deadline, "gantry serve did not become ready");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    (child, base)
+}
+
+/// A real restart: `gantry serve` is killed while a job runs; the next one adopts the job's
+/// launcher and records how the job ended.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_serve_adopts_a_running_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let artifact = dir.path().join("fn.tar");
+    std::fs::write(
+        &artifact,
+        tar_of(&[
+            ("main.py", MAIN.as_bytes()),
+            ("pkg/__init__.py", b""),
+            ("pkg/helper.py", b"def double(n):\n    return 2 * n\n"),
+        ]),
+    )
+    .unwrap();
+    let data = dir.path().join("data");
+    let (mut first, base) = serve(&data);
+    let auth = "Authorization: Bearer alice";
+    let uploaded = curl(&[
+        "-H",
+        auth,
+        "-F",
+        "title=fn",
+        "-F",
+        "entrypoint=main.py",
+        "-F",
+        &format!("artifact=@{}", artifact.display()),
+        &format!("{base}/api/v1/programs/upload/"),
+    ]);
+    assert!(uploaded.contains("\"title\":\"fn\""), "{uploaded}");
+    let body = json!({"title": "fn", "arguments": "{\"n\": 5, \"mode\": \"nap\", \"seconds\": 4}"}).to_string();
+    let run: Value = serde_json::from_str(&curl(&[
+        "-H",
+        auth,
+        "-H",
+        "Content-Type: application/json",
+        "-d",
+        &body,
+        &format!("{base}/api/v1/programs/run/"),
+    ]))
+    .unwrap();
+    let id = run["id"].as_str().unwrap().to_string();
+    let status = |base: &str| -> Value {
+        serde_json::from_str(&curl(&["-H", auth, &format!("{base}/api/v1/jobs/{id}/?with_result=false")])).unwrap()
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    while status(&base)["status"] != "RUNNING" {
+        assert!(std::time::Instant::now() < deadline, "the job never ran");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    let (mut second, base) = serve(&data);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let job = loop {
+        let job = status(&base);
+        if terminal(&job) {
+            break job;
+        }
+        assert!(std::time::Instant::now() < deadline, "the adopted job never ended: {job}");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    let result = curl(&["-H", auth, &format!("{base}/api/v1/jobs/{id}/result/")]);
+    let events = curl(&["-H", auth, &format!("{base}/api/v1/jobs/{id}/events/")]);
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert_eq!(job["status"], "SUCCEEDED", "{events}");
+    assert!(result.contains("doubled") && result.contains("10"), "{result}");
+    assert!(!events.contains("RECONCILE"), "{events}");
 }
