@@ -113,6 +113,9 @@ pub struct LocalRunner {
     wake: Notify,
 }
 
+/// How long a launcher told to stop may take before it is killed.
+const STOP_GRACE: Duration = Duration::from_secs(15);
+
 /// Variables passed through from the gateway's own environment to jobs; everything else is
 /// cleared so no server secret reaches user code.
 const PASSED_THROUGH: [&str; 8] =
@@ -131,10 +134,6 @@ impl LocalRunner {
         })
     }
 
-    pub fn publisher(&self) -> &Arc<dyn Publisher> {
-        &self.publisher
-    }
-
     /// Asks for a scheduling pass now (after a run).
     pub fn wake(&self) {
         self.wake.notify_one();
@@ -142,7 +141,8 @@ impl LocalRunner {
 
     /// The live log file of a running job.
     pub fn live_log_path(&self, job_id: &str, provider: bool) -> PathBuf {
-        self.config.work_root.join(job_id).join(if provider { "provider.log" } else { "user.log" })
+        let name = if provider { crate::launch::LIVE_PROVIDER_LOG } else { crate::launch::LIVE_USER_LOG };
+        self.config.work_root.join(job_id).join(name)
     }
 
     /// Reconciles what a previous run left, then schedules until the process ends.
@@ -169,10 +169,14 @@ impl LocalRunner {
         let mut capacity = Capacity::default();
         for job in &in_flight {
             if now.saturating_sub(job.last_activity) > timeout_micros {
+                // Once per job: its launcher may take a moment to end.
+                if !self.timed_out.lock().expect("lock").insert(job.id.clone()) {
+                    continue;
+                }
                 tracing::warn!(job.id = %job.id, timeout_seconds = self.config.timeout.as_secs(), "job exceeded PROGRAM_TIMEOUT; stopping it");
-                self.timed_out.lock().expect("lock").insert(job.id.clone());
-                if !self.signal(&job.id, libc::SIGTERM) {
+                if !self.terminate(&job.id) {
                     // Nothing of ours runs it: record the timeout directly.
+                    self.timed_out.lock().expect("lock").remove(&job.id);
                     move_job(&self.db, &self.publisher, &job.id, job.status(), &Trigger::TimedOut).await?;
                 }
                 continue;
@@ -221,7 +225,7 @@ impl LocalRunner {
         }
         // A stop that arrived while the process was being started.
         if matches!(jobs::find(&self.db, &job_id).await, Ok(Some(job)) if job.stop_requested) {
-            self.signal(&job_id, libc::SIGTERM);
+            self.terminate(&job_id);
         }
         self.watch(job_id, child).await;
     }
@@ -375,23 +379,34 @@ impl LocalRunner {
     /// Delivers a stop: a queued job stops at once; a running one has its launcher told to stop
     /// (it kills the job's process group and archives the logs), and its end is recorded as
     /// STOPPED by the watcher.
-    pub async fn stop(&self, job_id: &str) -> Result<StopOutcome, db::Error> {
-        stop_without_process(&self.db, &self.publisher, job_id).await.map(|outcome| {
-            if outcome == StopOutcome::Requested && self.signal(job_id, libc::SIGTERM) {
-                let processes = self.processes.lock().expect("lock").get(job_id).copied();
-                if let Some(pid) = processes {
-                    // If the launcher does not end within its grace period, end it.
-                    tokio::spawn(async move {
-                        tokio::time::sleep(Duration::from_secs(15)).await;
-                        if let Ok(pid) = i32::try_from(pid) {
-                            // SAFETY: kill(2) on the launcher's pid; harmless if it is gone.
-                            unsafe { libc::kill(pid, libc::SIGKILL) };
-                        }
-                    });
-                }
+    pub async fn stop(self: &Arc<Self>, job_id: &str) -> Result<StopOutcome, db::Error> {
+        let outcome = stop_without_process(&self.db, &self.publisher, job_id).await?;
+        if outcome == StopOutcome::Requested {
+            self.terminate(job_id);
+        }
+        Ok(outcome)
+    }
+
+    /// Asks a job's launcher to stop (it kills the job's process group and archives the logs),
+    /// and kills the launcher if it is still there after its grace period. False when no
+    /// launcher of ours runs the job.
+    fn terminate(self: &Arc<Self>, job_id: &str) -> bool {
+        let Some(pid) = self.processes.lock().expect("lock").get(job_id).copied() else {
+            return false;
+        };
+        if !self.signal(job_id, libc::SIGTERM) {
+            return false;
+        }
+        let runner = Arc::clone(self);
+        let job_id = job_id.to_string();
+        tokio::spawn(async move {
+            tokio::time::sleep(STOP_GRACE).await;
+            // Only the same launcher: its pid may have been reused once it ended.
+            if runner.processes.lock().expect("lock").get(&job_id) == Some(&pid) {
+                runner.signal(&job_id, libc::SIGKILL);
             }
-            outcome
-        })
+        });
+        true
     }
 
     /// Jobs left PENDING or RUNNING by a previous run: adopt live launchers, finish the rest.

@@ -79,16 +79,15 @@ pub async fn run_program(
     let provider = fields.text("provider").map(|p| names::sanitize_title(&p, false)).filter(|p| !p.is_empty());
     let title = names::sanitize_title(&raw_title, false);
     let arguments = arguments_text(&fields)?;
-    if let Some(config) = fields.value("config") {
-        let config = match config {
-            Value::String(text) => {
-                serde_json::from_str::<Value>(text).map_err(|e| bad(format!("'config' is not valid JSON: {e}")))?
-            }
-            other => other.clone(),
-        };
-        if !config.is_object() {
-            return Err(bad("'config' must be a JSON object."));
+    let config = match fields.value("config") {
+        None => json!({}),
+        Some(Value::String(text)) => {
+            serde_json::from_str::<Value>(text).map_err(|e| bad(format!("'config' is not valid JSON: {e}")))?
         }
+        Some(other) => other.clone(),
+    };
+    if !config.is_object() {
+        return Err(bad("'config' must be a JSON object."));
     }
     let program = resolve_function(&state, &caller, provider.as_deref(), &title, visibility::can_run).await?;
     if program.disabled {
@@ -128,14 +127,13 @@ pub async fn run_program(
         "channel": header_text("service-channel").unwrap_or_else(|| "local".into()),
         "instance": header_text("service-crn"),
     });
-    let config = fields.value("config").map(|c| c.to_string()).unwrap_or_else(|| "{}".into());
     let job = NewJob {
         id: db::new_id(),
         program_id: program.id.clone(),
         provider_id: program.provider_id.clone(),
         author_id: caller.user_id.clone(),
         arguments,
-        config,
+        config: config.to_string(),
         env_vars: request_env.to_string(),
         runner: program.runner.clone(),
         gpu: program.gpu && program.provider_id.is_some(),

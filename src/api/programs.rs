@@ -285,7 +285,7 @@ pub async fn upload_program(
         },
     };
     let mut program = merge_upload(&fields, base, provider.as_ref(), existing.is_none())?;
-    let program_id = existing.as_ref().map(|row| row.id.clone()).unwrap_or_else(programs::new_program_id);
+    let program_id = existing.as_ref().map(|row| row.id.clone()).unwrap_or_else(crate::db::new_id);
 
     let previous_artifact = program.artifact_key.clone();
     let mut stored_artifact = None;

@@ -70,6 +70,25 @@ fn day_of(micros: i64) -> i64 {
     micros.div_euclid(DAY_MICROS)
 }
 
+/// Inserts a job event inside the transaction `$tx` (either backend).
+macro_rules! insert_event {
+    ($tx:ident, $job_id:expr, $created:expr, $event_type:expr, $origin:expr, $context:expr, $data:expr) => {
+        sqlx::query(
+            "INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+        )
+        .bind(new_id())
+        .bind($job_id)
+        .bind($created)
+        .bind($event_type)
+        .bind($origin)
+        .bind($context)
+        .bind($data)
+        .execute(&mut *$tx)
+        .await?
+    };
+}
+
 /// A job to create.
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -142,13 +161,7 @@ async fn insert_with_limit_attached(db: &Db, job: &NewJob, active_limit: i64) ->
                 .execute(&mut *tx)
                 .await?;
         }
-        sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $4)")
-            .bind(new_id())
-            .bind(&job.id)
-            .bind(now)
-            .bind(&event)
-            .execute(&mut *tx)
-            .await?;
+        insert_event!(tx, &job.id, now, "STATUS_CHANGE", "API", "RUN_PROGRAM", &event);
         tx.commit().await?;
         Ok(Some(now))
     }.await)
@@ -208,15 +221,7 @@ async fn apply_move_attached(db: &Db, job_id: &str, mv: &Move) -> Result<bool, E
                     .await?;
             }
         }
-        sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'STATUS_CHANGE', $4, $5, $6)")
-            .bind(new_id())
-            .bind(job_id)
-            .bind(now)
-            .bind(mv.origin.as_str())
-            .bind(mv.context)
-            .bind(mv.data.to_string())
-            .execute(&mut *tx)
-            .await?;
+        insert_event!(tx, job_id, now, "STATUS_CHANGE", mv.origin.as_str(), mv.context, mv.data.to_string());
         tx.commit().await?;
         Ok(true)
     }.await)
@@ -264,13 +269,7 @@ async fn set_sub_status_attached(db: &Db, job_id: &str, value: &str) -> Result<S
                 Some(status) => SubStatusOutcome::NotActive(status),
             });
         }
-        sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'SUB_STATUS_CHANGE', 'API', 'SET_SUB_STATUS', $4)")
-            .bind(new_id())
-            .bind(job_id)
-            .bind(now)
-            .bind(serde_json::json!({ "sub_status": value }).to_string())
-            .execute(&mut *tx)
-            .await?;
+        insert_event!(tx, job_id, now, "SUB_STATUS_CHANGE", "API", "SET_SUB_STATUS", serde_json::json!({ "sub_status": value }).to_string());
         tx.commit().await?;
         Ok(SubStatusOutcome::Updated)
     }.await)
@@ -299,13 +298,7 @@ async fn insert_error_event_attached(db: &Db, job_id: &str, data: &serde_json::V
             tx.rollback().await?;
             return Ok(false);
         }
-        sqlx::query("INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) VALUES ($1, $2, $3, 'ERROR', 'API', 'SEND_ERROR', $4)")
-            .bind(new_id())
-            .bind(job_id)
-            .bind(now)
-            .bind(data.to_string())
-            .execute(&mut *tx)
-            .await?;
+        insert_event!(tx, job_id, now, "ERROR", "API", "SEND_ERROR", data.to_string());
         tx.commit().await?;
         Ok(true)
     }.await)

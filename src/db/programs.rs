@@ -1,7 +1,7 @@
 //! Functions ("programs"): lookups that also load the caller's relation to the function, and the
 //! create/update writes of the upload upsert.
 
-use super::{Db, Error, new_id, now_micros, on_db, query_error};
+use super::{Db, Error, now_micros, on_db, query_error};
 use crate::domain::visibility::FunctionAccess;
 
 /// Columns of a program plus the caller's relation to it; `$1` is always the caller's user id.
@@ -236,21 +236,4 @@ pub async fn grant(db: &Db, program_id: &str, group_id: &str, can_view: bool, ca
         .map(|r| r.rows_affected()))
     .map_err(query_error("grant function access"))?;
     Ok(())
-}
-
-/// Sets a provider function's GPU flag (an operator decision, not an upload field).
-pub async fn set_gpu(db: &Db, program_id: &str, gpu: bool) -> Result<(), Error> {
-    on_db!(db, pool => sqlx::query("UPDATE programs SET gpu = $2, updated = $3 WHERE id = $1")
-        .bind(program_id)
-        .bind(gpu)
-        .bind(now_micros())
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected()))
-    .map_err(query_error("set function gpu"))?;
-    Ok(())
-}
-
-pub fn new_program_id() -> String {
-    new_id()
 }
