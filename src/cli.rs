@@ -236,6 +236,7 @@ impl ServeArgs {
         let storage_settings = storage;
         let storage = storage_settings.open(&database.data_dir)?;
         storage.check().await.context("object storage is not reachable")?;
+        migrate_storage(&db, &storage).await?;
         let config = GatewayConfig {
             max_body_bytes: max_request_body_size_mb * 1024 * 1024,
             max_arguments_bytes: usize::try_from(max_arguments_length_mb * 1024 * 1024).unwrap_or(usize::MAX),
@@ -301,6 +302,31 @@ impl ServeArgs {
             .context("server failed")?;
         Ok(())
     }
+}
+
+/// Runs the one-time storage steps that have not completed yet (see `storage::migrate`). The
+/// merge of per-function user files is recorded as done only when no job was in flight: a job
+/// started by an earlier version writes to its old folder until it ends, and the next start
+/// moves what it wrote.
+pub async fn migrate_storage(db: &Db, storage: &Storage) -> anyhow::Result<()> {
+    use crate::storage::migrate;
+    if db::storage_steps::is_done(db, migrate::USER_AREA_MERGE).await? {
+        return Ok(());
+    }
+    let in_flight = db::jobs::in_flight(db).await?.len();
+    let report = migrate::merge_custom_user_areas(storage)
+        .await
+        .context("failed to move custom functions' files into their users' areas")?;
+    if report != migrate::MergeReport::default() {
+        println!(
+            "moved {} file(s) of custom functions into their users' shared areas ({} older duplicate(s) removed)",
+            report.moved, report.dropped
+        );
+    }
+    if in_flight == 0 {
+        db::storage_steps::mark_done(db, migrate::USER_AREA_MERGE).await?;
+    }
+    Ok(())
 }
 
 fn absolute(path: &std::path::Path) -> anyhow::Result<PathBuf> {
@@ -414,6 +440,23 @@ pub enum AdminCommand {
         #[arg(long)]
         run: bool,
     },
+    /// Disable a provider function: runs answer 423 with the message (default: the reference's
+    /// text) until it is enabled again.
+    DisableFunction {
+        #[arg(long)]
+        provider: String,
+        #[arg(long)]
+        function: String,
+        #[arg(long)]
+        message: Option<String>,
+    },
+    /// Enable a disabled provider function again.
+    EnableFunction {
+        #[arg(long)]
+        provider: String,
+        #[arg(long)]
+        function: String,
+    },
     /// Refuse every request of a user (401) until reactivated.
     DeactivateUser { user: String },
     /// Allow a deactivated user again.
@@ -434,6 +477,14 @@ fn check_user_name(user: &str) -> anyhow::Result<()> {
         bail!("invalid user name '{user}': use 1-150 letters, digits, '_', '.', '@' or '-'");
     }
     Ok(())
+}
+
+async fn find_provider_function(db: &Db, provider: &str, function: &str) -> anyhow::Result<db::programs::ProgramRow> {
+    let provider_row = find_provider(db, provider).await?;
+    // Any user id works for the lookup: only the function itself is needed here.
+    db::programs::find_provider_function(db, "", &provider_row.id, function)
+        .await?
+        .with_context(|| format!("function {provider}/{function} does not exist"))
 }
 
 async fn find_provider(db: &Db, name: &str) -> anyhow::Result<db::providers::ProviderRow> {
@@ -484,12 +535,18 @@ pub async fn admin(db: &Db, command: AdminCommand) -> anyhow::Result<String> {
             users::add_member(db, &group_row.id, &user_row.id).await?;
             format!("{user} is now a member of group {group}")
         }
+        AdminCommand::DisableFunction { provider, function, message } => {
+            let program = find_provider_function(db, &provider, &function).await?;
+            programs::set_disabled(db, &program.id, true, message.as_deref()).await?;
+            format!("{provider}/{function} is disabled")
+        }
+        AdminCommand::EnableFunction { provider, function } => {
+            let program = find_provider_function(db, &provider, &function).await?;
+            programs::set_disabled(db, &program.id, false, None).await?;
+            format!("{provider}/{function} is enabled")
+        }
         AdminCommand::Grant { provider, function, group, view, run } => {
-            let provider_row = find_provider(db, &provider).await?;
-            // Any user id works for the lookup: only the function itself is needed here.
-            let program = programs::find_provider_function(db, "", &provider_row.id, &function)
-                .await?
-                .with_context(|| format!("function {provider}/{function} does not exist"))?;
+            let program = find_provider_function(db, &provider, &function).await?;
             let group_row = users::ensure_group(db, &group).await?;
             programs::grant(db, &program.id, &group_row.id, view, run).await?;
             format!("group {group} on {provider}/{function}: view={view} run={run}")

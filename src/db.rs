@@ -6,6 +6,7 @@
 pub mod jobs;
 pub mod programs;
 pub mod providers;
+pub mod storage_steps;
 pub mod users;
 
 use std::str::FromStr;

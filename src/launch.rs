@@ -81,6 +81,12 @@ pub struct LaunchArgs {
     /// Largest size in bytes of each log; the oldest lines are dropped first.
     #[arg(long, env = "FUNCTIONS_LOGS_SIZE_LIMIT", default_value_t = 52_428_800)]
     pub logs_size_limit: usize,
+    /// Folder of object keys (ending with `/`) holding the user's file area, when `DATA_PATH`
+    /// is not that area itself (S3 storage): its files are copied into `DATA_PATH` before the
+    /// function runs, and files the function added, changed or removed there are copied back
+    /// at the end. Only files directly in the folder, as the files API lists them.
+    #[arg(long, env = "GANTRY_DATA_KEY")]
+    pub data_key: Option<String>,
     #[command(flatten)]
     pub storage: StorageArgs,
 }
@@ -100,6 +106,7 @@ impl LaunchArgs {
             arguments_file,
             provider_function,
             logs_size_limit,
+            data_key,
             storage,
         } = self;
         let storage = storage.open(&work_dir)?;
@@ -113,6 +120,7 @@ impl LaunchArgs {
             arguments_file,
             provider_function,
             logs_size_limit,
+            data_key,
             environment: std::env::vars_os().collect(),
         };
         Ok(run_job(&launch, &storage, stop).await)
@@ -145,6 +153,8 @@ pub struct Launch {
     pub arguments_file: PathBuf,
     pub provider_function: bool,
     pub logs_size_limit: usize,
+    /// The user's file area in storage, mirrored into `DATA_PATH` (see `LaunchArgs::data_key`).
+    pub data_key: Option<String>,
     /// The launcher's environment; the job gets it through `child_environment`, and its
     /// `ARGUMENTS_PATH` and `RESULTS_PATH` say where the arguments go and the result is found.
     pub environment: Vec<(OsString, OsString)>,
@@ -156,12 +166,18 @@ pub enum Error {
     WorkDir { path: PathBuf, source: io::Error },
     #[error("failed to find the artifact {key} in storage")]
     ArtifactMissing { key: String },
-    #[error("failed to download the artifact {key}")]
+    #[error("failed to download {key}")]
     Download { key: String, source: storage::Error },
-    #[error("failed to read the artifact {key}")]
-    ReadArtifact { key: String, source: io::Error },
-    #[error("failed to save the artifact to {path}")]
-    SaveArtifact { path: PathBuf, source: io::Error },
+    #[error("failed to read {key}")]
+    ReadObject { key: String, source: io::Error },
+    #[error("failed to save {path}")]
+    SaveObject { path: PathBuf, source: io::Error },
+    #[error("failed to list the user's files in {key}")]
+    ListData { key: String, source: storage::Error },
+    #[error("failed to read the user's files in {path}")]
+    ReadData { path: PathBuf, source: io::Error },
+    #[error("failed to remove {key}")]
+    Remove { key: String, source: storage::Error },
     #[error("failed to unpack the artifact: {reason}")]
     Unpack { reason: String },
     #[error("failed to find the entrypoint {entrypoint} in the artifact")]
@@ -190,13 +206,73 @@ pub async fn run_job(launch: &Launch, storage: &Storage, stop: impl Future<Outpu
         prepared = prepare(launch, storage, &environment) => prepared,
         () = stop.as_mut() => Err(Error::StoppedBeforeStart),
     };
-    let child = prepared.and_then(|script| spawn(launch, &environment, &script));
-    let child = match child {
-        Ok(child) => child,
+    let started = prepared.and_then(|(script, data)| Ok((spawn(launch, &environment, &script)?, data)));
+    let (child, data) = match started {
+        Ok(started) => started,
         Err(error) => return record_failure(launch, storage, &error).await,
     };
     let ending = supervise(launch, child, stop).await;
-    archive(launch, storage, &environment, ending).await
+    archive(launch, storage, &environment, data.as_ref(), ending).await
+}
+
+/// The user's file area copied into `DATA_PATH`: which files it held, by name, with their size
+/// and modification time once copied, so the end of the job can tell what changed.
+type DataSnapshot = std::collections::HashMap<String, (u64, std::time::SystemTime)>;
+
+/// A plain name of a file directly in the area: what the files API can address.
+fn is_area_name(name: &str) -> bool {
+    crate::domain::names::sanitize_file_name(name).as_deref() == Some(name)
+}
+
+/// Regular files directly in `folder` (links and folders are left out, so a job cannot make the
+/// launcher upload what a link points to), with their size and modification time.
+async fn data_files(folder: &Path) -> Result<DataSnapshot, Error> {
+    let read_error = |source| Error::ReadData { path: folder.to_path_buf(), source };
+    let mut files = DataSnapshot::new();
+    let mut entries = tokio::fs::read_dir(folder).await.map_err(read_error)?;
+    while let Some(entry) = entries.next_entry().await.map_err(read_error)? {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let metadata = tokio::fs::symlink_metadata(entry.path()).await.map_err(read_error)?;
+        if metadata.is_file() && is_area_name(&name) {
+            files.insert(name, (metadata.len(), metadata.modified().map_err(read_error)?));
+        }
+    }
+    Ok(files)
+}
+
+/// Copies the files of the user's area into `DATA_PATH`.
+async fn pull_data(storage: &Storage, key: &str, folder: &Path) -> Result<DataSnapshot, Error> {
+    tokio::fs::create_dir_all(folder).await.map_err(|source| Error::WorkDir { path: folder.to_path_buf(), source })?;
+    let names = storage.list(key).await.map_err(|source| Error::ListData { key: key.to_string(), source })?;
+    for name in names.iter().filter(|name| is_area_name(name)) {
+        // A file deleted since the listing is simply not there.
+        download(storage, &format!("{key}{name}"), &folder.join(name)).await?;
+    }
+    data_files(folder).await
+}
+
+/// Copies back what the job added or changed in `DATA_PATH`, and removes what it deleted.
+async fn push_data(storage: &Storage, key: &str, folder: &Path, before: &DataSnapshot) -> Vec<Error> {
+    let after = match data_files(folder).await {
+        Ok(after) => after,
+        Err(error) => return vec![error],
+    };
+    let mut problems = Vec::new();
+    for (name, state) in &after {
+        if before.get(name) != Some(state) {
+            let object = format!("{key}{name}");
+            if let Err(source) = storage.put_file(&object, &folder.join(name)).await {
+                problems.push(Error::Upload { key: object, source });
+            }
+        }
+    }
+    for name in before.keys().filter(|name| !after.contains_key(*name)) {
+        let object = format!("{key}{name}");
+        if let Err(source) = storage.delete(&object).await {
+            problems.push(Error::Remove { key: object, source });
+        }
+    }
+    problems
 }
 
 /// The job's environment: the launcher's minus its own settings (every `GANTRY_*` variable, the
@@ -224,14 +300,21 @@ fn code_dir(launch: &Launch) -> PathBuf {
     launch.work_dir.join("code")
 }
 
-/// Downloads and unpacks the artifact, places the arguments and clears a stale result; returns
-/// the script argument for python.
-async fn prepare(launch: &Launch, storage: &Storage, environment: &[(OsString, OsString)]) -> Result<String, Error> {
+/// Downloads and unpacks the artifact, copies the user's file area into `DATA_PATH` when it
+/// lives in storage, places the arguments and clears a stale result; returns the script
+/// argument for python and what the copied area held.
+async fn prepare(
+    launch: &Launch,
+    storage: &Storage,
+    environment: &[(OsString, OsString)],
+) -> Result<(String, Option<DataSnapshot>), Error> {
     tokio::fs::create_dir_all(&launch.work_dir)
         .await
         .map_err(|source| Error::WorkDir { path: launch.work_dir.clone(), source })?;
     let archive = launch.work_dir.join("artifact.tar");
-    download(storage, &launch.artifact_key, &archive).await?;
+    if !download(storage, &launch.artifact_key, &archive).await? {
+        return Err(Error::ArtifactMissing { key: launch.artifact_key.clone() });
+    }
     let code = code_dir(launch);
     let unpack_into = code.clone();
     tokio::task::spawn_blocking(move || unpack(&archive, &unpack_into))
@@ -246,6 +329,10 @@ async fn prepare(launch: &Launch, storage: &Storage, environment: &[(OsString, O
         return Err(entrypoint_missing());
     }
 
+    let data = match (&launch.data_key, environment_path(environment, "DATA_PATH")) {
+        (Some(key), Some(folder)) => Some(pull_data(storage, key, &folder).await?),
+        _ => None,
+    };
     if let Some(destination) = environment_path(environment, "ARGUMENTS_PATH") {
         let arguments_error =
             |source| Error::Arguments { from: launch.arguments_file.clone(), to: destination.clone(), source };
@@ -267,24 +354,25 @@ async fn prepare(launch: &Launch, storage: &Storage, environment: &[(OsString, O
         }
     }
     // A script named like an option would be taken for one by python.
-    Ok(if entrypoint.starts_with('-') { format!("./{entrypoint}") } else { entrypoint })
+    let script = if entrypoint.starts_with('-') { format!("./{entrypoint}") } else { entrypoint };
+    Ok((script, data))
 }
 
-/// Streams the object `key` into the file `destination`.
-async fn download(storage: &Storage, key: &str, destination: &Path) -> Result<(), Error> {
-    let object = storage
-        .get(key)
-        .await
-        .map_err(|source| Error::Download { key: key.to_string(), source })?
-        .ok_or_else(|| Error::ArtifactMissing { key: key.to_string() })?;
-    let save_error = |source| Error::SaveArtifact { path: destination.to_path_buf(), source };
+/// Streams the object `key` into the file `destination`; false when there is no such object.
+async fn download(storage: &Storage, key: &str, destination: &Path) -> Result<bool, Error> {
+    let Some(object) = storage.get(key).await.map_err(|source| Error::Download { key: key.to_string(), source })?
+    else {
+        return Ok(false);
+    };
+    let save_error = |source| Error::SaveObject { path: destination.to_path_buf(), source };
     let mut file = tokio::fs::File::create(destination).await.map_err(save_error)?;
     let mut body = object.body;
     while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|source| Error::ReadArtifact { key: key.to_string(), source })?;
+        let chunk = chunk.map_err(|source| Error::ReadObject { key: key.to_string(), source })?;
         file.write_all(&chunk).await.map_err(save_error)?;
     }
-    file.flush().await.map_err(save_error)
+    file.flush().await.map_err(save_error)?;
+    Ok(true)
 }
 
 /// Unpacks the tar `archive` into a fresh directory `root`, member by member. Every member is
@@ -620,10 +708,22 @@ async fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
     tokio::fs::rename(&staging, path).await
 }
 
-/// Ships the result and the logs, then the exit record; returns the launcher's exit code.
-async fn archive(launch: &Launch, storage: &Storage, environment: &[(OsString, OsString)], ending: Ending) -> i32 {
+/// Ships the user's files (when the area lives in storage), the result and the logs, then the
+/// exit record; returns the launcher's exit code.
+async fn archive(
+    launch: &Launch,
+    storage: &Storage,
+    environment: &[(OsString, OsString)],
+    data: Option<&DataSnapshot>,
+    ending: Ending,
+) -> i32 {
     let Ending { status, router } = ending;
     let mut problems = Vec::new();
+    if let (Some(key), Some(before), Some(folder)) =
+        (&launch.data_key, data, environment_path(environment, "DATA_PATH"))
+    {
+        problems.extend(push_data(storage, key, &folder, before).await);
+    }
     if let Some(results) = environment_path(environment, "RESULTS_PATH")
         && tokio::fs::metadata(&results).await.is_ok_and(|metadata| metadata.is_file())
     {
@@ -768,6 +868,7 @@ mod tests {
                 arguments_file,
                 provider_function,
                 logs_size_limit: 4096,
+                data_key: None,
                 environment: vec![
                     variable("PATH", &std::env::var_os("PATH").unwrap_or_default()),
                     variable("ARGUMENTS_PATH", self.arguments_path().as_os_str()),

@@ -253,10 +253,10 @@ impl LocalRunner {
             .await
             .map_err(|e| format!("failed to write the arguments: {e}"))?;
         let title = job.program_title.clone().unwrap_or_default();
+        let data_key = keys::user_files(&job.author_name, job.provider_name.as_deref().map(|p| (p, title.as_str())));
+        // With S3 the launcher mirrors the area into the work folder (`--data-key`).
         let data_path = match &self.storage {
-            Storage::Local { root } => {
-                root.join(keys::user_files(&job.author_name, job.provider_name.as_deref(), &title))
-            }
+            Storage::Local { root } => root.join(&data_key),
             Storage::S3 { .. } => work_dir.join("data"),
         };
         tokio::fs::create_dir_all(&data_path)
@@ -309,6 +309,9 @@ impl LocalRunner {
             .kill_on_drop(false);
         if job.provider_id.is_some() {
             command.arg("--provider-function");
+        }
+        if matches!(self.storage, Storage::S3 { .. }) {
+            command.arg("--data-key").arg(&data_key);
         }
         for key in PASSED_THROUGH {
             if let Ok(value) = std::env::var(key) {

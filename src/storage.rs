@@ -4,6 +4,8 @@
 //! upload is first spooled to a temporary file by the API layer and then moved in; a download is
 //! read in 64 KiB chunks.
 
+pub mod migrate;
+
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::pin::Pin;
@@ -17,6 +19,14 @@ use tokio_util::io::ReaderStream;
 pub const CHUNK_BYTES: usize = 64 * 1024;
 
 pub type ObjectStream = Pin<Box<dyn Stream<Item = io::Result<Bytes>> + Send>>;
+
+/// An object found by `list_tree`: its key and when it was last written (microseconds since the
+/// Unix epoch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub key: String,
+    pub modified: i64,
+}
 
 /// An object opened for reading.
 pub struct Object {
@@ -331,6 +341,122 @@ impl Storage {
     }
 }
 
+impl Storage {
+    /// Every object under `prefix` (ending with `/`), at any depth, with its write time; staged
+    /// partial uploads are left out. Symbolic links are not followed.
+    pub async fn list_tree(&self, prefix: &str) -> Result<Vec<ObjectInfo>, Error> {
+        match self {
+            Storage::Local { root } => {
+                let start = Self::local_path(root, prefix.trim_end_matches('/'))?;
+                let root = root.clone();
+                let prefix = prefix.to_string();
+                tokio::task::spawn_blocking(move || walk_local(&root, &start))
+                    .await
+                    .map_err(|e| Error::Local { operation: "list", key: prefix.clone(), source: io::Error::other(e) })?
+                    .map_err(|source| Error::Local { operation: "list", key: prefix, source })
+            }
+            Storage::S3 { client, bucket, prefix: root } => {
+                let full = format!("{root}{prefix}");
+                let mut objects = Vec::new();
+                let mut pages = client.list_objects_v2().bucket(bucket).prefix(&full).into_paginator().send();
+                while let Some(page) = pages.next().await {
+                    let page = page.map_err(|e| s3_error("list", bucket, prefix, e))?;
+                    for object in page.contents() {
+                        let Some(key) = object.key().and_then(|k| k.strip_prefix(root.as_str())) else { continue };
+                        let modified = object.last_modified().and_then(|t| t.to_millis().ok()).unwrap_or_default();
+                        objects.push(ObjectInfo { key: key.to_string(), modified: modified.saturating_mul(1000) });
+                    }
+                }
+                objects.sort_by(|a, b| a.key.cmp(&b.key));
+                Ok(objects)
+            }
+        }
+    }
+
+    /// Moves the object `from` to `to`, replacing `to`.
+    pub async fn rename(&self, from: &str, to: &str) -> Result<(), Error> {
+        match self {
+            Storage::Local { root } => {
+                let local_error = |operation, source| Error::Local { operation, key: from.to_string(), source };
+                let source = Self::local_path(root, from)?;
+                let destination = Self::local_path(root, to)?;
+                let parent = destination.parent().expect("object paths have a parent");
+                tokio::fs::create_dir_all(parent).await.map_err(|e| local_error("create folder for", e))?;
+                tokio::fs::rename(&source, &destination).await.map_err(|e| local_error("move", e))
+            }
+            Storage::S3 { client, bucket, prefix } => {
+                client
+                    .copy_object()
+                    .bucket(bucket)
+                    .copy_source(format!("{bucket}/{prefix}{from}"))
+                    .key(format!("{prefix}{to}"))
+                    .send()
+                    .await
+                    .map_err(|e| s3_error("copy", bucket, from, e))?;
+                client
+                    .delete_object()
+                    .bucket(bucket)
+                    .key(format!("{prefix}{from}"))
+                    .send()
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| s3_error("delete", bucket, from, e))
+            }
+        }
+    }
+
+    /// Removes the empty folders under `prefix` left behind by moves (local storage only; S3
+    /// has no folders).
+    pub async fn prune_empty_folders(&self, prefix: &str) -> Result<(), Error> {
+        let Storage::Local { root } = self else { return Ok(()) };
+        let start = Self::local_path(root, prefix.trim_end_matches('/'))?;
+        tokio::task::spawn_blocking(move || prune_local(&start)).await.map_err(|e| Error::Local {
+            operation: "prune",
+            key: prefix.into(),
+            source: io::Error::other(e),
+        })?;
+        Ok(())
+    }
+}
+
+fn walk_local(root: &Path, start: &Path) -> io::Result<Vec<ObjectInfo>> {
+    let mut objects = Vec::new();
+    let mut folders = vec![start.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        let entries = match std::fs::read_dir(&folder) {
+            Ok(entries) => entries,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let file_type = entry.file_type()?;
+            let path = entry.path();
+            if file_type.is_dir() {
+                folders.push(path);
+            } else if file_type.is_file() && !entry.file_name().to_string_lossy().starts_with(".incoming-") {
+                let modified = entry.metadata()?.modified()?;
+                let micros = modified.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or_default();
+                let key = path.strip_prefix(root).expect("walked below the root").to_string_lossy().into_owned();
+                objects.push(ObjectInfo { key, modified: i64::try_from(micros).unwrap_or(i64::MAX) });
+            }
+        }
+    }
+    objects.sort_by(|a, b| a.key.cmp(&b.key));
+    Ok(objects)
+}
+
+/// Removes `folder` and the folders below it that hold no file; true when `folder` went away.
+fn prune_local(folder: &Path) -> bool {
+    let Ok(entries) = std::fs::read_dir(folder) else { return false };
+    let mut empty = true;
+    for entry in entries.flatten() {
+        let is_dir = entry.file_type().is_ok_and(|t| t.is_dir());
+        empty &= is_dir && prune_local(&entry.path());
+    }
+    empty && std::fs::remove_dir(folder).is_ok()
+}
+
 fn s3_error(
     operation: &'static str,
     bucket: &str,
@@ -349,12 +475,27 @@ pub mod keys {
         format!("artifacts/{program_id}/{upload_id}.tar")
     }
 
-    /// Folder (ending with `/`) of a user's own files for one function.
-    pub fn user_files(username: &str, provider: Option<&str>, title: &str) -> String {
-        match provider {
-            None => format!("users/{username}/functions/{title}/data/"),
-            Some(provider) => format!("users/{username}/providers/{provider}/{title}/data/"),
+    /// Folder (ending with `/`) of a user's own files (the files API and a job's `DATA_PATH`):
+    /// one area shared by all the user's custom functions, and one per provider function given
+    /// as `(provider, title)` (reference-contract §1.19).
+    pub fn user_files(username: &str, provider_function: Option<(&str, &str)>) -> String {
+        match provider_function {
+            None => format!("users/{username}/data/"),
+            Some((provider, title)) => format!("users/{username}/providers/{provider}/{title}/data/"),
         }
+    }
+
+    /// Where earlier versions kept a user's files per custom function:
+    /// `users/<user>/functions/<title>/data/…`. Given such a key, the key the object has in the
+    /// user's shared area; `None` for any other key.
+    pub fn legacy_custom_user_file(key: &str) -> Option<String> {
+        let rest = key.strip_prefix("users/")?;
+        let (username, rest) = rest.split_once('/')?;
+        let rest = rest.strip_prefix("functions/")?;
+        let (title, rest) = rest.split_once('/')?;
+        let name = rest.strip_prefix("data/")?;
+        (!username.is_empty() && !title.is_empty() && !name.is_empty())
+            .then(|| format!("{}{name}", user_files(username, None)))
     }
 
     /// The result a job saved (`RESULTS_PATH`), shipped by the launcher at exit.
@@ -388,10 +529,31 @@ pub mod keys {
 
         #[test]
         fn keys_separate_users_providers_and_functions() {
-            assert_eq!(user_files("alice", None, "fn"), "users/alice/functions/fn/data/");
-            assert_eq!(user_files("alice", Some("ibm"), "fn"), "users/alice/providers/ibm/fn/data/");
+            assert_eq!(user_files("alice", None), "users/alice/data/");
+            assert_eq!(user_files("alice", Some(("ibm", "fn"))), "users/alice/providers/ibm/fn/data/");
             assert_eq!(provider_files("ibm", "fn"), "providers/ibm/fn/data/");
             assert_eq!(artifact("p", "u"), "artifacts/p/u.tar");
+        }
+
+        #[test]
+        fn legacy_per_function_keys_map_into_the_users_area() {
+            assert_eq!(
+                legacy_custom_user_file("users/alice/functions/fn/data/out.tar").as_deref(),
+                Some("users/alice/data/out.tar")
+            );
+            assert_eq!(
+                legacy_custom_user_file("users/alice/functions/fn/data/results/j.json").as_deref(),
+                Some("users/alice/data/results/j.json")
+            );
+            for other in [
+                "users/alice/data/out.tar",
+                "users/alice/providers/ibm/fn/data/x",
+                "users/alice/functions/fn/data/",
+                "users/alice/functions/fn/other/x",
+                "providers/ibm/fn/data/x",
+            ] {
+                assert_eq!(legacy_custom_user_file(other), None, "{other}");
+            }
         }
     }
 }

@@ -60,7 +60,7 @@ async fn user_folder(state: &AppState, caller: &Caller, query: &FileQuery) -> Re
                 ApiError::NotFound(_) => ApiError::function_not_found(None, &target.function),
                 other => other,
             })?;
-    Ok(keys::user_files(&caller.username, row.provider_name.as_deref(), &row.title))
+    Ok(keys::user_files(&caller.username, row.provider_name.as_deref().map(|p| (p, row.title.as_str()))))
 }
 
 /// The provider's file folder of one of its functions, for those who manage it.
@@ -169,7 +169,7 @@ fn checked_file(state: &AppState, fields: &mut RequestFields) -> Result<Uploaded
     let mime = sniff_mime(&file.head);
     if !state.config.allowed_mime_types.iter().any(|allowed| allowed == &mime) {
         return Err(ApiError::BadRequest(format!(
-            "Uploaded file is not a valid type ({mime}). Accepted types: {}.",
+            "Uploaded file is not a valid type. Its content is {mime}; accepted types: {}.",
             state.config.allowed_mime_types.join(", ")
         )));
     }

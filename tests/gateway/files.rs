@@ -12,7 +12,114 @@ both_backends!(
     uploads_outside_the_allow_list_are_refused,
     names_cannot_escape_their_folder,
     provider_files_round_trip,
+    custom_functions_of_a_user_share_one_area,
+    provider_function_areas_are_per_function_and_per_user,
+    files_of_the_per_function_layout_move_into_the_users_area,
 );
+
+async fn custom_functions_of_a_user_share_one_area(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    for title in ["producer", "consumer"] {
+        gateway.upload_function("alice", &[("title", title), ("entrypoint", "main.py")]).await;
+    }
+    gateway.upload_function("bob", &[("title", "consumer"), ("entrypoint", "main.py")]).await;
+    let upload = gateway
+        .post_multipart("/api/v1/files/upload/?function=producer", "alice", &[], &[("file", "out.txt", b"42\n")])
+        .await;
+    assert_eq!(upload.status, 200, "{}", upload.json);
+    // Listed, downloaded and deleted through the user's other custom function.
+    for path in ["/api/v1/files/?function=consumer", "/api/v1/files/?function=producer"] {
+        assert_eq!(gateway.get(path, "alice").await.json, json!({"results": ["out.txt"]}), "{path}");
+    }
+    assert_eq!(gateway.get("/api/v1/files/list/?function=consumer", "alice").await.json, json!({"files": ["out.txt"]}));
+    let download = gateway.get("/api/v1/files/download/?function=consumer&file=out.txt", "alice").await;
+    assert_eq!((download.status.as_u16(), download.bytes.as_slice()), (200, b"42\n".as_slice()));
+    assert_eq!(gateway.get("/api/v1/files/?function=consumer", "bob").await.json, json!({"results": []}));
+    // A function the caller does not have still answers 404.
+    let unknown = gateway.get("/api/v1/files/?function=nope", "alice").await;
+    assert_eq!((unknown.status.as_u16(), unknown.message()), (404, "Qiskit Function nope doesn't exist.".into()));
+    let deleted = gateway.delete("/api/v1/files/delete/?function=consumer&file=out.txt", "alice").await;
+    assert_eq!(deleted.status, 200);
+    assert_eq!(gateway.get("/api/v1/files/?function=producer", "alice").await.json, json!({"results": []}));
+}
+
+async fn provider_function_areas_are_per_function_and_per_user(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    gateway.provider("acme", None, "erin").await;
+    for title in ["acme/one", "acme/two"] {
+        gateway.upload_function("erin", &[("title", title), ("entrypoint", "main.py")]).await;
+    }
+    for user in ["alice", "bob"] {
+        gateway.admin(gantry::cli::AdminCommand::AddMember { group: "users".into(), user: user.into() }).await;
+    }
+    for function in ["one", "two"] {
+        gateway
+            .admin(gantry::cli::AdminCommand::Grant {
+                provider: "acme".into(),
+                function: function.into(),
+                group: "users".into(),
+                view: true,
+                run: true,
+            })
+            .await;
+    }
+    gateway.upload_function("alice", &[("title", "own"), ("entrypoint", "main.py")]).await;
+    let upload = gateway
+        .post_multipart("/api/v1/files/upload/?function=one&provider=acme", "alice", &[], &[("file", "a.txt", b"a")])
+        .await;
+    assert_eq!(upload.status, 200, "{}", upload.json);
+    assert_eq!(upload.message(), "users/alice/providers/acme/one/data/a.txt");
+    let list = |function: &'static str, provider: Option<&'static str>, user: &'static str| {
+        let path = match provider {
+            Some(provider) => format!("/api/v1/files/?function={function}&provider={provider}"),
+            None => format!("/api/v1/files/?function={function}"),
+        };
+        let gateway = &gateway;
+        async move { gateway.get(&path, user).await.json }
+    };
+    assert_eq!(list("one", Some("acme"), "alice").await, json!({"results": ["a.txt"]}));
+    assert_eq!(list("two", Some("acme"), "alice").await, json!({"results": []}), "another provider function");
+    assert_eq!(list("one", Some("acme"), "bob").await, json!({"results": []}), "another user");
+    assert_eq!(list("own", None, "alice").await, json!({"results": []}), "the user's custom area");
+}
+
+async fn files_of_the_per_function_layout_move_into_the_users_area(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    for title in ["a", "b"] {
+        gateway.upload_function("alice", &[("title", title), ("entrypoint", "main.py")]).await;
+    }
+    let storage = &gateway.state.storage;
+    let put = |key: &'static str, text: &'static str| async move {
+        storage.put_bytes(key, bytes::Bytes::from(text)).await.unwrap();
+    };
+    put("users/alice/functions/b/data/clash.txt", "older").await;
+    put("users/alice/functions/a/data/only-a.txt", "a").await;
+    put("users/alice/functions/b/data/results/job.json", "{}").await;
+    put("users/bob/functions/a/data/bob.txt", "bob").await;
+    // Object times may have one-second resolution: make the second copy clearly newer.
+    tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
+    put("users/alice/functions/a/data/clash.txt", "newer").await;
+
+    gantry::cli::migrate_storage(&gateway.state.db, storage).await.unwrap();
+    assert_eq!(
+        gateway.get("/api/v1/files/?function=b", "alice").await.json,
+        json!({"results": ["clash.txt", "only-a.txt"]})
+    );
+    let clash = gateway.get("/api/v1/files/download/?function=b&file=clash.txt", "alice").await;
+    assert_eq!(clash.bytes, b"newer", "the newest of two files of the same name is kept");
+    assert_eq!(storage.read_to_bytes("users/alice/data/results/job.json").await.unwrap().unwrap().as_ref(), b"{}");
+    assert_eq!(storage.read_to_bytes("users/bob/data/bob.txt").await.unwrap().unwrap().as_ref(), b"bob");
+    let left: Vec<String> = storage.list_tree("users/").await.unwrap().into_iter().map(|o| o.key).collect();
+    assert!(left.iter().all(|key| !key.contains("/functions/")), "{left:?}");
+
+    // Recorded as done: files placed in the old layout later are not moved by another start.
+    put("users/alice/functions/a/data/late.txt", "late").await;
+    gantry::cli::migrate_storage(&gateway.state.db, storage).await.unwrap();
+    assert_eq!(
+        gateway.get("/api/v1/files/?function=b", "alice").await.json,
+        json!({"results": ["clash.txt", "only-a.txt"]})
+    );
+}
 
 async fn user_files_round_trip(backend: Backend) {
     let gateway = Gateway::start(backend).await;
@@ -42,9 +149,7 @@ async fn user_files_round_trip(backend: Backend) {
     assert_eq!(download.headers["content-disposition"], "attachment; filename=data.csv");
     assert_eq!(download.headers["content-length"], "8");
 
-    // Files are per function and per user.
-    gateway.upload_function("alice", &[("title", "fn2"), ("entrypoint", "main.py")]).await;
-    assert_eq!(gateway.get("/api/v1/files?function=fn2", "alice").await.json, json!({"results": []}));
+    // Files are per user: another user's function of the same title has its own area.
     gateway.upload_function("bob", &[("title", "fn"), ("entrypoint", "main.py")]).await;
     assert_eq!(gateway.get("/api/v1/files?function=fn", "bob").await.json, json!({"results": []}));
 
@@ -111,25 +216,16 @@ async fn names_cannot_escape_their_folder(backend: Backend) {
 
     // An uploaded name with a path keeps only its basename, inside the caller's folder.
     let reply = gateway
-        .post_multipart(
-            "/api/v1/files/upload/?function=fn",
-            "alice",
-            &[],
-            &[("file", "../../bob/functions/fn/data/evil.txt", b"x")],
-        )
+        .post_multipart("/api/v1/files/upload/?function=fn", "alice", &[], &[("file", "../../bob/data/evil.txt", b"x")])
         .await;
     assert_eq!(reply.status, 200);
-    assert!(reply.message().starts_with("users/alice/functions/fn/data/"), "{}", reply.message());
+    assert!(reply.message().starts_with("users/alice/data/"), "{}", reply.message());
     assert_eq!(gateway.get("/api/v1/files?function=fn", "bob").await.json, json!({"results": ["secret.txt"]}));
     assert_eq!(gateway.get("/api/v1/files?function=fn", "alice").await.json, json!({"results": ["evil.txt"]}));
 
-    for file in [
-        "../../../bob/functions/fn/data/secret.txt",
-        "..%2F..%2F..%2Fbob%2Ffunctions%2Ffn%2Fdata%2Fsecret.txt",
-        "%2Fetc%2Fpasswd",
-        "..",
-        "secret.txt%00",
-    ] {
+    for file in
+        ["../../bob/data/secret.txt", "..%2F..%2Fbob%2Fdata%2Fsecret.txt", "%2Fetc%2Fpasswd", "..", "secret.txt%00"]
+    {
         let download = gateway.get(&format!("/api/v1/files/download?function=fn&file={file}"), "alice").await;
         assert_eq!(download.status, 404, "{file}");
         assert_ne!(download.bytes, b"bob's secret");
@@ -147,7 +243,7 @@ async fn names_cannot_escape_their_folder(backend: Backend) {
     let reply = gateway
         .call("POST", "/api/v1/files/upload/?function=fn", Some("alice"), Some(&content_type), Body::from(body))
         .await;
-    assert!(reply.message().starts_with("users/alice/functions/fn/data/passwd"), "{}", reply.message());
+    assert!(reply.message().starts_with("users/alice/data/passwd"), "{}", reply.message());
 }
 
 async fn provider_files_round_trip(backend: Backend) {

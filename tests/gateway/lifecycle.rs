@@ -16,7 +16,57 @@ both_backends!(
     jobs_left_running_by_a_dead_process_are_reconciled,
     admission_caps_running_jobs_per_user,
     a_failing_publisher_never_blocks_a_move,
+    a_job_reads_what_a_job_of_another_function_wrote,
 );
+
+/// Writes `DATA_PATH/out.txt` (producer) or returns its content as the result (consumer).
+const DATA_MAIN: &str = r#"
+import json, os
+with open(os.environ["ARGUMENTS_PATH"]) as handle:
+    arguments = json.load(handle)
+path = os.path.join(os.environ["DATA_PATH"], "out.txt")
+if arguments["role"] == "producer":
+    with open(path, "w") as handle:
+        handle.write(arguments["text"])
+    result = {"wrote": arguments["text"]}
+else:
+    with open(path) as handle:
+        result = {"read": handle.read()}
+os.makedirs(os.path.dirname(os.environ["RESULTS_PATH"]), exist_ok=True)
+with open(os.environ["RESULTS_PATH"], "w") as handle:
+    json.dump(result, handle)
+"#;
+
+async fn a_job_reads_what_a_job_of_another_function_wrote(backend: Backend) {
+    let gateway = Gateway::start(backend).await.with_runner(|_| {}).await;
+    let artifact = tar_of(&[("main.py", DATA_MAIN.as_bytes())]);
+    for title in ["producer", "consumer"] {
+        let reply = gateway
+            .post_multipart(
+                "/api/v1/programs/upload/",
+                "alice",
+                &[("title", title), ("entrypoint", "main.py")],
+                &[("artifact", "artifact.tar", &artifact)],
+            )
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.json);
+    }
+    let arguments = json!({"role": "producer", "text": "made by the producer"}).to_string();
+    let produced = run(&gateway, "alice", json!({"title": "producer", "arguments": arguments})).await;
+    let job = gateway.wait_for_job("alice", &produced, 60, terminal).await;
+    assert_eq!(job["status"], "SUCCEEDED", "{job}");
+    assert_eq!(
+        gateway.get("/api/v1/files/?function=consumer", "alice").await.json,
+        json!({"results": ["out.txt"]}),
+        "the consumer's listing shows the producer's file"
+    );
+    let consumed = run(&gateway, "alice", json!({"title": "consumer", "arguments": "{\"role\": \"consumer\"}"})).await;
+    let job = gateway.wait_for_job("alice", &consumed, 60, terminal).await;
+    assert_eq!(job["status"], "SUCCEEDED", "{job}");
+    let result = gateway.get(&format!("/api/v1/jobs/{consumed}/result/"), "alice").await.json;
+    let result: Value = serde_json::from_str(result["result"].as_str().unwrap()).unwrap();
+    assert_eq!(result, json!({"read": "made by the producer"}));
+}
 
 struct BrokenPublisher(std::sync::atomic::AtomicUsize);
 
