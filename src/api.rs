@@ -273,13 +273,27 @@ pub struct RequestFields {
 }
 
 impl RequestFields {
-    /// A field as text: strings as they are, other JSON values serialized; `None` when absent
-    /// or null.
+    /// A field as text, with surrounding whitespace removed as the reference's serializers
+    /// remove it (a job's `send_error` message built from a traceback ends with a newline that
+    /// must not be stored); other JSON values serialized; `None` when absent or null.
     pub fn text(&self, name: &str) -> Option<String> {
         match self.values.get(name)? {
             Value::Null => None,
-            Value::String(text) => Some(text.clone()),
+            Value::String(text) => Some(text.trim().to_string()),
             other => Some(other.to_string()),
+        }
+    }
+
+    /// A required text field: `This field is required.` when absent or null, `This field may
+    /// not be blank.` when only whitespace (the reference's serializer messages, naming the field
+    /// after them).
+    pub fn required_text(&self, name: &str) -> Result<String, ApiError> {
+        match self.text(name) {
+            None => Err(ApiError::BadRequest(format!("This field is required. ('{name}')"))),
+            Some(text) if text.is_empty() => {
+                Err(ApiError::BadRequest(format!("This field may not be blank. ('{name}')")))
+            }
+            Some(text) => Ok(text),
         }
     }
 

@@ -58,13 +58,13 @@ impl FromRequestParts<AppState> for Caller {
         // mock_token is the only mechanism `gantry` starts with (see `cli`).
         if !is_valid_user_name(token) {
             return Err(ApiError::Unauthorized(
-                "Authorization token is not valid: with mock_token it must be 1-150 characters of letters, digits, '_', '.', '@' or '-'.".into(),
+                "Authorization token is not valid. With mock_token it must be 1-150 characters of letters, digits, '_', '.', '@' or '-'.".into(),
             ));
         }
         let user = db::users::ensure(&state.db, token).await?;
         if !user.is_active {
             return Err(ApiError::Unauthorized(
-                "Your user was deactivated. Please contact your administrator for reactivation.".into(),
+                "Your user was deactivated. Please contact IBM support for reactivation.".into(),
             ));
         }
         Ok(Caller { user_id: user.id, username: user.username, token: token.to_string() })

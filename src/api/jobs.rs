@@ -26,7 +26,7 @@ fn bad(message: impl Into<String>) -> ApiError {
 }
 
 pub fn job_not_found(job_id: &str) -> ApiError {
-    ApiError::NotFound(format!("Job {job_id} not found"))
+    ApiError::NotFound(format!("Job [{job_id}] not found"))
 }
 
 fn program_summary(job: &JobRow) -> Value {
@@ -75,7 +75,7 @@ pub async fn run_program(
             "'compute_profile' was removed: use 'function_size' with one of the function's sizes (S, M, L, XL).",
         ));
     }
-    let raw_title = fields.text("title").filter(|t| !t.trim().is_empty()).ok_or_else(|| bad("'title' is required."))?;
+    let raw_title = fields.required_text("title")?;
     let provider = fields.text("provider").map(|p| names::sanitize_title(&p, false)).filter(|p| !p.is_empty());
     let title = names::sanitize_title(&raw_title, false);
     let arguments = arguments_text(&fields)?;
@@ -92,7 +92,10 @@ pub async fn run_program(
     let program = resolve_function(&state, &caller, provider.as_deref(), &title, visibility::can_run).await?;
     if program.disabled {
         return Err(ApiError::Locked(
-            program.disabled_message.clone().unwrap_or_else(|| "This function is temporarily disabled.".into()),
+            program
+                .disabled_message
+                .clone()
+                .unwrap_or_else(|| "IBM has temporarily disabled access to this function".into()),
         ));
     }
     let catalog: serde_json::Map<String, Value> = serde_json::from_str(&program.sizes).unwrap_or_default();
@@ -221,7 +224,7 @@ fn base_filter(query: &ListQuery) -> Result<JobFilter, ApiError> {
         Some("catalog") => Some(true),
         Some("serverless") => Some(false),
         Some(other) => {
-            return Err(bad(format!("\"{other}\" is not a valid choice for 'filter': use catalog or serverless.")));
+            return Err(bad(format!("\"{other}\" is not a valid choice. 'filter' takes catalog or serverless.")));
         }
     };
     if let Some(after) = query.created_after.as_deref().filter(|s| !s.is_empty()) {
@@ -345,7 +348,7 @@ fn parse_bool(name: &str, value: Option<&str>, default: bool) -> Result<bool, Ap
         None => Ok(default),
         Some(v) if ["true", "1", "yes", "on", "t", "y"].contains(&v.as_str()) => Ok(true),
         Some(v) if ["false", "0", "no", "off", "f", "n"].contains(&v.as_str()) => Ok(false),
-        Some(_) => Err(bad(format!("'{name}' must be a valid boolean."))),
+        Some(_) => Err(bad(format!("Must be a valid boolean. ('{name}')"))),
     }
 }
 
@@ -398,7 +401,7 @@ pub async fn save_job_result(
     fields: RequestFields,
 ) -> Result<Json<Value>, ApiError> {
     let job = own_job(&state, &caller, &job_id).await?;
-    let result = fields.text("result").ok_or_else(|| bad("'result' is required."))?;
+    let result = fields.required_text("result")?;
     state.storage.put_bytes(&keys::job_result(&job.id), result.clone().into()).await?;
     let mut record = job_record(&job);
     record["result"] = Value::String(result);
@@ -417,6 +420,10 @@ async fn read_log(state: &AppState, job: &JobRow, provider: bool) -> Result<Stri
     {
         return Ok(text);
     }
+    // As the reference: the user log of a provider function has no database copy.
+    if !provider && job.provider_id.is_some() {
+        return Ok("No logs available.".into());
+    }
     let stored: Option<String> = jobs::stored_logs(&state.db, &job.id).await?;
     Ok(stored.filter(|s| !s.is_empty()).unwrap_or_else(|| "No logs yet.".into()))
 }
@@ -428,7 +435,7 @@ pub async fn get_job_logs(
 ) -> Result<Json<Value>, ApiError> {
     let job = jobs::find(&state.db, &job_id).await?.ok_or_else(|| job_not_found(&job_id))?;
     if job.author_id != caller.user_id {
-        return Err(ApiError::Forbidden(format!("You don't have access to read user logs of the job {job_id}")));
+        return Err(ApiError::Forbidden(format!("You don't have access to read user logs of the job [{job_id}]")));
     }
     Ok(Json(json!({ "logs": read_log(&state, &job, false).await? })))
 }
@@ -440,7 +447,7 @@ pub async fn get_job_provider_logs(
 ) -> Result<Json<Value>, ApiError> {
     let job = jobs::find(&state.db, &job_id).await?.ok_or_else(|| job_not_found(&job_id))?;
     if job.provider_id.is_none() || !manages_job_function(&state, &caller, &job).await? {
-        return Err(ApiError::Forbidden(format!("You don't have access to job {job_id}")));
+        return Err(ApiError::Forbidden(format!("You don't have access to job [{job_id}]")));
     }
     Ok(Json(json!({ "logs": read_log(&state, &job, true).await? })))
 }
@@ -449,9 +456,12 @@ pub async fn stop_job(
     State(state): State<AppState>,
     caller: Caller,
     Path(job_id): Path<String>,
-    _fields: RequestFields,
+    fields: RequestFields,
 ) -> Result<Json<Value>, ApiError> {
     own_job(&state, &caller, &job_id).await?;
+    if fields.values.get("service").is_some_and(Value::is_null) {
+        return Err(bad("This field may not be null. ('service')"));
+    }
     // The `service` field (a serialized runtime service with credentials) is never logged or stored.
     let outcome = match &state.runner {
         Some(runner) => runner.stop(&job_id).await?,
@@ -513,11 +523,10 @@ pub async fn create_job_event(
     if event_type(fields.text("type"))?.is_none() {
         return Err(bad("Type is not valid. Valid types: ['ERROR']"));
     }
-    let required = |name: &str| fields.text(name).ok_or_else(|| bad(format!("'{name}' is required.")));
     let data = json!({
-        "code": required("code")?,
-        "message": required("message")?,
-        "exception": required("exception")?,
+        "code": fields.required_text("code")?,
+        "message": fields.required_text("message")?,
+        "exception": fields.required_text("exception")?,
         "args": match fields.value("args") {
             Some(Value::String(text)) => serde_json::from_str(text).unwrap_or(Value::String(text.clone())),
             Some(other) => other.clone(),
@@ -584,8 +593,7 @@ pub async fn add_runtime_job(
     fields: RequestFields,
 ) -> Result<Json<Value>, ApiError> {
     let job = own_job(&state, &caller, &job_id).await?;
-    let runtime_job =
-        fields.text("runtime_job").filter(|r| !r.trim().is_empty()).ok_or_else(|| bad("'runtime_job' is required."))?;
+    let runtime_job = fields.required_text("runtime_job")?;
     if runtime_job.len() > 100 {
         return Err(bad("'runtime_job' must be at most 100 characters."));
     }
@@ -594,9 +602,12 @@ pub async fn add_runtime_job(
         Ok(()) => Ok(Json(
             json!({ "message": format!("RuntimeJob object [{runtime_job}] created for serverless job id [{job_id}].") }),
         )),
-        Err(error) if error.unique_violation().is_some() => {
-            Err(ApiError::Conflict(format!("Runtime job {runtime_job} is already recorded.")))
-        }
+        // As the reference: a failed association is reported in a 200 answer.
+        Err(error) if error.unique_violation().is_some() => Ok(Json(json!({
+            "message": format!(
+                "Failed to create RuntimeJob object [{runtime_job}] for job id [{job_id}]. Error: runtime job {runtime_job} is already recorded."
+            )
+        }))),
         Err(error) => Err(error.into()),
     }
 }

@@ -210,9 +210,10 @@ fn merge_upload(
             None => None,
             Some(Value::String(text)) => schema::parse_stored_schema(text).map_err(bad)?,
             Some(other) => {
-                if other.to_string().len() > schema::MAX_SCHEMA_CHARS {
+                let length = other.to_string().chars().count();
+                if length > schema::MAX_SCHEMA_CHARS {
                     return Err(bad(format!(
-                        "arguments_schema is longer than {} characters.",
+                        "arguments_schema is {length} characters long and the maximum is {}.",
                         schema::MAX_SCHEMA_CHARS
                     )));
                 }
@@ -250,7 +251,7 @@ pub async fn upload_program(
     caller: Caller,
     mut fields: RequestFields,
 ) -> Result<Json<Value>, ApiError> {
-    let raw_title = fields.text("title").filter(|t| !t.trim().is_empty()).ok_or_else(|| bad("'title' is required."))?;
+    let raw_title = fields.required_text("title")?;
     if raw_title.chars().count() > 255 {
         return Err(bad("'title' must be at most 255 characters."));
     }
@@ -259,7 +260,14 @@ pub async fn upload_program(
 
     let (provider, existing) = match provider_name.as_deref() {
         Some(name) => {
-            let provider = providers::find_by_name(&state.db, name).await?.ok_or_else(not_found)?;
+            let provider = match providers::find_by_name(&state.db, name).await? {
+                Some(provider) => provider,
+                // As the reference: an image names its provider, which must exist.
+                None if fields.text("image").is_some_and(|image| !image.is_empty()) => {
+                    return Err(bad(format!("{name} is not valid provider.")));
+                }
+                None => return Err(not_found()),
+            };
             let existing = programs::find_provider_function(&state.db, &caller.user_id, &provider.id, &title).await?;
             let allowed = match &existing {
                 Some(row) => visibility::can_manage(row.access()),
@@ -292,7 +300,8 @@ pub async fn upload_program(
     if let Some(artifact) = fields.take_file("artifact") {
         let file_name = artifact.file_name.clone().unwrap_or_default();
         if !file_name.is_empty() && !file_name.to_ascii_lowercase().ends_with(".tar") {
-            return Err(bad(format!("File extension of '{file_name}' is not allowed. Allowed extensions are: tar.")));
+            let extension = file_name.rsplit_once('.').map(|(_, e)| e).unwrap_or_default();
+            return Err(bad(format!("File extension “{extension}” is not allowed. Allowed extensions are: tar.")));
         }
         let path = artifact.path.to_path_buf();
         let members = tokio::task::spawn_blocking(move || crate::artifact::inspect(&path))
@@ -348,11 +357,9 @@ pub async fn upload_program(
 /// The `arguments` field as text: the client sends a JSON string; a JSON body may also carry an
 /// object directly.
 pub fn arguments_text(fields: &RequestFields) -> Result<String, ApiError> {
-    match fields.values.get("arguments") {
-        None | Some(Value::Null) => Err(bad("'arguments' is required.")),
-        Some(Value::String(text)) if text.trim().is_empty() => Err(bad("'arguments' may not be blank.")),
-        Some(Value::String(text)) => Ok(text.clone()),
-        Some(other) => Ok(other.to_string()),
+    match fields.value("arguments") {
+        Some(value) if !value.is_string() => Ok(value.to_string()),
+        _ => fields.required_text("arguments"),
     }
 }
 
@@ -382,7 +389,7 @@ pub async fn validate_arguments(
     caller: Caller,
     fields: RequestFields,
 ) -> Result<Json<Value>, ApiError> {
-    let raw_title = fields.text("title").ok_or_else(|| bad("'title' is required."))?;
+    let raw_title = fields.required_text("title")?;
     let (provider, title) = names::split_title(&raw_title, fields.text("provider").as_deref()).map_err(bad)?;
     let arguments = arguments_text(&fields)?;
     let row = resolve_function(&state, &caller, provider.as_deref(), &title, visibility::can_run).await?;

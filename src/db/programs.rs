@@ -237,3 +237,17 @@ pub async fn grant(db: &Db, program_id: &str, group_id: &str, can_view: bool, ca
     .map_err(query_error("grant function access"))?;
     Ok(())
 }
+
+/// Disables a function (runs answer 423 with `message`, or the reference's default) or enables it
+/// again (`disabled` false clears the message).
+pub async fn set_disabled(db: &Db, program_id: &str, disabled: bool, message: Option<&str>) -> Result<(), Error> {
+    on_db!(db, pool => sqlx::query("UPDATE programs SET disabled = $1, disabled_message = $2, updated = $3 WHERE id = $4")
+        .bind(disabled)
+        .bind(message.filter(|_| disabled))
+        .bind(now_micros())
+        .bind(program_id)
+        .execute(pool)
+        .await
+        .map(|_| ()))
+    .map_err(query_error("disable function"))
+}

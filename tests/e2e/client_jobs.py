@@ -70,6 +70,10 @@ def _():
     assert seen[-1] == "ERROR", seen
     events = job.events(type="ERROR")
     assert len(events) == 1, events
+    # Text fields are trimmed as the reference's serializers trim them: no trailing newline.
+    assert events[0].data["message"] == "ValueError: the widget broke", events[0].data
+    expected = "\n| Message: ValueError: the widget broke\n| Code: E42\n| Exception: WidgetError"
+    assert job.error_message() == expected, repr(job.error_message())
     try:
         job.result(cadence=0.2)
     except Exception as error:  # noqa: BLE001 - the client raises QiskitServerlessException

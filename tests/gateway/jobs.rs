@@ -18,7 +18,57 @@ both_backends!(
     stop_requests,
     provider_job_listing_and_logs,
     a_cancelled_run_never_leaves_a_transaction_open,
+    text_fields_are_trimmed_like_the_reference,
 );
+
+async fn text_fields_are_trimmed_like_the_reference(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    let upload = gateway
+        .upload_function(
+            "alice",
+            &[
+                ("title", "  fn \n"),
+                ("entrypoint", " main.py "),
+                ("description", "  a function\n"),
+                ("version", " 1.0 "),
+            ],
+        )
+        .await;
+    assert_eq!(upload.status, 200, "{}", upload.json);
+    assert_eq!(
+        (&upload.json["title"], &upload.json["entrypoint"], &upload.json["description"], &upload.json["version"]),
+        (&json!("fn"), &json!("main.py"), &json!("a function"), &json!("1.0"))
+    );
+    let id = run(&gateway, "alice", " fn ", "  {}\n").await.json["id"].as_str().unwrap().to_string();
+    // A job's send_error with a message built by traceback.format_exception_only.
+    let sent = gateway
+        .post_json(
+            &format!("/api/v1/jobs/{id}/event/"),
+            "alice",
+            json!({"type": " error ", "code": " 1 ", "message": "ValueError: bad value\n", "exception": "ValueError\n", "args": {"k": " v "}}),
+        )
+        .await;
+    assert_eq!(sent.status, 200, "{}", sent.json);
+    let events = gateway.get(&format!("/api/v1/jobs/{id}/events/?type=ERROR"), "alice").await.json;
+    assert_eq!(
+        events[0]["data"],
+        json!({"code": "1", "message": "ValueError: bad value", "exception": "ValueError", "args": {"k": " v "}}),
+        "text fields trimmed, JSON args kept as sent"
+    );
+    let added =
+        gateway.post_json(&format!("/api/v1/jobs/{id}/runtime_jobs/"), "alice", json!({"runtime_job": " rj \n"})).await;
+    assert_eq!(added.message(), format!("RuntimeJob object [rj] created for serverless job id [{id}]."));
+    let patched = gateway
+        .call(
+            "PATCH",
+            &format!("/api/v1/jobs/{id}/sub_status/"),
+            Some("alice"),
+            Some("application/x-www-form-urlencoded"),
+            "sub_status=+MAPPING%0A".into(),
+        )
+        .await;
+    assert_eq!((patched.status.as_u16(), &patched.json["job"]["sub_status"]), (200, &json!("MAPPING")));
+}
 
 async fn run(gateway: &Gateway, token: &str, title: &str, arguments: &str) -> crate::harness::Reply {
     gateway
@@ -91,7 +141,7 @@ async fn rejected_runs_leave_nothing_behind(backend: Backend) {
         ),
         (json!({"title": "fn", "arguments": "{\"n\": 1}", "function_size": "huge"}), 400, "Invalid function size"),
         (json!({"title": "nope", "arguments": "{}"}), 404, "Qiskit Function nope doesn't exist."),
-        (json!({"title": "fn"}), 400, "'arguments' is required."),
+        (json!({"title": "fn"}), 400, "This field is required. ('arguments')"),
         (json!({"title": "fn", "arguments": "{\"n\": 1}", "config": 5}), 400, "'config' must be a JSON object."),
     ];
     for (body, status, message) in cases {
@@ -241,7 +291,7 @@ async fn job_endpoints_are_author_only(backend: Backend) {
     let id = run(&gateway, "alice", "fn", "{}").await.json["id"].as_str().unwrap().to_string();
     let missing = "00000000-0000-0000-0000-000000000000";
     for job in [id.as_str(), missing, "not-a-uuid"] {
-        let expected = format!("Job {job} not found");
+        let expected = format!("Job [{job}] not found");
         for (method, path) in [
             ("GET", format!("/api/v1/jobs/{job}/")),
             ("GET", format!("/api/v1/jobs/{job}/result/")),
@@ -273,7 +323,7 @@ async fn job_endpoints_are_author_only(backend: Backend) {
     let logs = gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "bob").await;
     assert_eq!(
         (logs.status.as_u16(), logs.message()),
-        (403, format!("You don't have access to read user logs of the job {id}"))
+        (403, format!("You don't have access to read user logs of the job [{id}]"))
     );
     assert_eq!(gateway.get(&format!("/api/v1/jobs/{missing}/logs/"), "bob").await.status, 404);
     let provider_logs = gateway.get(&format!("/api/v1/jobs/{id}/provider-logs/"), "alice").await;
@@ -362,12 +412,23 @@ async fn sub_status_events_and_runtime_jobs(backend: Backend) {
         gateway.get(&format!("/api/v1/jobs/{id}/runtime_jobs/"), "alice").await.json,
         json!({"runtime_jobs": [{"runtime_job": "rj1", "runtime_session": "s1"}, {"runtime_job": "rj2", "runtime_session": null}]})
     );
+    // As the reference: a duplicate is reported in a 200 answer, and nothing changes.
+    let duplicate =
+        gateway.post_json(&format!("/api/v1/jobs/{id}/runtime_jobs/"), "alice", json!({"runtime_job": "rj1"})).await;
+    assert_eq!(duplicate.status, 200);
+    assert!(
+        duplicate
+            .message()
+            .starts_with(&format!("Failed to create RuntimeJob object [rj1] for job id [{id}]. Error: ")),
+        "{}",
+        duplicate.message()
+    );
     assert_eq!(
-        gateway
-            .post_json(&format!("/api/v1/jobs/{id}/runtime_jobs/"), "alice", json!({"runtime_job": "rj1"}))
-            .await
-            .status,
-        409
+        gateway.get(&format!("/api/v1/jobs/{id}/runtime_jobs/"), "alice").await.json["runtime_jobs"]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
     );
 
     // After the job ended: no sub-status, no error events.

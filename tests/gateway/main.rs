@@ -5,6 +5,7 @@ mod harness;
 mod files;
 mod jobs;
 mod lifecycle;
+mod messages;
 mod programs;
 mod system;
 mod visibility;

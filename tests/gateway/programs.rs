@@ -136,7 +136,11 @@ async fn bad_uploads_are_400_and_store_nothing(backend: Backend) {
     let other_tar = tar_of(&[("other.py", b"print(1)\n")]);
     type Case<'a> = (Vec<(&'a str, &'a str)>, Option<(&'a str, Vec<u8>)>, &'a str);
     let cases: Vec<Case> = vec![
-        (vec![("entrypoint", "main.py")], Some(("artifact.tar", good_tar.clone())), "'title' is required"),
+        (
+            vec![("entrypoint", "main.py")],
+            Some(("artifact.tar", good_tar.clone())),
+            "This field is required. ('title')",
+        ),
         (
             vec![("title", "f"), ("entrypoint", "main.py"), ("function_size", "XXL")],
             Some(("artifact.tar", good_tar.clone())),
@@ -251,8 +255,11 @@ async fn provider_images_must_be_in_the_registry(backend: Backend) {
         .await;
     assert_eq!(twice.message(), "Provider defined in title and in provider fields.");
     let unknown = gateway.post_form("/api/v1/programs/upload/", "erin", &[("title", "nope/x"), ("image", "i")]).await;
-    assert_eq!(unknown.status, 404);
-    assert_eq!(unknown.message(), "Qiskit Function nope/x doesn't exist.");
+    // As the reference's serializer: an image's provider must exist (checked before access).
+    assert_eq!((unknown.status.as_u16(), unknown.message()), (400, "nope is not valid provider.".into()));
+    let no_image =
+        gateway.post_form("/api/v1/programs/upload/", "erin", &[("title", "nope/x"), ("entrypoint", "a.py")]).await;
+    assert_eq!((no_image.status.as_u16(), no_image.message()), (404, "Qiskit Function nope/x doesn't exist.".into()));
 }
 
 async fn get_by_title_without_provider_finds_only_own_functions(backend: Backend) {

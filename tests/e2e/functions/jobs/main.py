@@ -5,6 +5,7 @@ Argument `mode` picks the behaviour: ok (default), status, fail, sleep.
 
 import os
 import time
+import traceback
 
 from qiskit_serverless import get_arguments, get_logger, get_provider_logger, save_result, send_error, update_status
 
@@ -21,7 +22,12 @@ if mode == "status":
     update_status("EXECUTING_QPU")
     time.sleep(float(arguments.get("seconds", 4)))
 elif mode == "fail":
-    send_error(code="E42", message="the widget broke", exception="WidgetError", args={"widget": 7})
+    # As users commonly do: the message is a formatted exception, which ends with a newline.
+    try:
+        raise ValueError("the widget broke")
+    except ValueError as error:
+        message = "\n".join(traceback.format_exception_only(error))
+    send_error(code="E42", message=message, exception="WidgetError", args={"widget": 7})
     raise ValueError("widget failure")
 elif mode == "sleep":
     with open(os.path.join(os.environ["DATA_PATH"], "pid.txt"), "w", encoding="utf-8") as handle:
