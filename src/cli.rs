@@ -285,6 +285,7 @@ impl ServeArgs {
                     runner_config.python,
                     runner_config.work_root.display()
                 );
+                tokio::spawn(warn_if_client_missing(runner_config.python.clone()));
                 let runner = LocalRunner::new(db.clone(), storage.clone(), runner_config, publisher.clone());
                 tokio::spawn(Arc::clone(&runner).run());
                 Some(runner)
@@ -327,6 +328,27 @@ pub async fn migrate_storage(db: &Db, storage: &Storage) -> anyhow::Result<()> {
         db::storage_steps::mark_done(db, migrate::USER_AREA_MERGE).await?;
     }
     Ok(())
+}
+
+/// Checks once, in the background, that the jobs' interpreter can import the client their code
+/// imports, and warns with the fix when it cannot (a new user's first job would otherwise fail
+/// with a bare `ModuleNotFoundError`).
+async fn warn_if_client_missing(python: String) {
+    let check = tokio::process::Command::new(&python)
+        .args(["-c", "import qiskit_serverless"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .status();
+    match tokio::time::timeout(std::time::Duration::from_secs(120), check).await {
+        Ok(Ok(status)) if status.success() => {}
+        Ok(Ok(_)) => eprintln!("warning: {}", crate::domain::logs::missing_client_hint(&python)),
+        Ok(Err(error)) => eprintln!(
+            "warning: failed to start {python} ({error}); jobs cannot run: start gantry with --python (GANTRY_PYTHON) naming a Python interpreter that has qiskit-serverless installed"
+        ),
+        Err(_) => eprintln!("warning: {python} took more than 120 s to import qiskit_serverless"),
+    }
 }
 
 fn absolute(path: &std::path::Path) -> anyhow::Result<PathBuf> {

@@ -25,7 +25,7 @@ use tokio::process::{Child, Command};
 
 use crate::artifact::{MemberKind, check_member};
 use crate::cli::StorageArgs;
-use crate::domain::logs::{LogRouter, TailBuffer};
+use crate::domain::logs::{LogRouter, TailBuffer, missing_client_hint};
 use crate::storage::{self, Storage, keys};
 
 /// Exit code of the launcher when the function could not be started.
@@ -717,7 +717,16 @@ async fn archive(
     data: Option<&DataSnapshot>,
     ending: Ending,
 ) -> i32 {
-    let Ending { status, router } = ending;
+    let Ending { status, mut router } = ending;
+    let failed = !matches!(&status, Ok(status) if status.success());
+    if failed && router.missing_client() {
+        let hint = format!("gantry launch: hint: {}", missing_client_hint(&launch.python));
+        eprintln!("{hint}");
+        router.user.push(&hint);
+        if router.provider_function() {
+            router.provider.push(&hint);
+        }
+    }
     let mut problems = Vec::new();
     if let (Some(key), Some(before), Some(folder)) =
         (&launch.data_key, data, environment_path(environment, "DATA_PATH"))
@@ -1023,6 +1032,22 @@ sys.stdout.write("no newline at the end")
         assert_eq!(fixture.exit_record().await, serde_json::json!({"exit_code": 3, "signal": null, "error": null}));
         assert_eq!(fixture.object(&keys::job_user_log(JOB_ID)).await.unwrap(), "giving up\n");
         assert_eq!(fixture.object(&keys::job_result(JOB_ID)).await, None);
+    }
+
+    #[tokio::test]
+    async fn a_job_failing_on_a_missing_client_gets_the_hint_in_its_log() {
+        let fixture = Fixture::new();
+        let script = "raise ModuleNotFoundError(\"No module named 'qiskit_serverless'\")\n";
+        fixture.put_artifact(tar_of(&[("main.py", script)])).await;
+
+        let code = run_job(&fixture.launch(true), &fixture.storage, std::future::pending()).await;
+
+        assert_eq!(code, 1);
+        let user_log = fixture.object(&keys::job_user_log(JOB_ID)).await.unwrap();
+        let hint = format!("gantry launch: hint: {}\n", missing_client_hint("python3"));
+        assert!(user_log.ends_with(&hint), "{user_log}");
+        let provider_log = fixture.object(&keys::job_provider_log(JOB_ID)).await.unwrap();
+        assert!(provider_log.contains("ModuleNotFoundError") && provider_log.ends_with(&hint), "{provider_log}");
     }
 
     #[tokio::test]

@@ -5,8 +5,14 @@ use axum::Json;
 use axum::response::Html;
 use serde_json::{Value, json};
 
-fn query(name: &str, required: bool, description: &str) -> Value {
-    json!({"name": name, "in": "query", "required": required, "schema": {"type": "string"}, "description": description})
+/// A query parameter with its schema (constraints the handler enforces) and an example.
+fn query(name: &str, required: bool, schema: Value, description: &str) -> Value {
+    json!({"name": name, "in": "query", "required": required, "schema": schema, "description": description})
+}
+
+/// A non-empty text; `example` is what a generated request sends.
+fn text(example: &str) -> Value {
+    json!({"type": "string", "minLength": 1, "example": example})
 }
 
 fn operation(summary: &str, parameters: Vec<Value>, body: Option<Value>, response: Value) -> Value {
@@ -32,108 +38,148 @@ fn public(summary: &str) -> Value {
     json!({"summary": summary, "security": [], "responses": {"200": {"description": "success"}, "503": {"description": "not ready"}}})
 }
 
+/// A body accepted as JSON and as a form; with `multipart`, also as `multipart/form-data`, the
+/// only encoding that carries file parts (properties of `format: binary`).
 fn form_body(properties: Value, required: &[&str], multipart: bool) -> Value {
     let schema = json!({"type": "object", "properties": properties, "required": required});
-    let mut content = json!({
-        "application/json": {"schema": schema},
-        "application/x-www-form-urlencoded": {"schema": schema}
-    });
-    if multipart {
-        content["multipart/form-data"] = json!({"schema": schema});
+    let has_files = schema["properties"].as_object().is_some_and(|p| p.values().any(|v| v["format"] == "binary"));
+    let mut content = serde_json::Map::new();
+    if !has_files {
+        content.insert("application/json".into(), json!({"schema": schema}));
+        content.insert("application/x-www-form-urlencoded".into(), json!({"schema": schema}));
+    }
+    if multipart || has_files {
+        content.insert("multipart/form-data".into(), json!({"schema": schema}));
     }
     json!({"required": true, "content": content})
 }
 
-/// The whole document; every route of `api::router` appears here (a test checks it).
+const STATUSES: [&str; 6] = ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"];
+const SUB_STATUSES: [&str; 5] = ["MAPPING", "OPTIMIZING_HARDWARE", "WAITING_QPU", "EXECUTING_QPU", "POST_PROCESSING"];
+const SIZES: [&str; 4] = ["S", "M", "L", "XL"];
+/// The example ids: no job or function has them, so requests with them answer 404.
+const EXAMPLE_ID: &str = "00000000-0000-4000-8000-000000000000";
+
+/// The whole document; every route of `api::router` appears here (a test checks it), with every
+/// constraint its handler enforces (required fields and parameters, enums, formats, file parts)
+/// and examples from which a valid request can be generated (another test does so).
 pub fn document() -> Value {
     let function = json!({"$ref": "#/components/schemas/Function"});
-    let file_params = || vec![query("function", true, "function title"), query("provider", false, "provider name")];
+    let function_param = || query("function", true, text("example-fn"), "function title");
+    let file_params = || vec![function_param(), query("provider", false, json!({"type": "string"}), "provider name")];
     let file_params_required_provider =
-        || vec![query("function", true, "function title"), query("provider", true, "provider name")];
+        || vec![function_param(), query("provider", true, text("example-provider"), "provider name")];
     let with_file = |mut params: Vec<Value>| {
-        params.push(query("file", true, "file name"));
+        params.push(query("file", true, text("notes.txt"), "file name"));
         params
     };
-    let upload_file = || form_body(json!({"file": {"type": "string", "format": "binary"}}), &["file"], true);
+    let upload_file = || {
+        form_body(
+            json!({"file": {"type": "string", "format": "binary", "contentMediaType": "text/plain", "example": "notes.txt",
+                   "description": "the file; its content must sniff as one of the accepted MIME types"}}),
+            &["file"],
+            true,
+        )
+    };
     let file_list =
         json!({"type": "object", "properties": {"results": {"type": "array", "items": {"type": "string"}}}});
     let message = json!({"type": "object", "properties": {"message": {"type": "string"}}});
     let binary = json!({"type": "string", "format": "binary"});
-    let path = |name: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string"}});
+    let id_path = |name: &str| json!({"name": name, "in": "path", "required": true, "schema": {"type": "string", "format": "uuid", "example": EXAMPLE_ID}});
     let job = json!({"$ref": "#/components/schemas/Job"});
     let page = json!({"type": "object", "properties": {"count": {"type": "integer"}, "next": {"type": ["string", "null"]},
         "previous": {"type": ["string", "null"]}, "results": {"type": "array", "items": job}}});
     let logs = json!({"type": "object", "properties": {"logs": {"type": "string"}}});
     let job_list_params = |provider_required: bool| {
+        let provider = match provider_required {
+            true => text("example-provider"),
+            false => json!({"type": "string"}),
+        };
         vec![
-            query("provider", provider_required, "provider name"),
-            query("function", false, "function title"),
-            query("status", false, "QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED or STOPPED"),
-            query("filter", false, "catalog (provider functions) or serverless (own functions)"),
-            query("created_after", false, "ISO 8601 date or datetime, inclusive"),
-            query("limit", false, "page size, default 10, 0 for all"),
-            query("offset", false, "default 0"),
+            query("provider", provider_required, provider, "provider name"),
+            query("function", false, json!({"type": "string"}), "function title; 404 when no such function exists"),
+            query("status", false, json!({"type": "string", "enum": STATUSES}), "job status"),
+            query(
+                "filter",
+                false,
+                json!({"type": "string", "enum": ["catalog", "serverless"]}),
+                "catalog (provider functions) or serverless (own functions)",
+            ),
+            query(
+                "created_after",
+                false,
+                json!({"type": "string", "format": "date-time"}),
+                "ISO 8601 date or datetime (naive is UTC), inclusive",
+            ),
+            query("limit", false, json!({"type": "integer", "minimum": 0, "default": 10}), "page size, 0 for all"),
+            query("offset", false, json!({"type": "integer", "minimum": 0, "default": 0}), "results skipped"),
         ]
     };
+    let arguments = json!({"type": "string", "minLength": 1, "example": "{}",
+        "description": "the arguments as encoded JSON text (the client sends a string; a JSON object is accepted too), validated against the function's schema"});
     json!({
         "openapi": "3.1.0",
         "info": {"title": "Gantry gateway API", "version": env!("CARGO_PKG_VERSION"),
-                 "description": "Job gateway for user-uploaded functions, compatible with the qiskit-serverless client. Every path is also served without its trailing slash."},
+                 "description": "Job gateway for user-uploaded functions, compatible with the qiskit-serverless client. Every path is also served without its trailing slash. Text fields are trimmed of surrounding whitespace."},
         "paths": {
             "/api/v1/programs/": {"get": operation("List the functions the caller can see", vec![
-                query("filter", false, "serverless (own functions) or catalog (provider functions the caller may run)"),
-                query("provider", false, "only functions of this provider")], None, json!({"type": "array", "items": function}))},
+                query("filter", false, json!({"type": "string"}), "serverless (own functions) or catalog (provider functions the caller may run); other values list everything"),
+                query("provider", false, json!({"type": "string"}), "only functions of this provider")], None, json!({"type": "array", "items": function}))},
             "/api/v1/programs/get_by_title/{title}/": {"get": {
                 "summary": "One function by title (own function, or a provider's with `provider`)",
-                "parameters": [{"name": "title", "in": "path", "required": true, "schema": {"type": "string"}}, query("provider", false, "provider name")],
+                "parameters": [{"name": "title", "in": "path", "required": true, "schema": text("example-fn")}, query("provider", false, json!({"type": "string"}), "provider name")],
                 "security": [{"bearer": []}],
                 "responses": {"200": {"description": "the function", "content": {"application/json": {"schema": function}}},
+                              "401": {"$ref": "#/components/responses/Unauthorized"},
                               "404": {"$ref": "#/components/responses/NotFound"}}}},
-            "/api/v1/programs/upload/": {"post": operation("Create or update a function (upsert)", vec![], Some(form_body(json!({
-                "title": {"type": "string"}, "provider": {"type": "string"}, "entrypoint": {"type": "string"},
-                "artifact": {"type": "string", "format": "binary", "description": "uncompressed .tar of the function's folder"},
-                "image": {"type": "string"}, "dependencies": {"type": "string", "description": "JSON array of pinned requirements"},
-                "env_vars": {"type": "string", "description": "JSON object"}, "description": {"type": "string"},
-                "version": {"type": "string"}, "type": {"type": "string", "enum": ["GENERIC", "APPLICATION", "CIRCUIT"]},
-                "arguments_schema": {"type": "string", "description": "JSON Schema (object or boolean); {} removes it"},
+            "/api/v1/programs/upload/": {"post": operation("Create or update a function (upsert). Creating needs `entrypoint` and `artifact`, or `image` (providers); an update changes only the fields sent", vec![], Some(form_body(json!({
+                "title": {"type": "string", "minLength": 1, "maxLength": 255, "example": "example-fn", "description": "sanitized to letters, digits, _ and -; `provider/title` names a provider function"},
+                "provider": {"type": "string"},
+                "entrypoint": {"type": "string", "pattern": "^[A-Za-z0-9_./-]+\\.py$", "example": "main.py", "description": "relative path of a .py file inside the artifact, no `..`"},
+                "artifact": {"type": "string", "format": "binary", "contentMediaType": "application/x-tar", "example": "artifact.tar", "description": "uncompressed .tar holding the entrypoint"},
+                "image": {"type": "string", "description": "container image (provider functions only; must be in the provider's registry)"},
+                "dependencies": {"type": "string", "description": "JSON array of pinned requirements from dependencies-versions/"},
+                "env_vars": {"type": "string", "description": "JSON object of strings"}, "description": {"type": "string"},
+                "version": {"type": "string", "description": "a PEP 440 version such as 1.2.3"},
+                "type": {"type": "string", "enum": ["GENERIC", "APPLICATION", "CIRCUIT"]},
+                "arguments_schema": {"type": "string", "maxLength": 65536, "description": "JSON Schema (object or boolean); {} removes it"},
                 "sizes": {"type": "string", "description": "JSON object {label: compute profile}, labels S, M, L, XL"},
-                "default_size": {"type": "string"}, "function_size": {"type": "string", "enum": ["S", "M", "L", "XL"]},
-                "gpu": {"type": "boolean"}}), &["title"], true)), function.clone())},
+                "default_size": {"type": "string", "enum": SIZES}, "function_size": {"type": "string", "enum": SIZES},
+                "gpu": {"type": "boolean", "description": "provider functions only"}}), &["title"], true)), function.clone())},
             "/api/v1/programs/validate_arguments/": {"post": operation("Validate arguments against a function's schema", vec![],
-                Some(form_body(json!({"title": {"type": "string"}, "provider": {"type": "string"},
-                    "arguments": {"type": "string", "description": "encoded JSON text"}}), &["title", "arguments"], false)),
+                Some(form_body(json!({"title": text("example-fn"), "provider": {"type": "string"}, "arguments": arguments}), &["title", "arguments"], false)),
                 json!({"type": "object", "properties": {"valid": {"type": "boolean"}}}))},
             "/api/v1/programs/run/": {"post": operation("Run a function: queue a job", vec![],
-                Some(form_body(json!({"title": {"type": "string"}, "provider": {"type": "string"},
-                    "arguments": {"type": "string", "description": "encoded JSON text, validated against the function's schema"},
-                    "function_size": {"type": "string", "enum": ["S", "M", "L", "XL"], "description": "a label of the function's sizes"},
-                    "config": {"type": "object"}}), &["title", "arguments"], false)),
+                Some(form_body(json!({"title": text("example-fn"), "provider": {"type": "string"},
+                    "arguments": arguments,
+                    "function_size": {"type": "string", "enum": SIZES, "description": "a label of the function's sizes"},
+                    "config": {"type": "object", "properties": {"workers": {"type": ["integer", "null"]}, "auto_scaling": {"type": "boolean"}}}}), &["title", "arguments"], false)),
                 json!({"type": "object", "properties": {"id": {"type": "string", "format": "uuid"}, "status": {"type": "string"}}}))},
             "/api/v1/programs/{program_id}/get_jobs/": {"get": operation("Jobs of one function (every author's, without result, for its provider side)",
-                vec![path("program_id")], None, json!({"type": "array", "items": job.clone()}))},
+                vec![id_path("program_id")], None, json!({"type": "array", "items": job.clone()}))},
             "/api/v1/jobs/": {"get": operation("The caller's jobs, newest first", job_list_params(false), None, page.clone())},
             "/api/v1/jobs/provider/": {"get": operation("Jobs of a provider's functions, every author", job_list_params(true), None, page)},
-            "/api/v1/jobs/{job_id}/": {"get": operation("One job", vec![path("job_id"), query("with_result", false, "include the result (author only); default true")], None, job.clone())},
+            "/api/v1/jobs/{job_id}/": {"get": operation("One job", vec![id_path("job_id"), query("with_result", false, json!({"type": "boolean", "default": true}), "include the result (author only)")], None, job.clone())},
             "/api/v1/jobs/{job_id}/result/": {
-                "get": operation("The job's result as JSON text (204 when none)", vec![path("job_id")], None, json!({"type": "object", "properties": {"result": {"type": "string"}}})),
-                "post": operation("Save a result (older in-job clients)", vec![path("job_id")], Some(form_body(json!({"result": {"type": "string"}}), &["result"], false)), job.clone())},
-            "/api/v1/jobs/{job_id}/logs/": {"get": operation("User logs (job author)", vec![path("job_id")], None, logs.clone())},
-            "/api/v1/jobs/{job_id}/provider-logs/": {"get": operation("Provider logs (provider side)", vec![path("job_id")], None, logs)},
-            "/api/v1/jobs/{job_id}/stop/": {"post": operation("Request a stop; the job's status tells when it stopped", vec![path("job_id")],
+                "get": operation("The job's result as JSON text (204 when none)", vec![id_path("job_id")], None, json!({"type": "object", "properties": {"result": {"type": "string"}}})),
+                "post": operation("Save a result (older in-job clients)", vec![id_path("job_id")], Some(form_body(json!({"result": text("{}")}), &["result"], false)), job.clone())},
+            "/api/v1/jobs/{job_id}/logs/": {"get": operation("User logs (job author)", vec![id_path("job_id")], None, logs.clone())},
+            "/api/v1/jobs/{job_id}/provider-logs/": {"get": operation("Provider logs (provider side)", vec![id_path("job_id")], None, logs)},
+            "/api/v1/jobs/{job_id}/stop/": {"post": operation("Request a stop; the job's status tells when it stopped", vec![id_path("job_id")],
                 Some(form_body(json!({"service": {"type": "string", "description": "serialized runtime service; never stored"}}), &[], false)), message.clone())},
-            "/api/v1/jobs/{job_id}/sub_status/": {"patch": operation("Set the sub-status of an active job (from inside the job)", vec![path("job_id")],
-                Some(form_body(json!({"sub_status": {"type": "string", "enum": ["MAPPING", "OPTIMIZING_HARDWARE", "WAITING_QPU", "EXECUTING_QPU", "POST_PROCESSING"]}}), &["sub_status"], false)),
+            "/api/v1/jobs/{job_id}/sub_status/": {"patch": operation("Set the sub-status of an active job (from inside the job)", vec![id_path("job_id")],
+                Some(form_body(json!({"sub_status": {"type": "string", "enum": SUB_STATUSES, "example": "MAPPING"}}), &["sub_status"], false)),
                 json!({"type": "object", "properties": {"job": job.clone()}}))},
-            "/api/v1/jobs/{job_id}/event/": {"post": operation("Record an ERROR event of an active job", vec![path("job_id")],
-                Some(form_body(json!({"type": {"type": "string", "enum": ["ERROR"]}, "code": {"type": "string"}, "message": {"type": "string"},
-                    "exception": {"type": "string"}, "args": {}}), &["type", "code", "message", "exception"], false)), json!({}))},
-            "/api/v1/jobs/{job_id}/events/": {"get": operation("Events of a job, newest first", vec![path("job_id"), query("type", false, "ERROR")], None,
+            "/api/v1/jobs/{job_id}/event/": {"post": operation("Record an ERROR event of an active job", vec![id_path("job_id")],
+                Some(form_body(json!({"type": {"type": "string", "enum": ["ERROR"], "example": "ERROR", "description": "any letter case"}, "code": text("E1"), "message": text("failed"),
+                    "exception": text("ValueError"), "args": {}}), &["type", "code", "message", "exception"], false)), json!({}))},
+            "/api/v1/jobs/{job_id}/events/": {"get": operation("Events of a job, newest first", vec![id_path("job_id"), query("type", false, json!({"type": "string", "enum": ["ERROR"]}), "only events of this type (any letter case)")], None,
                 json!({"type": "array", "items": {"type": "object", "properties": {"event_type": {"type": "string"}, "origin": {"type": "string"},
-                    "context": {"type": "string"}, "created": {"type": "string"}, "data": {"type": "object"}}}}))},
+                    "context": {"type": "string"}, "created": {"type": "string", "format": "date-time"}, "data": {"type": "object"}}}}))},
             "/api/v1/jobs/{job_id}/runtime_jobs/": {
-                "get": operation("Runtime jobs the job reported", vec![path("job_id")], None, json!({"type": "object", "properties": {"runtime_jobs": {"type": "array"}}})),
-                "post": operation("Report a runtime job", vec![path("job_id")], Some(form_body(json!({"runtime_job": {"type": "string"}, "runtime_session": {"type": "string"}}), &["runtime_job"], false)), message.clone())},
-            "/api/v1/files/": {"get": operation("List the caller's files of a function", file_params(), None, file_list.clone())},
+                "get": operation("Runtime jobs the job reported", vec![id_path("job_id")], None, json!({"type": "object", "properties": {"runtime_jobs": {"type": "array"}}})),
+                "post": operation("Report a runtime job", vec![id_path("job_id")], Some(form_body(json!({"runtime_job": {"type": "string", "minLength": 1, "maxLength": 100, "example": "runtime-job-1"}, "runtime_session": {"type": ["string", "null"]}}), &["runtime_job"], false)), message.clone())},
+            "/api/v1/files/": {"get": operation("List the caller's files of a function (one area for all of a user's custom functions)", file_params(), None, file_list.clone())},
             "/api/v1/files/list/": {"get": operation("List the caller's files of a function (spec shape)", file_params(), None,
                 json!({"type": "object", "properties": {"files": {"type": "array", "items": {"type": "string"}}}}))},
             "/api/v1/files/upload/": {"post": operation("Upload a file to the caller's area", file_params(), Some(upload_file()), message.clone())},
@@ -162,7 +208,7 @@ pub fn document() -> Value {
                     "arguments_schema": {"type": ["object", "boolean", "null"]}, "function_size": {"type": ["string", "null"]},
                     "sizes": {"type": "object"}, "default_size": {"type": ["string", "null"]}}},
                 "Job": {"type": "object", "properties": {
-                    "id": {"type": "string", "format": "uuid"}, "status": {"type": "string"}, "sub_status": {"type": ["string", "null"]},
+                    "id": {"type": "string", "format": "uuid"}, "status": {"type": "string", "enum": STATUSES}, "sub_status": {"type": ["string", "null"]},
                     "program": {"type": "object", "properties": {"id": {"type": "string"}, "title": {"type": "string"}, "provider": {"type": ["string", "null"]}}},
                     "created": {"type": "string", "format": "date-time"}, "result": {"type": ["string", "null"]}}},
                 "Error": {"type": "object", "properties": {"message": {"type": "string"}, "path": {"type": "array"}}}

@@ -138,12 +138,32 @@ pub struct LogRouter {
     pub user: TailBuffer,
     pub provider: TailBuffer,
     provider_function: bool,
+    missing_client: bool,
+}
+
+/// What Python prints when the interpreter running a job lacks the client the job imports.
+const MISSING_CLIENT_ERROR: &str = "No module named 'qiskit_serverless'";
+
+/// The advice given when the jobs' interpreter cannot import `qiskit_serverless`: at start-up
+/// and in the log of a job that failed on it.
+pub fn missing_client_hint(python: &str) -> String {
+    format!(
+        "the Python that runs jobs ({python}) cannot import qiskit_serverless, so functions using \
+         `from qiskit_serverless import ...` fail: start gantry with --python (GANTRY_PYTHON) naming an \
+         interpreter that has qiskit-serverless installed, for example \
+         `python3 -m venv venv && venv/bin/pip install qiskit-serverless` then `--python venv/bin/python`"
+    )
 }
 
 impl LogRouter {
     /// Each log is capped at `limit_bytes` (`FUNCTIONS_LOGS_SIZE_LIMIT`).
     pub fn new(provider_function: bool, limit_bytes: usize) -> Self {
-        Self { user: TailBuffer::new(limit_bytes), provider: TailBuffer::new(limit_bytes), provider_function }
+        Self {
+            user: TailBuffer::new(limit_bytes),
+            provider: TailBuffer::new(limit_bytes),
+            provider_function,
+            missing_client: false,
+        }
     }
 
     /// Whether lines are split between the two logs (provider function) or all go to the user log.
@@ -151,8 +171,14 @@ impl LogRouter {
         self.provider_function
     }
 
+    /// Whether the output showed that Python could not import `qiskit_serverless`.
+    pub fn missing_client(&self) -> bool {
+        self.missing_client
+    }
+
     /// Routes one line given without its trailing newline.
     pub fn push_line(&mut self, line: &str) {
+        self.missing_client |= line.contains(MISSING_CLIENT_ERROR);
         match route_line(line, self.provider_function) {
             (Destination::User, text) => self.user.push(text),
             (Destination::Provider, text) => self.provider.push(text),
@@ -170,6 +196,16 @@ impl LogRouter {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_missing_client_is_noticed_wherever_it_is_routed() {
+        let mut router = LogRouter::new(true, 1024);
+        router.push_line("[PUBLIC] fine");
+        assert!(!router.missing_client());
+        router.push_line("ModuleNotFoundError: No module named 'qiskit_serverless'");
+        assert!(router.missing_client());
+        assert!(missing_client_hint("/usr/bin/python3").contains("--python"));
+    }
 
     #[test]
     fn tags_are_recognized_in_any_case() {

@@ -72,7 +72,9 @@ def _():
     assert len(events) == 1, events
     # Text fields are trimmed as the reference's serializers trim them: no trailing newline.
     assert events[0].data["message"] == "ValueError: the widget broke", events[0].data
-    expected = "\n| Message: ValueError: the widget broke\n| Code: E42\n| Exception: WidgetError"
+    expected = (
+        "\n| Message: ValueError: the widget broke\n| Code: E42\n| Exception: WidgetError\n| Details:\n|   - widget: 7"
+    )
     assert job.error_message() == expected, repr(job.error_message())
     try:
         job.result(cadence=0.2)

@@ -6,6 +6,7 @@ mod files;
 mod jobs;
 mod lifecycle;
 mod messages;
+mod openapi;
 mod programs;
 mod system;
 mod visibility;

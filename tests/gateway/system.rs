@@ -237,3 +237,32 @@ async fn readiness_reports_unreachable_storage(backend: Backend) {
     assert_eq!(reply.status, 503);
     assert_eq!(reply.json, json!({"status": "storage_unavailable"}));
 }
+
+/// `gantry serve` with a Python that cannot import the client prints the fix once at start.
+#[tokio::test]
+async fn serve_warns_when_the_jobs_python_lacks_the_client() {
+    use tokio::io::AsyncBufReadExt;
+    let data = tempfile::tempdir().unwrap();
+    let mut serve = tokio::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--python", "false", "--data-dir"])
+        .arg(data.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut lines = tokio::io::BufReader::new(serve.stderr.take().unwrap()).lines();
+    let warning = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.starts_with("warning:") {
+                return line;
+            }
+        }
+        panic!("gantry serve ended without a warning");
+    })
+    .await
+    .expect("a warning within 60 s");
+    assert!(warning.contains("(false) cannot import qiskit_serverless"), "{warning}");
+    assert!(warning.contains("--python"), "{warning}");
+    serve.kill().await.unwrap();
+}

@@ -1,0 +1,231 @@
+//! Requests generated from the published OpenAPI document alone, as client generators and
+//! fuzzers build them: for every operation, one built from its required fields and examples is
+//! accepted (or answered 404: the example ids exist nowhere), and every request that breaks one
+//! documented constraint (a required field or parameter left out, a value outside an enum, below
+//! a minimum, of the wrong type or format, too short or too long, no token) is answered 4xx.
+
+use axum::body::Body;
+use serde_json::{Map, Value, json};
+
+use crate::both_backends;
+use crate::harness::{Backend, Gateway, multipart, tar_of};
+
+both_backends!(requests_built_from_the_document_are_accepted, requests_breaking_a_documented_constraint_are_4xx);
+
+/// One documented constraint to break.
+#[derive(Debug, Clone)]
+enum Break {
+    OmitQuery(String),
+    Query(String, String),
+    Path(String, String),
+    OmitField(String),
+    Field(String, Value),
+    NoToken,
+}
+
+struct Operation {
+    method: String,
+    template: String,
+    spec: Value,
+}
+
+fn operations(document: &Value) -> Vec<Operation> {
+    let mut all = Vec::new();
+    for (template, methods) in document["paths"].as_object().unwrap() {
+        for (method, spec) in methods.as_object().unwrap() {
+            all.push(Operation { method: method.to_uppercase(), template: template.clone(), spec: spec.clone() });
+        }
+    }
+    all
+}
+
+fn example(schema: &Value) -> Option<String> {
+    match &schema["example"] {
+        Value::String(text) => Some(text.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+/// The body's schema and whether it must be multipart (it has file parts).
+fn body_schema(operation: &Operation) -> Option<(Value, bool)> {
+    let content = operation.spec["requestBody"]["content"].as_object()?;
+    match content.get("application/json") {
+        Some(json) => Some((json["schema"].clone(), false)),
+        None => Some((content["multipart/form-data"]["schema"].clone(), true)),
+    }
+}
+
+fn required(schema: &Value) -> Vec<String> {
+    schema["required"].as_array().into_iter().flatten().filter_map(|v| v.as_str().map(str::to_string)).collect()
+}
+
+/// A value outside what `schema` allows, for each constraint it states.
+fn breaking_values(schema: &Value, for_path: bool) -> Vec<Value> {
+    let mut values = Vec::new();
+    if schema["enum"].is_array() {
+        values.push(json!("NOT-IN-THE-ENUM"));
+    }
+    if let Some(minimum) = schema["minimum"].as_i64() {
+        values.push(json!((minimum - 1).to_string()));
+    }
+    match schema["type"].as_str() {
+        Some("integer") => values.push(json!("not-a-number")),
+        Some("boolean") => values.push(json!("maybe")),
+        _ => {}
+    }
+    match schema["format"].as_str() {
+        Some("uuid") => values.push(json!("not-a-uuid")),
+        Some("date-time") => values.push(json!("yesterday")),
+        _ => {}
+    }
+    if !for_path && schema["minLength"].as_u64().is_some_and(|n| n > 0) {
+        values.push(json!(""));
+    }
+    if let Some(maximum) = schema["maxLength"].as_u64() {
+        values.push(json!("x".repeat(maximum as usize + 1)));
+    }
+    values
+}
+
+fn breaks(operation: &Operation) -> Vec<Break> {
+    let mut all = Vec::new();
+    for parameter in operation.spec["parameters"].as_array().into_iter().flatten() {
+        let name = parameter["name"].as_str().unwrap().to_string();
+        let in_path = parameter["in"] == "path";
+        if parameter["required"] == true && !in_path {
+            all.push(Break::OmitQuery(name.clone()));
+        }
+        for value in breaking_values(&parameter["schema"], in_path) {
+            let value = value.as_str().unwrap().to_string();
+            all.push(if in_path { Break::Path(name.clone(), value) } else { Break::Query(name.clone(), value) });
+        }
+    }
+    if let Some((schema, _)) = body_schema(operation) {
+        for name in required(&schema) {
+            all.push(Break::OmitField(name));
+        }
+        for (name, property) in schema["properties"].as_object().unwrap() {
+            for value in breaking_values(property, false) {
+                all.push(Break::Field(name.clone(), value));
+            }
+        }
+    }
+    if operation.spec["security"].as_array().is_some_and(|s| !s.is_empty()) {
+        all.push(Break::NoToken);
+    }
+    all
+}
+
+/// The request built from the document's required fields and examples, with one constraint
+/// broken when `broken` is given.
+async fn send(gateway: &Gateway, operation: &Operation, broken: Option<&Break>) -> crate::harness::Reply {
+    let mut path = operation.template.clone();
+    let mut query = Vec::new();
+    for parameter in operation.spec["parameters"].as_array().into_iter().flatten() {
+        let name = parameter["name"].as_str().unwrap();
+        let mut value = example(&parameter["schema"]);
+        match broken {
+            Some(Break::OmitQuery(n)) if n == name => value = None,
+            Some(Break::Query(n, v) | Break::Path(n, v)) if n == name => value = Some(v.clone()),
+            _ => {}
+        }
+        if parameter["in"] == "path" {
+            path = path.replace(&format!("{{{name}}}"), &value.expect("path parameters have examples"));
+        } else if let Some(value) =
+            value.filter(|_| parameter["required"] == true || matches!(broken, Some(Break::Query(n, _)) if n == name))
+        {
+            query.push((name.to_string(), value));
+        }
+    }
+    if !query.is_empty() {
+        path = format!("{path}?{}", serde_urlencoded::to_string(&query).unwrap());
+    }
+    let token = (!matches!(broken, Some(Break::NoToken))).then_some("alice");
+    let Some((schema, is_multipart)) = body_schema(operation) else {
+        return gateway.call(&operation.method, &path, token, None, Body::empty()).await;
+    };
+    let required = required(&schema);
+    let mut fields = Map::new();
+    let mut files: Vec<(String, String, Vec<u8>)> = Vec::new();
+    for (name, property) in schema["properties"].as_object().unwrap() {
+        let mut value = (required.contains(name) || property["example"] != Value::Null)
+            .then(|| property["example"].clone())
+            .filter(|v| !v.is_null());
+        match broken {
+            Some(Break::OmitField(n)) if n == name => value = None,
+            Some(Break::Field(n, v)) if n == name => value = Some(v.clone()),
+            _ => {}
+        }
+        let Some(value) = value else { continue };
+        if property["format"] == "binary" {
+            let file_name = value.as_str().unwrap().to_string();
+            let bytes = match property["contentMediaType"].as_str() {
+                Some("application/x-tar") => tar_of(&[("main.py", b"print('generated')\n")]),
+                _ => b"generated from the document\n".to_vec(),
+            };
+            files.push((name.clone(), file_name, bytes));
+        } else {
+            fields.insert(name.clone(), value);
+        }
+    }
+    if is_multipart {
+        let texts: Vec<(String, String)> = fields
+            .iter()
+            .map(|(k, v)| (k.clone(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
+            .collect();
+        let texts: Vec<(&str, &str)> = texts.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let parts: Vec<(&str, &str, &[u8])> =
+            files.iter().map(|(n, f, b)| (n.as_str(), f.as_str(), b.as_slice())).collect();
+        let (content_type, body) = multipart(&texts, &parts);
+        gateway.call(&operation.method, &path, token, Some(&content_type), body.into()).await
+    } else {
+        let body = Value::Object(fields).to_string();
+        gateway.call(&operation.method, &path, token, Some("application/json"), body.into()).await
+    }
+}
+
+async fn document(gateway: &Gateway) -> Value {
+    gateway.call("GET", "/swagger.json", None, None, Body::empty()).await.json
+}
+
+async fn requests_built_from_the_document_are_accepted(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    // The function the examples name exists; the example ids and provider do not.
+    gateway.upload_function("alice", &[("title", "example-fn"), ("entrypoint", "main.py")]).await;
+    let document = document(&gateway).await;
+    let mut refused = Vec::new();
+    let mut accepted = 0;
+    for operation in operations(&document) {
+        let reply = send(&gateway, &operation, None).await;
+        match reply.status.as_u16() {
+            200..=299 => accepted += 1,
+            404 => {}
+            _ => refused.push(format!("{} {}: {} {}", operation.method, operation.template, reply.status, reply.json)),
+        }
+    }
+    assert!(refused.is_empty(), "requests built from the document were refused:\n{}", refused.join("\n"));
+    // Not everything may hide behind 404: upload, run, validation, files and listings succeed.
+    assert!(accepted >= 15, "only {accepted} operations answered 2xx");
+}
+
+async fn requests_breaking_a_documented_constraint_are_4xx(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    let document = document(&gateway).await;
+    let mut accepted = Vec::new();
+    let mut checked = 0;
+    for operation in operations(&document) {
+        for broken in breaks(&operation) {
+            let reply = send(&gateway, &operation, Some(&broken)).await;
+            checked += 1;
+            if !reply.status.is_client_error() {
+                accepted.push(format!(
+                    "{} {} with {broken:?}: {} {}",
+                    operation.method, operation.template, reply.status, reply.json
+                ));
+            }
+        }
+    }
+    assert!(accepted.is_empty(), "requests breaking the document were not refused:\n{}", accepted.join("\n"));
+    assert!(checked > 60, "only {checked} constraints checked");
+}
