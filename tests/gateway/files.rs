@@ -53,15 +53,7 @@ async fn provider_function_areas_are_per_function_and_per_user(backend: Backend)
         gateway.admin(gantry::cli::AdminCommand::AddMember { group: "users".into(), user: user.into() }).await;
     }
     for function in ["one", "two"] {
-        gateway
-            .admin(gantry::cli::AdminCommand::Grant {
-                provider: "acme".into(),
-                function: function.into(),
-                group: "users".into(),
-                view: true,
-                run: true,
-            })
-            .await;
+        gateway.grant_run("acme", function, "users").await;
     }
     gateway.upload_function("alice", &[("title", "own"), ("entrypoint", "main.py")]).await;
     let upload = gateway

@@ -235,6 +235,18 @@ impl Gateway {
         gantry::cli::admin(&self.state.db, command).await.expect("admin command")
     }
 
+    /// Grants `group` view and run on the provider function `provider/function`.
+    pub async fn grant_run(&self, provider: &str, function: &str, group: &str) {
+        self.admin(AdminCommand::Grant {
+            provider: provider.into(),
+            function: function.into(),
+            group: group.into(),
+            view: true,
+            run: true,
+        })
+        .await;
+    }
+
     /// A provider `name` with `admin` in its admin group.
     pub async fn provider(&self, name: &str, registry: Option<&str>, admin: &str) {
         self.admin(AdminCommand::CreateProvider { name: name.into(), registry: registry.map(str::to_string) }).await;

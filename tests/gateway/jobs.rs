@@ -520,15 +520,7 @@ async fn provider_job_listing_and_logs(backend: Backend) {
     gateway.upload_function("erin", &[("title", "acme/other"), ("entrypoint", "main.py")]).await;
     gateway.admin(gantry::cli::AdminCommand::AddMember { group: "users".into(), user: "alice".into() }).await;
     for function in ["tool", "other"] {
-        gateway
-            .admin(gantry::cli::AdminCommand::Grant {
-                provider: "acme".into(),
-                function: function.into(),
-                group: "users".into(),
-                view: true,
-                run: true,
-            })
-            .await;
+        gateway.grant_run("acme", function, "users").await;
     }
     let tool_job = gateway
         .post_json("/api/v1/programs/run/", "alice", json!({"title": "tool", "provider": "acme", "arguments": "{}"}))
