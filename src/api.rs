@@ -10,55 +10,18 @@ pub mod system;
 
 use std::collections::HashMap;
 use std::io::Write;
-use std::path::PathBuf;
-use std::sync::Arc;
 
+use axum::Router;
 use axum::body::Body;
 use axum::extract::{DefaultBodyLimit, FromRequest, Multipart, Request};
-use axum::http::{HeaderValue, Method, StatusCode, Uri, header};
+use axum::http::{Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, patch, post};
-use axum::{Json, Router};
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
-use crate::db::Db;
-use crate::storage::Storage;
-
-/// Settings of the gateway role.
-#[derive(Debug, Clone)]
-pub struct GatewayConfig {
-    /// Largest accepted request body (`MAX_REQUEST_BODY_SIZE_MB`).
-    pub max_body_bytes: u64,
-    /// Largest `arguments` text validated against a schema (`MAX_ARGUMENTS_LENGTH_MB`).
-    pub max_arguments_bytes: usize,
-    /// Where uploads are spooled before they are checked and stored.
-    pub spool_dir: PathBuf,
-    /// Reported by `GET version/`.
-    pub version: String,
-    /// MIME types accepted by file uploads.
-    pub allowed_mime_types: Vec<String>,
-    /// `LIMITS_ACTIVE_JOBS_PER_USER`: queued+pending+running jobs one user may have.
-    pub active_jobs_per_user: i64,
-}
-
-impl GatewayConfig {
-    pub fn max_body_mb(&self) -> u64 {
-        self.max_body_bytes / (1024 * 1024)
-    }
-}
-
-/// Everything a handler may use.
-#[derive(Clone)]
-pub struct AppState {
-    pub db: Db,
-    pub storage: Storage,
-    pub config: Arc<GatewayConfig>,
-    /// The local compute backend, when this process runs jobs (`gantry serve`).
-    pub runner: Option<Arc<crate::runner::LocalRunner>>,
-    /// Where job status moves are published.
-    pub publisher: Arc<dyn crate::events::Publisher>,
-}
+pub use crate::error::ApiError;
+pub use crate::state::{AppState, GatewayConfig};
 
 /// The gateway's route table. Paths are registered with their trailing slash; `app` adds the
 /// slash to requests that lack one before routing, so both forms are served without a redirect.
@@ -158,101 +121,6 @@ async fn not_found(uri: Uri) -> ApiError {
 
 async fn method_not_allowed(method: Method, axum::extract::OriginalUri(uri): axum::extract::OriginalUri) -> ApiError {
     ApiError::MethodNotAllowed(format!("Method {method} is not allowed on {}.", uri.path()))
-}
-
-/// Every error an endpoint can answer, in the contract's shapes.
-#[derive(Debug, thiserror::Error)]
-pub enum ApiError {
-    #[error("{0}")]
-    BadRequest(String),
-    #[error("{message}")]
-    InvalidArguments { message: String, path: Vec<Value> },
-    #[error("{0}")]
-    Unauthorized(String),
-    #[error("{0}")]
-    Forbidden(String),
-    #[error("{0}")]
-    NotFound(String),
-    #[error("{0}")]
-    MethodNotAllowed(String),
-    #[error("{0}")]
-    Conflict(String),
-    #[error("request body is larger than the limit of {limit_mb} MB")]
-    PayloadTooLarge { limit_mb: u64 },
-    #[error("{0}")]
-    UnsupportedMediaType(String),
-    #[error("{0}")]
-    TooManyRequests(String),
-    #[error("{0}")]
-    Locked(String),
-    #[error("internal error")]
-    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
-}
-
-impl ApiError {
-    pub fn function_not_found(provider: Option<&str>, title: &str) -> ApiError {
-        match provider {
-            Some(provider) => ApiError::NotFound(format!("Qiskit Function {provider}/{title} doesn't exist.")),
-            None => ApiError::NotFound(format!("Qiskit Function {title} doesn't exist.")),
-        }
-    }
-
-    pub fn provider_not_found(provider: &str) -> ApiError {
-        ApiError::NotFound(format!("Provider {provider} doesn't exist."))
-    }
-
-    pub fn file_not_found() -> ApiError {
-        ApiError::NotFound("Requested file was not found.".into())
-    }
-
-    pub fn internal(error: impl std::error::Error + Send + Sync + 'static) -> ApiError {
-        ApiError::Internal(Box::new(error))
-    }
-}
-
-impl From<crate::db::Error> for ApiError {
-    fn from(error: crate::db::Error) -> Self {
-        ApiError::internal(error)
-    }
-}
-
-impl From<crate::storage::Error> for ApiError {
-    fn from(error: crate::storage::Error) -> Self {
-        ApiError::internal(error)
-    }
-}
-
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let message = self.to_string();
-        let (status, body) = match self {
-            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, json!({ "message": message })),
-            ApiError::InvalidArguments { message, path } => {
-                (StatusCode::BAD_REQUEST, json!({ "message": message, "path": path }))
-            }
-            ApiError::Unauthorized(detail) => {
-                let mut response = (StatusCode::UNAUTHORIZED, Json(json!({ "detail": detail }))).into_response();
-                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
-                return response;
-            }
-            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, json!({ "message": message })),
-            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, json!({ "message": message })),
-            ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, json!({ "message": message })),
-            ApiError::Conflict(_) => (StatusCode::CONFLICT, json!({ "message": message })),
-            ApiError::PayloadTooLarge { limit_mb } => (
-                StatusCode::PAYLOAD_TOO_LARGE,
-                json!({ "message": format!("Request body is larger than the limit of {limit_mb} MB (MAX_REQUEST_BODY_SIZE_MB).") }),
-            ),
-            ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, json!({ "message": message })),
-            ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, json!({ "message": message })),
-            ApiError::Locked(_) => (StatusCode::LOCKED, json!({ "message": message })),
-            ApiError::Internal(source) => {
-                tracing::error!(error = &*source as &dyn std::error::Error, "request failed");
-                (StatusCode::INTERNAL_SERVER_ERROR, json!({ "message": "Internal server error" }))
-            }
-        };
-        (status, Json(body)).into_response()
-    }
 }
 
 /// A file part of a multipart body, spooled to disk (never held in memory).

@@ -9,9 +9,10 @@ use axum::extract::FromRequestParts;
 use axum::http::header;
 use axum::http::request::Parts;
 
-use crate::api::{ApiError, AppState};
 use crate::db;
 use crate::domain::names::is_valid_user_name;
+use crate::error::ApiError;
+use crate::state::AppState;
 
 /// How tokens are checked (`SETTINGS_AUTH_MECHANISM`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]

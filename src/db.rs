@@ -178,3 +178,30 @@ mod tests {
         assert_eq!(format_timestamp(1_675_351_843_281_796), "2023-02-02T15:30:43.281796Z");
     }
 }
+
+/// Where the database is.
+#[derive(Debug, Clone, clap::Args)]
+pub struct DatabaseArgs {
+    /// Folder for the embedded database, local object storage and upload spooling.
+    #[arg(long, env = "GANTRY_DATA_DIR", default_value = ".gantry")]
+    pub data_dir: std::path::PathBuf,
+    /// Database URL: sqlite://PATH or postgres://USER@HOST/DB. Default: SQLite in --data-dir.
+    #[arg(long, env = "GANTRY_DATABASE_URL")]
+    pub database_url: Option<String>,
+}
+
+impl DatabaseArgs {
+    pub fn url(&self) -> String {
+        self.database_url.clone().unwrap_or_else(|| format!("sqlite://{}", self.data_dir.join("gantry.db").display()))
+    }
+
+    /// Connects and migrates.
+    pub async fn open(&self) -> anyhow::Result<Db> {
+        use anyhow::Context as _;
+        std::fs::create_dir_all(&self.data_dir)
+            .with_context(|| format!("failed to create the data directory {}", self.data_dir.display()))?;
+        let db = Db::connect(&self.url()).await?;
+        db.migrate().await?;
+        Ok(db)
+    }
+}

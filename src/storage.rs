@@ -419,6 +419,57 @@ impl Storage {
     }
 }
 
+/// Where objects are stored.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StorageArgs {
+    /// Object storage: a directory, or s3://BUCKET[/PREFIX]. Default: DATA_DIR/objects.
+    #[arg(long, env = "GANTRY_STORAGE")]
+    pub storage: Option<String>,
+    /// S3 endpoint URL (MinIO, Ceph, ...); default: AWS for the region.
+    #[arg(long, env = "GANTRY_S3_ENDPOINT")]
+    pub s3_endpoint: Option<String>,
+    /// S3 region.
+    #[arg(long, env = "GANTRY_S3_REGION", default_value = "us-east-1")]
+    pub s3_region: String,
+    /// S3 access key id.
+    #[arg(long, env = "AWS_ACCESS_KEY_ID", hide_env_values = true)]
+    pub s3_access_key_id: Option<String>,
+    /// S3 secret access key.
+    #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
+    pub s3_secret_access_key: Option<String>,
+    /// Address buckets by path (`endpoint/bucket/key`) instead of virtual host; MinIO needs it.
+    #[arg(long, env = "GANTRY_S3_PATH_STYLE")]
+    pub s3_path_style: bool,
+}
+
+impl StorageArgs {
+    pub fn open(&self, data_dir: &std::path::Path) -> anyhow::Result<Storage> {
+        match self.storage.as_deref() {
+            Some(location) if location.starts_with("s3://") => {
+                let (bucket, prefix) = Storage::parse_s3_location(location)?;
+                let (Some(access_key_id), Some(secret_access_key)) =
+                    (&self.s3_access_key_id, &self.s3_secret_access_key)
+                else {
+                    anyhow::bail!(
+                        "S3 storage needs credentials: set --s3-access-key-id/AWS_ACCESS_KEY_ID and --s3-secret-access-key/AWS_SECRET_ACCESS_KEY"
+                    );
+                };
+                Ok(Storage::s3(&S3Settings {
+                    bucket,
+                    prefix,
+                    endpoint: self.s3_endpoint.clone(),
+                    region: self.s3_region.clone(),
+                    access_key_id: access_key_id.clone(),
+                    secret_access_key: secret_access_key.clone(),
+                    path_style: self.s3_path_style,
+                }))
+            }
+            Some(directory) => Ok(Storage::local(directory)),
+            None => Ok(Storage::local(data_dir.join("objects"))),
+        }
+    }
+}
+
 fn walk_local(root: &Path, start: &Path) -> io::Result<Vec<ObjectInfo>> {
     let mut objects = Vec::new();
     let mut folders = vec![start.to_path_buf()];

@@ -11,12 +11,12 @@ use serde_json::{Value, json};
 use super::programs::{arguments_text, check_arguments, resolve_function};
 use super::{ApiError, AppState, RequestFields};
 use crate::auth::Caller;
+use crate::compute::StopOutcome;
 use crate::db::jobs::{self, JobFilter, JobRow, NewJob, SubStatusOutcome};
 use crate::db::{self, programs, providers};
 use crate::domain::lifecycle::JobStatus;
 use crate::domain::{names, sizes, visibility};
 use crate::events::{self, StatusEvent};
-use crate::runner::{self, StopOutcome};
 use crate::storage::keys;
 
 const SUB_STATUSES: [&str; 5] = ["MAPPING", "OPTIMIZING_HARDWARE", "WAITING_QPU", "EXECUTING_QPU", "POST_PROCESSING"];
@@ -118,7 +118,7 @@ pub async fn run_program(
         }
         None => program.default_size.clone(),
     };
-    if state.runner.is_some() && program.artifact_key.is_none() {
+    if !state.compute.runs_images() && program.artifact_key.is_none() {
         return Err(bad(format!(
             "Function {title} runs a container image, which needs the Kubernetes backend; this gateway runs jobs as local processes."
         )));
@@ -156,9 +156,7 @@ pub async fn run_program(
             created: db::format_timestamp(db::now_micros()),
         },
     );
-    if let Some(runner) = &state.runner {
-        runner.wake();
-    }
+    state.compute.clone().submit(&job.id).await;
     Ok(Json(json!({
         "id": job.id,
         "status": "QUEUED",
@@ -414,9 +412,8 @@ async fn read_log(state: &AppState, job: &JobRow, provider: bool) -> Result<Stri
     if let Some(bytes) = state.storage.read_to_bytes(&key).await? {
         return Ok(String::from_utf8_lossy(&bytes).into_owned());
     }
-    if let Some(runner) = &state.runner
-        && job.status() == JobStatus::Running
-        && let Ok(text) = tokio::fs::read_to_string(runner.live_log_path(&job.id, provider)).await
+    if job.status() == JobStatus::Running
+        && let Some(text) = state.compute.clone().live_log(&job.id, provider).await
     {
         return Ok(text);
     }
@@ -463,10 +460,7 @@ pub async fn stop_job(
         return Err(bad("This field may not be null. ('service')"));
     }
     // The `service` field (a serialized runtime service with credentials) is never logged or stored.
-    let outcome = match &state.runner {
-        Some(runner) => runner.stop(&job_id).await?,
-        None => runner::stop_without_process(&state.db, &state.publisher, &job_id).await?,
-    };
+    let outcome = state.compute.clone().stop(&job_id).await?;
     let message = match outcome {
         StopOutcome::Requested => {
             format!("Stop requested for job {job_id}; its status will show STOPPED once it has stopped.")

@@ -50,7 +50,7 @@ async fn provider_function_areas_are_per_function_and_per_user(backend: Backend)
         gateway.upload_function("erin", &[("title", title), ("entrypoint", "main.py")]).await;
     }
     for user in ["alice", "bob"] {
-        gateway.admin(gantry::cli::AdminCommand::AddMember { group: "users".into(), user: user.into() }).await;
+        gateway.admin(gantry::admin::AdminCommand::AddMember { group: "users".into(), user: user.into() }).await;
     }
     for function in ["one", "two"] {
         gateway.grant_run("acme", function, "users").await;
@@ -92,7 +92,7 @@ async fn files_of_the_per_function_layout_move_into_the_users_area(backend: Back
     tokio::time::sleep(std::time::Duration::from_millis(1100)).await;
     put("users/alice/functions/a/data/clash.txt", "newer").await;
 
-    gantry::cli::migrate_storage(&gateway.state.db, storage).await.unwrap();
+    gantry::serve::migrate_storage(&gateway.state.db, storage).await.unwrap();
     assert_eq!(
         gateway.get("/api/v1/files/?function=b", "alice").await.json,
         json!({"results": ["clash.txt", "only-a.txt"]})
@@ -106,7 +106,7 @@ async fn files_of_the_per_function_layout_move_into_the_users_area(backend: Back
 
     // Recorded as done: files placed in the old layout later are not moved by another start.
     put("users/alice/functions/a/data/late.txt", "late").await;
-    gantry::cli::migrate_storage(&gateway.state.db, storage).await.unwrap();
+    gantry::serve::migrate_storage(&gateway.state.db, storage).await.unwrap();
     assert_eq!(
         gateway.get("/api/v1/files/?function=b", "alice").await.json,
         json!({"results": ["clash.txt", "only-a.txt"]})

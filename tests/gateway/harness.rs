@@ -7,9 +7,10 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
+use gantry::admin::AdminCommand;
 use gantry::api::{AppState, GatewayConfig};
-use gantry::cli::{AdminCommand, DEFAULT_UPLOAD_MIME_TYPES};
 use gantry::db::Db;
+use gantry::state::DEFAULT_UPLOAD_MIME_TYPES;
 use gantry::storage::{S3Settings, Storage};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -99,7 +100,13 @@ impl Gateway {
         storage.check().await.expect("storage reachable");
         let publisher: Arc<dyn gantry::events::Publisher> = Arc::new(gantry::events::LogPublisher);
         Gateway {
-            state: AppState { db, storage, config: Arc::new(config), runner: None, publisher },
+            state: AppState {
+                compute: Arc::new(gantry::compute::Queue { db: db.clone(), publisher: publisher.clone() }),
+                db,
+                storage,
+                config: Arc::new(config),
+                publisher,
+            },
             s3_endpoint,
             runner_task: None,
             dir,
@@ -108,7 +115,7 @@ impl Gateway {
     }
 
     /// The same gateway with a local runner that starts jobs with the real `gantry launch`.
-    pub async fn with_runner(mut self, configure: impl FnOnce(&mut gantry::runner::RunnerConfig)) -> Gateway {
+    pub async fn with_runner(mut self, configure: impl FnOnce(&mut gantry::compute::local::RunnerConfig)) -> Gateway {
         let (storage_args, storage_env) = match &self.state.storage {
             Storage::Local { root } => (vec!["--storage".to_string(), root.display().to_string()], Vec::new()),
             Storage::S3 { .. } => {
@@ -130,7 +137,7 @@ impl Gateway {
                 )
             }
         };
-        let mut config = gantry::runner::RunnerConfig {
+        let mut config = gantry::compute::local::RunnerConfig {
             launcher: env!("CARGO_BIN_EXE_gantry").into(),
             python: std::env::var("GANTRY_TEST_PYTHON").unwrap_or_else(|_| "python3".into()),
             work_root: self.dir.path().join("jobs"),
@@ -144,13 +151,13 @@ impl Gateway {
             storage_env,
         };
         configure(&mut config);
-        let runner = gantry::runner::LocalRunner::new(
+        let runner = gantry::compute::local::LocalRunner::new(
             self.state.db.clone(),
             self.state.storage.clone(),
             config,
             self.state.publisher.clone(),
         );
-        self.state.runner = Some(runner.clone());
+        self.state.compute = runner.clone();
         let handle = tokio::spawn(runner.run());
         self.runner_task = Some(handle);
         self
@@ -232,7 +239,7 @@ impl Gateway {
     }
 
     pub async fn admin(&self, command: AdminCommand) -> String {
-        gantry::cli::admin(&self.state.db, command).await.expect("admin command")
+        gantry::admin::admin(&self.state.db, command).await.expect("admin command")
     }
 
     /// Grants `group` view and run on the provider function `provider/function`.

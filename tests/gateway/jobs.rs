@@ -194,9 +194,9 @@ async fn listings_filter_paginate_and_order(backend: Backend) {
     gateway.upload_function("erin", &[("title", "acme/tool"), ("entrypoint", "main.py")]).await;
     gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
     gateway.upload_function("alice", &[("title", "other"), ("entrypoint", "main.py")]).await;
-    gateway.admin(gantry::cli::AdminCommand::AddMember { group: "g".into(), user: "alice".into() }).await;
+    gateway.admin(gantry::admin::AdminCommand::AddMember { group: "g".into(), user: "alice".into() }).await;
     gateway
-        .admin(gantry::cli::AdminCommand::Grant {
+        .admin(gantry::admin::AdminCommand::Grant {
             provider: "acme".into(),
             function: "tool".into(),
             group: "g".into(),
@@ -514,11 +514,11 @@ async fn stop_requests(backend: Backend) {
 async fn provider_job_listing_and_logs(backend: Backend) {
     let gateway = Gateway::start(backend).await;
     gateway.provider("acme", None, "erin").await;
-    gateway.admin(gantry::cli::AdminCommand::AddAdmin { provider: "acme".into(), user: "paul".into() }).await;
+    gateway.admin(gantry::admin::AdminCommand::AddAdmin { provider: "acme".into(), user: "paul".into() }).await;
     gateway.upload_function("paul", &[("title", "acme/tool"), ("entrypoint", "main.py")]).await;
-    gateway.admin(gantry::cli::AdminCommand::RemoveAdmin { provider: "acme".into(), user: "paul".into() }).await;
+    gateway.admin(gantry::admin::AdminCommand::RemoveAdmin { provider: "acme".into(), user: "paul".into() }).await;
     gateway.upload_function("erin", &[("title", "acme/other"), ("entrypoint", "main.py")]).await;
-    gateway.admin(gantry::cli::AdminCommand::AddMember { group: "users".into(), user: "alice".into() }).await;
+    gateway.admin(gantry::admin::AdminCommand::AddMember { group: "users".into(), user: "alice".into() }).await;
     for function in ["tool", "other"] {
         gateway.grant_run("acme", function, "users").await;
     }

@@ -88,7 +88,7 @@ async fn a_failing_publisher_never_blocks_a_move(backend: Backend) {
         gantry::domain::lifecycle::Trigger::Started,
         gantry::domain::lifecycle::Trigger::Exited { success: true },
     ] {
-        let moved = gantry::runner::move_job_now(&gateway.state.db, &publisher, &id, &trigger).await.unwrap();
+        let moved = gantry::compute::move_job_now(&gateway.state.db, &publisher, &id, &trigger).await.unwrap();
         assert!(moved.is_some(), "{trigger:?} was not applied");
     }
     assert_eq!(broken.0.load(std::sync::atomic::Ordering::SeqCst), 3, "every move was offered to the sink");
@@ -196,9 +196,9 @@ async fn provider_function_logs_are_split(backend: Backend) {
     let gateway = Gateway::start(backend).await.with_runner(|_| {}).await;
     gateway.provider("acme", None, "erin").await;
     upload(&gateway, "erin", "acme/tool").await;
-    gateway.admin(gantry::cli::AdminCommand::AddMember { group: "users".into(), user: "alice".into() }).await;
+    gateway.admin(gantry::admin::AdminCommand::AddMember { group: "users".into(), user: "alice".into() }).await;
     gateway
-        .admin(gantry::cli::AdminCommand::Grant {
+        .admin(gantry::admin::AdminCommand::Grant {
             provider: "acme".into(),
             function: "tool".into(),
             group: "users".into(),
@@ -291,7 +291,7 @@ async fn jobs_left_running_by_a_dead_process_are_reconciled(backend: Backend) {
     // As a crashed gateway would leave it: RUNNING, with a launcher that no longer exists.
     let publisher = gateway.state.publisher.clone();
     for trigger in [gantry::domain::lifecycle::Trigger::Admitted, gantry::domain::lifecycle::Trigger::Started] {
-        gantry::runner::move_job_now(&gateway.state.db, &publisher, &id, &trigger).await.unwrap();
+        gantry::compute::move_job_now(&gateway.state.db, &publisher, &id, &trigger).await.unwrap();
     }
     gantry::db::jobs::set_backend_ref(&gateway.state.db, &id, Some("pid:999999999")).await.unwrap();
     assert_eq!(gateway.get(&format!("/api/v1/jobs/{id}/"), "alice").await.json["status"], "RUNNING");

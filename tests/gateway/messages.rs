@@ -89,13 +89,13 @@ async fn every_quoted_message_starts_with_the_reference_text(backend: Backend) {
     gateway.upload_function("erin", &[("title", "acme/tool"), ("entrypoint", "main.py")]).await;
     gateway.upload_function("erin", &[("title", "acme/off"), ("entrypoint", "main.py")]).await;
     gateway
-        .admin(gantry::cli::AdminCommand::DisableFunction {
+        .admin(gantry::admin::AdminCommand::DisableFunction {
             provider: "acme".into(),
             function: "off".into(),
             message: None,
         })
         .await;
-    gateway.admin(gantry::cli::AdminCommand::AddAdmin { provider: "acme".into(), user: "alice".into() }).await;
+    gateway.admin(gantry::admin::AdminCommand::AddAdmin { provider: "acme".into(), user: "alice".into() }).await;
     gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
     gateway
         .upload_function(
@@ -107,7 +107,7 @@ async fn every_quoted_message_starts_with_the_reference_text(backend: Backend) {
             ],
         )
         .await;
-    gateway.admin(gantry::cli::AdminCommand::DeactivateUser { user: "mallory".into() }).await;
+    gateway.admin(gantry::admin::AdminCommand::DeactivateUser { user: "mallory".into() }).await;
     // A finished job, then the one active job alice's limit of 1 allows.
     let stopped = job(&gateway, "alice", "fn", None).await;
     assert_eq!(gateway.post_json(&format!("/api/v1/jobs/{stopped}/stop/"), "alice", json!({})).await.status, 200);

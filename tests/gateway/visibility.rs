@@ -1,7 +1,7 @@
 //! Who sees and does what: owner, other user, provider admin, author of a provider function,
 //! granted groups, and an inactive user.
 
-use gantry::cli::AdminCommand;
+use gantry::admin::AdminCommand;
 use serde_json::{Value, json};
 
 use crate::both_backends;

@@ -12,68 +12,13 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
+use super::{Compute, StopOutcome, move_job, move_job_now, stop_without_process};
 use crate::db::{self, Db, jobs};
 use crate::domain::admission::{self, Capacity, Limits};
-use crate::domain::lifecycle::{self, JobStatus, Trigger};
+use crate::domain::lifecycle::{JobStatus, Trigger};
 use crate::domain::runtime_env::{JobEnvironmentInput, job_environment};
-use crate::events::{self, Publisher, StatusEvent};
+use crate::events::Publisher;
 use crate::storage::{Storage, keys};
-
-/// Applies a lifecycle trigger to a job: decides the move from its current status, writes it
-/// with its event, and publishes it. Returns the new status when a move happened.
-pub async fn move_job(
-    db: &Db,
-    publisher: &Arc<dyn Publisher>,
-    job_id: &str,
-    current: JobStatus,
-    trigger: &Trigger,
-) -> Result<Option<JobStatus>, db::Error> {
-    let Some(mv) = lifecycle::decide(current, trigger) else {
-        return Ok(None);
-    };
-    if !jobs::apply_move(db, job_id, &mv).await? {
-        return Ok(None);
-    }
-    events::publish(
-        publisher,
-        StatusEvent {
-            job_id: job_id.to_string(),
-            status: mv.to.as_str().to_string(),
-            origin: mv.origin.as_str().to_string(),
-            context: mv.context.to_string(),
-            created: db::format_timestamp(db::now_micros()),
-        },
-    );
-    Ok(Some(mv.to))
-}
-
-/// Applies a trigger to whatever status the job has now, retrying if another mover got there
-/// first.
-pub async fn move_job_now(
-    db: &Db,
-    publisher: &Arc<dyn Publisher>,
-    job_id: &str,
-    trigger: &Trigger,
-) -> Result<Option<JobStatus>, db::Error> {
-    for _ in 0..5 {
-        let Some(job) = jobs::find(db, job_id).await? else { return Ok(None) };
-        let current = job.status();
-        if lifecycle::decide(current, trigger).is_none() {
-            return Ok(None);
-        }
-        if let Some(status) = move_job(db, publisher, job_id, current, trigger).await? {
-            return Ok(Some(status));
-        }
-    }
-    Ok(None)
-}
-
-/// What a stop request came to.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum StopOutcome {
-    Requested,
-    AlreadyFinished(String),
-}
 
 /// Settings of the local runner.
 #[derive(Debug, Clone)]
@@ -134,20 +79,15 @@ impl LocalRunner {
         })
     }
 
-    /// Asks for a scheduling pass now (after a run).
-    pub fn wake(&self) {
-        self.wake.notify_one();
-    }
-
     /// The live log file of a running job.
-    pub fn live_log_path(&self, job_id: &str, provider: bool) -> PathBuf {
-        let name = if provider { crate::launch::LIVE_PROVIDER_LOG } else { crate::launch::LIVE_USER_LOG };
+    fn live_log_path(&self, job_id: &str, provider: bool) -> PathBuf {
+        let name = if provider { super::launch::LIVE_PROVIDER_LOG } else { super::launch::LIVE_USER_LOG };
         self.config.work_root.join(job_id).join(name)
     }
 
     /// Reconciles what a previous run left, then schedules until the process ends.
     pub async fn run(self: Arc<Self>) {
-        if let Err(error) = self.reconcile().await {
+        if let Err(error) = self.adopt_or_finish_in_flight().await {
             tracing::error!(error = &error as &dyn std::error::Error, "failed to reconcile jobs left in flight");
         }
         loop {
@@ -382,7 +322,7 @@ impl LocalRunner {
     /// Delivers a stop: a queued job stops at once; a running one has its launcher told to stop
     /// (it kills the job's process group and archives the logs), and its end is recorded as
     /// STOPPED by the watcher.
-    pub async fn stop(self: &Arc<Self>, job_id: &str) -> Result<StopOutcome, db::Error> {
+    async fn request_stop(self: &Arc<Self>, job_id: &str) -> Result<StopOutcome, db::Error> {
         let outcome = stop_without_process(&self.db, &self.publisher, job_id).await?;
         if outcome == StopOutcome::Requested {
             self.terminate(job_id);
@@ -413,7 +353,7 @@ impl LocalRunner {
     }
 
     /// Jobs left PENDING or RUNNING by a previous run: adopt live launchers, finish the rest.
-    pub async fn reconcile(self: &Arc<Self>) -> Result<(), db::Error> {
+    async fn adopt_or_finish_in_flight(self: &Arc<Self>) -> Result<(), db::Error> {
         for job in jobs::in_flight(&self.db).await? {
             if self.processes.lock().expect("lock").contains_key(&job.id) {
                 continue;
@@ -443,18 +383,30 @@ impl LocalRunner {
     }
 }
 
-/// A stop for a job no process of ours runs: marks the request, and stops a queued job at once.
-pub async fn stop_without_process(
-    db: &Db,
-    publisher: &Arc<dyn Publisher>,
-    job_id: &str,
-) -> Result<StopOutcome, db::Error> {
-    if !jobs::mark_stop_requested(db, job_id).await? {
-        let status = jobs::find(db, job_id).await?.map(|j| j.status).unwrap_or_default();
-        return Ok(StopOutcome::AlreadyFinished(status));
+#[async_trait::async_trait]
+impl Compute for LocalRunner {
+    /// Local processes run artifacts; images need a container runtime.
+    fn runs_images(&self) -> bool {
+        false
     }
-    move_job(db, publisher, job_id, JobStatus::Queued, &Trigger::StopRequested).await?;
-    Ok(StopOutcome::Requested)
+
+    /// Asks for a scheduling pass now.
+    async fn submit(self: Arc<Self>, _job_id: &str) {
+        self.wake.notify_one();
+    }
+
+    async fn stop(self: Arc<Self>, job_id: &str) -> Result<StopOutcome, db::Error> {
+        self.request_stop(job_id).await
+    }
+
+    /// The launcher's live copy of the log in the job's work folder.
+    async fn live_log(self: Arc<Self>, job_id: &str, provider: bool) -> Option<String> {
+        tokio::fs::read_to_string(self.live_log_path(job_id, provider)).await.ok()
+    }
+
+    async fn reconcile(self: Arc<Self>) -> Result<(), db::Error> {
+        self.adopt_or_finish_in_flight().await
+    }
 }
 
 /// Whether `pid` is a live `gantry launch` of this job (its command line names the job).

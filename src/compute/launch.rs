@@ -24,8 +24,8 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 use crate::artifact::{MemberKind, check_member};
-use crate::cli::StorageArgs;
 use crate::domain::logs::{LogRouter, TailBuffer, missing_client_hint};
+use crate::storage::StorageArgs;
 use crate::storage::{self, Storage, keys};
 
 /// Exit code of the launcher when the function could not be started.

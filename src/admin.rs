@@ -1,0 +1,183 @@
+//! `gantry admin`: users, groups, providers, grants and functions managed without SQL.
+
+use anyhow::{Context, bail};
+use clap::{Args, Subcommand};
+
+use crate::db::{self, DatabaseArgs, Db};
+
+#[derive(Debug, Args)]
+pub struct AdminArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(subcommand)]
+    pub command: AdminCommand,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum AdminCommand {
+    /// Create a provider (or change its registry) and its admin group `<name>-admins`.
+    CreateProvider {
+        name: String,
+        /// Custom images of this provider must equal this registry or start with it and `/`.
+        #[arg(long)]
+        registry: Option<String>,
+    },
+    /// Add a user to a provider's admin group (creates the user if needed).
+    AddAdmin {
+        #[arg(long)]
+        provider: String,
+        #[arg(long)]
+        user: String,
+    },
+    /// Remove a user from a provider's admin group.
+    RemoveAdmin {
+        #[arg(long)]
+        provider: String,
+        #[arg(long)]
+        user: String,
+    },
+    /// Add a user to a group (creates both if needed).
+    AddMember {
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        user: String,
+    },
+    /// Grant a group view and/or run on a provider function; with neither flag, revoke.
+    Grant {
+        #[arg(long)]
+        provider: String,
+        #[arg(long)]
+        function: String,
+        #[arg(long)]
+        group: String,
+        #[arg(long)]
+        view: bool,
+        #[arg(long)]
+        run: bool,
+    },
+    /// Disable a provider function: runs answer 423 with the message (default: the reference's
+    /// text) until it is enabled again.
+    DisableFunction {
+        #[arg(long)]
+        provider: String,
+        #[arg(long)]
+        function: String,
+        #[arg(long)]
+        message: Option<String>,
+    },
+    /// Enable a disabled provider function again.
+    EnableFunction {
+        #[arg(long)]
+        provider: String,
+        #[arg(long)]
+        function: String,
+    },
+    /// Refuse every request of a user (401) until reactivated.
+    DeactivateUser { user: String },
+    /// Allow a deactivated user again.
+    ActivateUser { user: String },
+}
+
+impl AdminArgs {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let Self { database, command } = self;
+        let db = database.open().await?;
+        println!("{}", admin(&db, command).await?);
+        Ok(())
+    }
+}
+
+fn check_user_name(user: &str) -> anyhow::Result<()> {
+    if !crate::domain::names::is_valid_user_name(user) {
+        bail!("invalid user name '{user}': use 1-150 letters, digits, '_', '.', '@' or '-'");
+    }
+    Ok(())
+}
+
+async fn find_provider_function(db: &Db, provider: &str, function: &str) -> anyhow::Result<db::programs::ProgramRow> {
+    let provider_row = find_provider(db, provider).await?;
+    // Any user id works for the lookup: only the function itself is needed here.
+    db::programs::find_provider_function(db, "", &provider_row.id, function)
+        .await?
+        .with_context(|| format!("function {provider}/{function} does not exist"))
+}
+
+async fn find_provider(db: &Db, name: &str) -> anyhow::Result<db::providers::ProviderRow> {
+    db::providers::find_by_name(db, name).await?.with_context(|| {
+        format!("provider {name} does not exist (create it with `gantry admin create-provider {name}`)")
+    })
+}
+
+/// Carries out one admin command and says what it did.
+pub async fn admin(db: &Db, command: AdminCommand) -> anyhow::Result<String> {
+    use crate::db::{programs, providers, users};
+    Ok(match command {
+        AdminCommand::CreateProvider { name, registry } => {
+            let clean = crate::domain::names::sanitize_title(&name, false);
+            if clean != name || name.is_empty() {
+                bail!("invalid provider name '{name}': use letters, digits, '_' and '-'");
+            }
+            providers::upsert(db, &name, registry.as_deref()).await?;
+            format!("provider {name} ready (admin group {})", providers::admin_group_name(&name))
+        }
+        AdminCommand::AddAdmin { provider, user } => {
+            check_user_name(&user)?;
+            let provider = find_provider(db, &provider).await?;
+            let group = users::ensure_group(db, &providers::admin_group_name(&provider.name)).await?;
+            providers::add_admin_group(db, &provider.id, &group.id).await?;
+            let user_row = users::ensure(db, &user).await?;
+            users::add_member(db, &group.id, &user_row.id).await?;
+            format!("{user} is now an admin of provider {}", provider.name)
+        }
+        AdminCommand::RemoveAdmin { provider, user } => {
+            let provider = find_provider(db, &provider).await?;
+            let group = users::find_group(db, &providers::admin_group_name(&provider.name)).await?;
+            let user_row = users::find_by_username(db, &user).await?;
+            let removed = match (group, user_row) {
+                (Some(group), Some(user_row)) => users::remove_member(db, &group.id, &user_row.id).await?,
+                _ => false,
+            };
+            if removed {
+                format!("{user} is no longer an admin of provider {}", provider.name)
+            } else {
+                format!("{user} was not an admin of provider {}", provider.name)
+            }
+        }
+        AdminCommand::AddMember { group, user } => {
+            check_user_name(&user)?;
+            let group_row = users::ensure_group(db, &group).await?;
+            let user_row = users::ensure(db, &user).await?;
+            users::add_member(db, &group_row.id, &user_row.id).await?;
+            format!("{user} is now a member of group {group}")
+        }
+        AdminCommand::DisableFunction { provider, function, message } => {
+            let program = find_provider_function(db, &provider, &function).await?;
+            programs::set_disabled(db, &program.id, true, message.as_deref()).await?;
+            format!("{provider}/{function} is disabled")
+        }
+        AdminCommand::EnableFunction { provider, function } => {
+            let program = find_provider_function(db, &provider, &function).await?;
+            programs::set_disabled(db, &program.id, false, None).await?;
+            format!("{provider}/{function} is enabled")
+        }
+        AdminCommand::Grant { provider, function, group, view, run } => {
+            let program = find_provider_function(db, &provider, &function).await?;
+            let group_row = users::ensure_group(db, &group).await?;
+            programs::grant(db, &program.id, &group_row.id, view, run).await?;
+            format!("group {group} on {provider}/{function}: view={view} run={run}")
+        }
+        AdminCommand::DeactivateUser { user } => {
+            check_user_name(&user)?;
+            users::ensure(db, &user).await?;
+            users::set_active(db, &user, false).await?;
+            format!("user {user} deactivated")
+        }
+        AdminCommand::ActivateUser { user } => {
+            if !users::set_active(db, &user, true).await? {
+                bail!("user {user} does not exist");
+            }
+            format!("user {user} activated")
+        }
+    })
+}

@@ -1,0 +1,134 @@
+//! The compute interface between the API and the backends that run jobs, and the status moves
+//! every backend makes the same way. The handlers hold an `Arc<dyn Compute>` and never know
+//! which backend runs: the local runner (`local`, processes on this machine), the queue alone
+//! (`Queue`, jobs wait for another process), or, later, Kubernetes. `launch` is the launcher that
+//! runs inside every job, whichever backend started it. The rules stay in `domain::lifecycle`
+//! and `domain::admission`, shared by all.
+
+pub mod launch;
+pub mod local;
+
+use std::sync::Arc;
+
+use crate::db::{self, Db, jobs};
+use crate::domain::lifecycle::{self, JobStatus, Trigger};
+use crate::events::{self, Publisher, StatusEvent};
+
+/// What the API asks of the backend that runs jobs.
+#[async_trait::async_trait]
+pub trait Compute: Send + Sync {
+    /// Whether functions that are container images can run here (`run` refuses them otherwise).
+    fn runs_images(&self) -> bool;
+
+    /// The job was committed `QUEUED`: take it up. Failures are the backend's to repair (the
+    /// job row is the record), so nothing is returned.
+    async fn submit(self: Arc<Self>, job_id: &str);
+
+    /// A user asked to stop the job: a queued job stops at once, a running one is told to stop
+    /// and its end is recorded when it has stopped.
+    async fn stop(self: Arc<Self>, job_id: &str) -> Result<StopOutcome, db::Error>;
+
+    /// The log so far of a running job (user log, or provider log with `provider`), when the
+    /// backend can read it.
+    async fn live_log(self: Arc<Self>, job_id: &str, provider: bool) -> Option<String>;
+
+    /// Brings jobs left in flight by an earlier process in line with what still runs.
+    async fn reconcile(self: Arc<Self>) -> Result<(), db::Error>;
+}
+
+/// No backend in this process: jobs stay queued for another one (`GANTRY_RUNNER=none`).
+pub struct Queue {
+    pub db: Db,
+    pub publisher: Arc<dyn Publisher>,
+}
+
+#[async_trait::async_trait]
+impl Compute for Queue {
+    fn runs_images(&self) -> bool {
+        true
+    }
+
+    async fn submit(self: Arc<Self>, _job_id: &str) {}
+
+    async fn stop(self: Arc<Self>, job_id: &str) -> Result<StopOutcome, db::Error> {
+        stop_without_process(&self.db, &self.publisher, job_id).await
+    }
+
+    async fn live_log(self: Arc<Self>, _job_id: &str, _provider: bool) -> Option<String> {
+        None
+    }
+
+    async fn reconcile(self: Arc<Self>) -> Result<(), db::Error> {
+        Ok(())
+    }
+}
+
+/// Applies a lifecycle trigger to a job: decides the move from its current status, writes it
+/// with its event, and publishes it. Returns the new status when a move happened.
+pub async fn move_job(
+    db: &Db,
+    publisher: &Arc<dyn Publisher>,
+    job_id: &str,
+    current: JobStatus,
+    trigger: &Trigger,
+) -> Result<Option<JobStatus>, db::Error> {
+    let Some(mv) = lifecycle::decide(current, trigger) else {
+        return Ok(None);
+    };
+    if !jobs::apply_move(db, job_id, &mv).await? {
+        return Ok(None);
+    }
+    events::publish(
+        publisher,
+        StatusEvent {
+            job_id: job_id.to_string(),
+            status: mv.to.as_str().to_string(),
+            origin: mv.origin.as_str().to_string(),
+            context: mv.context.to_string(),
+            created: db::format_timestamp(db::now_micros()),
+        },
+    );
+    Ok(Some(mv.to))
+}
+
+/// Applies a trigger to whatever status the job has now, retrying if another mover got there
+/// first.
+pub async fn move_job_now(
+    db: &Db,
+    publisher: &Arc<dyn Publisher>,
+    job_id: &str,
+    trigger: &Trigger,
+) -> Result<Option<JobStatus>, db::Error> {
+    for _ in 0..5 {
+        let Some(job) = jobs::find(db, job_id).await? else { return Ok(None) };
+        let current = job.status();
+        if lifecycle::decide(current, trigger).is_none() {
+            return Ok(None);
+        }
+        if let Some(status) = move_job(db, publisher, job_id, current, trigger).await? {
+            return Ok(Some(status));
+        }
+    }
+    Ok(None)
+}
+
+/// What a stop request came to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopOutcome {
+    Requested,
+    AlreadyFinished(String),
+}
+
+/// A stop for a job no process of ours runs: marks the request, and stops a queued job at once.
+pub async fn stop_without_process(
+    db: &Db,
+    publisher: &Arc<dyn Publisher>,
+    job_id: &str,
+) -> Result<StopOutcome, db::Error> {
+    if !jobs::mark_stop_requested(db, job_id).await? {
+        let status = jobs::find(db, job_id).await?.map(|j| j.status).unwrap_or_default();
+        return Ok(StopOutcome::AlreadyFinished(status));
+    }
+    move_job(db, publisher, job_id, JobStatus::Queued, &Trigger::StopRequested).await?;
+    Ok(StopOutcome::Requested)
+}

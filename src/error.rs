@@ -1,0 +1,102 @@
+//! `ApiError`: every error a request can answer, rendered in the contract's shapes. Shared by
+//! `api` and `auth`.
+
+use axum::Json;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use serde_json::{Value, json};
+
+/// Every error an endpoint can answer, in the contract's shapes.
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{message}")]
+    InvalidArguments { message: String, path: Vec<Value> },
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("request body is larger than the limit of {limit_mb} MB")]
+    PayloadTooLarge { limit_mb: u64 },
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("{0}")]
+    TooManyRequests(String),
+    #[error("{0}")]
+    Locked(String),
+    #[error("internal error")]
+    Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
+}
+
+impl ApiError {
+    pub fn function_not_found(provider: Option<&str>, title: &str) -> ApiError {
+        match provider {
+            Some(provider) => ApiError::NotFound(format!("Qiskit Function {provider}/{title} doesn't exist.")),
+            None => ApiError::NotFound(format!("Qiskit Function {title} doesn't exist.")),
+        }
+    }
+
+    pub fn provider_not_found(provider: &str) -> ApiError {
+        ApiError::NotFound(format!("Provider {provider} doesn't exist."))
+    }
+
+    pub fn file_not_found() -> ApiError {
+        ApiError::NotFound("Requested file was not found.".into())
+    }
+
+    pub fn internal(error: impl std::error::Error + Send + Sync + 'static) -> ApiError {
+        ApiError::Internal(Box::new(error))
+    }
+}
+
+impl From<crate::db::Error> for ApiError {
+    fn from(error: crate::db::Error) -> Self {
+        ApiError::internal(error)
+    }
+}
+
+impl From<crate::storage::Error> for ApiError {
+    fn from(error: crate::storage::Error) -> Self {
+        ApiError::internal(error)
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let message = self.to_string();
+        let (status, body) = match self {
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, json!({ "message": message })),
+            ApiError::InvalidArguments { message, path } => {
+                (StatusCode::BAD_REQUEST, json!({ "message": message, "path": path }))
+            }
+            ApiError::Unauthorized(detail) => {
+                let mut response = (StatusCode::UNAUTHORIZED, Json(json!({ "detail": detail }))).into_response();
+                response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+                return response;
+            }
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, json!({ "message": message })),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, json!({ "message": message })),
+            ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, json!({ "message": message })),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, json!({ "message": message })),
+            ApiError::PayloadTooLarge { limit_mb } => (
+                StatusCode::PAYLOAD_TOO_LARGE,
+                json!({ "message": format!("Request body is larger than the limit of {limit_mb} MB (MAX_REQUEST_BODY_SIZE_MB).") }),
+            ),
+            ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, json!({ "message": message })),
+            ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, json!({ "message": message })),
+            ApiError::Locked(_) => (StatusCode::LOCKED, json!({ "message": message })),
+            ApiError::Internal(source) => {
+                tracing::error!(error = &*source as &dyn std::error::Error, "request failed");
+                (StatusCode::INTERNAL_SERVER_ERROR, json!({ "message": "Internal server error" }))
+            }
+        };
+        (status, Json(body)).into_response()
+    }
+}

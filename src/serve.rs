@@ -1,0 +1,329 @@
+//! `gantry serve`: the all-in-one embedded default. The gateway, the scheduler and the local
+//! runner in one process, on SQLite and a local directory unless told otherwise.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use crate::api;
+use crate::auth::AuthMechanism;
+use crate::compute::local::{LocalRunner, RunnerConfig};
+use crate::compute::{Compute, Queue};
+use crate::db::{self, DatabaseArgs, Db};
+use crate::domain::admission::Limits;
+use crate::state::{AppState, DEFAULT_UPLOAD_MIME_TYPES, GatewayConfig};
+use crate::storage::{Storage, StorageArgs};
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, env = "GANTRY_LISTEN", default_value = "127.0.0.1:8000")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    /// How bearer tokens are checked.
+    #[arg(long, env = "SETTINGS_AUTH_MECHANISM", value_enum, default_value = "mock_token")]
+    pub auth_mechanism: AuthMechanism,
+    /// Largest request body in MB; larger bodies get a 413.
+    #[arg(long, env = "MAX_REQUEST_BODY_SIZE_MB", default_value_t = 50)]
+    pub max_request_body_size_mb: u64,
+    /// Largest `arguments` text in MB validated against a function's schema.
+    #[arg(long, env = "MAX_ARGUMENTS_LENGTH_MB", default_value_t = 32)]
+    pub max_arguments_length_mb: u64,
+    /// MIME types accepted by file uploads, comma-separated.
+    #[arg(long, env = "GANTRY_UPLOAD_MIME_TYPES", default_value = DEFAULT_UPLOAD_MIME_TYPES)]
+    pub upload_mime_types: String,
+    /// Version reported by `GET version/`.
+    #[arg(long, env = "GANTRY_REPORTED_VERSION", default_value = env!("CARGO_PKG_VERSION"))]
+    pub reported_version: String,
+    #[command(flatten)]
+    pub jobs: JobArgs,
+}
+
+/// How jobs run.
+#[derive(Debug, Clone, Args)]
+pub struct JobArgs {
+    /// Where jobs run: `local` processes, or `none` (the gateway only queues them; for a
+    /// separate runner, or to measure the API alone).
+    #[arg(long, env = "GANTRY_RUNNER", value_enum, default_value = "local")]
+    pub runner: RunnerKind,
+    /// Python interpreter that runs functions (`python <entrypoint>`); give a venv's python to
+    /// make `qiskit_serverless` importable by jobs.
+    #[arg(long, env = "GANTRY_PYTHON", default_value = "python3")]
+    pub python: String,
+    /// Base URL jobs use to call the gateway back. Default: http://LISTEN.
+    #[arg(long, env = "GANTRY_PUBLIC_URL")]
+    pub public_url: Option<String>,
+    /// Queued+pending+running jobs one user may have; `run` answers 429 beyond.
+    #[arg(long, env = "LIMITS_ACTIVE_JOBS_PER_USER", default_value_t = 50)]
+    pub active_jobs_per_user: i64,
+    /// Pending+running jobs one user may have at once (admission).
+    #[arg(long, env = "LIMITS_JOBS_PER_USER", default_value_t = 2)]
+    pub jobs_per_user: usize,
+    /// CPU jobs running at once on this machine.
+    #[arg(long, env = "LIMITS_MAX_CLUSTERS", default_value_t = 6)]
+    pub max_cpu_jobs: usize,
+    /// GPU jobs running at once.
+    #[arg(long, env = "LIMITS_MAX_GPU_CLUSTERS", default_value_t = 1)]
+    pub max_gpu_jobs: usize,
+    /// Longest a job may go without activity before it is stopped: hours as a plain number
+    /// (`24`), or with a unit (`90s`, `15m`, `2h`).
+    #[arg(long, env = "PROGRAM_TIMEOUT", default_value = "24", value_parser = parse_timeout)]
+    pub program_timeout: std::time::Duration,
+    /// Bytes kept of each of a job's logs (the newest).
+    #[arg(long, env = "FUNCTIONS_LOGS_SIZE_LIMIT", default_value_t = 52_428_800)]
+    pub logs_size_limit: u64,
+    /// `QISKIT_IBM_URL` given to jobs.
+    #[arg(long, env = "QISKIT_IBM_URL", default_value = "https://cloud.ibm.com")]
+    pub qiskit_ibm_url: String,
+    /// How often the scheduler looks at the queue when nothing wakes it, in milliseconds.
+    #[arg(long, env = "GANTRY_SCHEDULER_TICK_MS", default_value_t = 500)]
+    pub scheduler_tick_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RunnerKind {
+    Local,
+    None,
+}
+
+/// `PROGRAM_TIMEOUT`: a number of hours, or a number with `s`, `m` or `h`.
+pub fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
+    let text = text.trim();
+    let (number, unit_seconds) = match text.char_indices().last() {
+        Some((index, 's')) => (&text[..index], 1.0),
+        Some((index, 'm')) => (&text[..index], 60.0),
+        Some((index, 'h')) => (&text[..index], 3600.0),
+        _ => (text, 3600.0),
+    };
+    let value: f64 = number
+        .trim()
+        .parse()
+        .map_err(|_| format!("invalid timeout '{text}': use hours (24) or a number with s, m or h"))?;
+    if !(value.is_finite() && value > 0.0) {
+        return Err(format!("invalid timeout '{text}': it must be positive"));
+    }
+    Ok(std::time::Duration::from_secs_f64(value * unit_seconds))
+}
+
+impl ServeArgs {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let Self {
+            listen,
+            database,
+            storage,
+            auth_mechanism,
+            max_request_body_size_mb,
+            max_arguments_length_mb,
+            upload_mime_types,
+            reported_version,
+            jobs,
+        } = self;
+        if auth_mechanism != AuthMechanism::MockToken {
+            bail!(
+                "SETTINGS_AUTH_MECHANISM={} is not built yet; this version of Gantry supports mock_token only",
+                clap::ValueEnum::to_possible_value(&auth_mechanism)
+                    .map(|v| v.get_name().to_string())
+                    .unwrap_or_default()
+            );
+        }
+        let db = database.open().await?;
+        let storage_settings = storage;
+        let storage = storage_settings.open(&database.data_dir)?;
+        storage.check().await.context("object storage is not reachable")?;
+        migrate_storage(&db, &storage).await?;
+        let config = GatewayConfig {
+            max_body_bytes: max_request_body_size_mb * 1024 * 1024,
+            max_arguments_bytes: usize::try_from(max_arguments_length_mb * 1024 * 1024).unwrap_or(usize::MAX),
+            spool_dir: database.data_dir.join("spool"),
+            version: reported_version,
+            allowed_mime_types: upload_mime_types
+                .split(',')
+                .map(|m| m.trim().to_string())
+                .filter(|m| !m.is_empty())
+                .collect(),
+            active_jobs_per_user: jobs.active_jobs_per_user,
+        };
+        let listener =
+            tokio::net::TcpListener::bind(listen).await.with_context(|| format!("failed to listen on {listen}"))?;
+        let address = listener.local_addr()?;
+        println!(
+            "gantry listening on http://{address} (database: {} {}, storage: {}, auth: mock_token)",
+            db.backend_name(),
+            db::redact(&database.url()),
+            storage.backend_name()
+        );
+        let publisher: Arc<dyn crate::events::Publisher> = Arc::new(crate::events::LogPublisher);
+        let work_root = absolute(&database.data_dir.join("jobs"))?;
+        let (storage_args, storage_env) = launcher_storage(&storage_settings, &database.data_dir)?;
+        let runner_config = RunnerConfig {
+            launcher: std::env::current_exe().context("failed to find the gantry executable")?,
+            python: jobs.python,
+            work_root,
+            gateway_host: jobs.public_url.unwrap_or_else(|| format!("http://{address}")),
+            limits: Limits {
+                jobs_per_user: jobs.jobs_per_user,
+                cpu_slots: jobs.max_cpu_jobs,
+                gpu_slots: jobs.max_gpu_jobs,
+            },
+            timeout: jobs.program_timeout,
+            logs_size_limit: jobs.logs_size_limit,
+            tick: std::time::Duration::from_millis(jobs.scheduler_tick_ms.max(10)),
+            qiskit_ibm_url: jobs.qiskit_ibm_url,
+            storage_args,
+            storage_env,
+        };
+        let compute: Arc<dyn Compute> = match jobs.runner {
+            RunnerKind::Local => {
+                println!(
+                    "jobs run as local processes with {} (work folders in {})",
+                    runner_config.python,
+                    runner_config.work_root.display()
+                );
+                tokio::spawn(warn_if_client_missing(runner_config.python.clone()));
+                let runner = LocalRunner::new(db.clone(), storage.clone(), runner_config, publisher.clone());
+                tokio::spawn(Arc::clone(&runner).run());
+                runner
+            }
+            RunnerKind::None => {
+                println!("no runner: jobs stay queued (GANTRY_RUNNER=none)");
+                Arc::new(Queue { db: db.clone(), publisher: publisher.clone() })
+            }
+        };
+        let state = AppState { db, storage, config: Arc::new(config), compute, publisher };
+        let app = api::app(state);
+        axum::serve(listener, tower::make::Shared::new(app))
+            .with_graceful_shutdown(shutdown_signal())
+            .await
+            .context("server failed")?;
+        Ok(())
+    }
+}
+
+/// Runs the one-time storage steps that have not completed yet (see `storage::migrate`). The
+/// merge of per-function user files is recorded as done only when no job was in flight: a job
+/// started by an earlier version writes to its old folder until it ends, and the next start
+/// moves what it wrote.
+pub async fn migrate_storage(db: &Db, storage: &Storage) -> anyhow::Result<()> {
+    use crate::storage::migrate;
+    if db::storage_steps::is_done(db, migrate::USER_AREA_MERGE).await? {
+        return Ok(());
+    }
+    let in_flight = db::jobs::in_flight(db).await?.len();
+    let report = migrate::merge_custom_user_areas(storage)
+        .await
+        .context("failed to move custom functions' files into their users' areas")?;
+    if report != migrate::MergeReport::default() {
+        println!(
+            "moved {} file(s) of custom functions into their users' shared areas ({} older duplicate(s) removed)",
+            report.moved, report.dropped
+        );
+    }
+    if in_flight == 0 {
+        db::storage_steps::mark_done(db, migrate::USER_AREA_MERGE).await?;
+    }
+    Ok(())
+}
+
+/// Checks once, in the background, that the jobs' interpreter can import the client their code
+/// imports, and warns with the fix when it cannot (a new user's first job would otherwise fail
+/// with a bare `ModuleNotFoundError`).
+async fn warn_if_client_missing(python: String) {
+    let check = tokio::process::Command::new(&python)
+        .args(["-c", "import qiskit_serverless"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .kill_on_drop(true)
+        .status();
+    match tokio::time::timeout(std::time::Duration::from_secs(120), check).await {
+        Ok(Ok(status)) if status.success() => {}
+        Ok(Ok(_)) => eprintln!("warning: {}", crate::domain::logs::missing_client_hint(&python)),
+        Ok(Err(error)) => eprintln!(
+            "warning: failed to start {python} ({error}); jobs cannot run: start gantry with --python (GANTRY_PYTHON) naming a Python interpreter that has qiskit-serverless installed"
+        ),
+        Err(_) => eprintln!("warning: {python} took more than 120 s to import qiskit_serverless"),
+    }
+}
+
+fn absolute(path: &std::path::Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(path).with_context(|| format!("failed to create {}", path.display()))?;
+    path.canonicalize().with_context(|| format!("failed to resolve {}", path.display()))
+}
+
+/// Flags and environment variables for `gantry launch`.
+type LauncherStorage = (Vec<String>, Vec<(String, String)>);
+
+/// The flags and environment that make `gantry launch` open the same storage as the gateway.
+fn launcher_storage(storage: &StorageArgs, data_dir: &std::path::Path) -> anyhow::Result<LauncherStorage> {
+    let mut args = Vec::new();
+    let mut env = Vec::new();
+    match storage.storage.as_deref() {
+        Some(location) if location.starts_with("s3://") => {
+            args.extend([
+                "--storage".to_string(),
+                location.to_string(),
+                "--s3-region".into(),
+                storage.s3_region.clone(),
+            ]);
+            if let Some(endpoint) = &storage.s3_endpoint {
+                args.extend(["--s3-endpoint".to_string(), endpoint.clone()]);
+            }
+            if storage.s3_path_style {
+                args.push("--s3-path-style".into());
+            }
+            if let Some(key) = &storage.s3_access_key_id {
+                env.push(("AWS_ACCESS_KEY_ID".to_string(), key.clone()));
+            }
+            if let Some(secret) = &storage.s3_secret_access_key {
+                env.push(("AWS_SECRET_ACCESS_KEY".to_string(), secret.clone()));
+            }
+        }
+        Some(directory) => {
+            args.extend(["--storage".to_string(), absolute(std::path::Path::new(directory))?.display().to_string()])
+        }
+        None => args.extend(["--storage".to_string(), absolute(&data_dir.join("objects"))?.display().to_string()]),
+    }
+    Ok((args, env))
+}
+
+async fn shutdown_signal() {
+    let interrupt = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    let terminate = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut signal) => {
+                signal.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let terminate = std::future::pending::<()>();
+    tokio::select! {
+        _ = interrupt => {}
+        _ = terminate => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn timeouts_are_hours_or_carry_a_unit() {
+        use std::time::Duration;
+        assert_eq!(parse_timeout("24").unwrap(), Duration::from_secs(24 * 3600));
+        assert_eq!(parse_timeout("0.5").unwrap(), Duration::from_secs(1800));
+        assert_eq!(parse_timeout("90s").unwrap(), Duration::from_secs(90));
+        assert_eq!(parse_timeout("15m").unwrap(), Duration::from_secs(900));
+        assert_eq!(parse_timeout("2h").unwrap(), Duration::from_secs(7200));
+        assert!(parse_timeout("soon").is_err());
+        assert!(parse_timeout("0").is_err());
+    }
+}

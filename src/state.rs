@@ -1,0 +1,48 @@
+//! What every request handler may use (`AppState`) and the gateway's settings: shared by `api`
+//! (the handlers) and `auth` (the `Caller` extractor), which do not import each other.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use crate::compute::Compute;
+use crate::db::Db;
+use crate::storage::Storage;
+
+/// MIME types accepted by file uploads unless configured otherwise (the spec's list).
+pub const DEFAULT_UPLOAD_MIME_TYPES: &str =
+    "application/x-tar,application/gzip,application/json,application/octet-stream,application/zip,text/plain,text/csv";
+
+/// Settings of the gateway role.
+#[derive(Debug, Clone)]
+pub struct GatewayConfig {
+    /// Largest accepted request body (`MAX_REQUEST_BODY_SIZE_MB`).
+    pub max_body_bytes: u64,
+    /// Largest `arguments` text validated against a schema (`MAX_ARGUMENTS_LENGTH_MB`).
+    pub max_arguments_bytes: usize,
+    /// Where uploads are spooled before they are checked and stored.
+    pub spool_dir: PathBuf,
+    /// Reported by `GET version/`.
+    pub version: String,
+    /// MIME types accepted by file uploads.
+    pub allowed_mime_types: Vec<String>,
+    /// `LIMITS_ACTIVE_JOBS_PER_USER`: queued+pending+running jobs one user may have.
+    pub active_jobs_per_user: i64,
+}
+
+impl GatewayConfig {
+    pub fn max_body_mb(&self) -> u64 {
+        self.max_body_bytes / (1024 * 1024)
+    }
+}
+
+/// Everything a handler may use.
+#[derive(Clone)]
+pub struct AppState {
+    pub db: Db,
+    pub storage: Storage,
+    pub config: Arc<GatewayConfig>,
+    /// The backend that runs jobs.
+    pub compute: Arc<dyn Compute>,
+    /// Where job status moves are published.
+    pub publisher: Arc<dyn crate::events::Publisher>,
+}
