@@ -27,6 +27,8 @@ pub enum Command {
     /// Run one job: unpack its artifact, run `python <entrypoint>`, ship result and logs. Started
     /// by the runner for each job, never by hand.
     Launch(crate::compute::launch::LaunchArgs),
+    /// Print the FunctionJob CustomResourceDefinition (YAML) for `kubectl apply -f -`.
+    Crd,
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@ pub mod artifact;
 pub mod auth;
 pub mod cli;
 pub mod compute;
+pub mod crd;
 pub mod db;
 pub mod domain;
 pub mod error;

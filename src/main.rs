@@ -17,6 +17,10 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Admin(args) => args.run().await,
+        Command::Crd => {
+            print!("{}", gantry::crd::crd_yaml());
+            Ok(())
+        }
         Command::Launch(args) => {
             let code = args.run().await?;
             std::process::exit(code);

@@ -1,0 +1,248 @@
+//! The `FunctionJob` custom resource (`functionjobs.gantry.dev/v1alpha1`): the contract between
+//! the gateway, which creates one per job, and the controller, which turns it into a pod and
+//! reports back in its status. `gantry crd` prints the CustomResourceDefinition derived from
+//! these types; `crds/functionjobs.gantry.dev.yaml` is that output (a test keeps them equal).
+//!
+//! The schema rejects what it can (enums, ranges, patterns, CEL rules), so a malformed resource
+//! never reaches the controller. Nothing secret is ever in a resource: the caller's token is in
+//! the job's Secret, named by `spec.secretName`.
+
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use kube::{CustomResource, CustomResourceExt, KubeSchema};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// API group of Gantry's resources.
+pub const GROUP: &str = "gantry.dev";
+/// Field manager of every server-side apply Gantry makes.
+pub const FIELD_MANAGER: &str = "gantry";
+/// Finalizer that holds a `FunctionJob` until its logs are archived and its job row settled.
+pub const FINALIZER: &str = "gantry.dev/archive";
+/// Label with the job id, on the resource, its pod and its Secret.
+pub const LABEL_JOB_ID: &str = "gantry.dev/job-id";
+/// Label with the function's title.
+pub const LABEL_FUNCTION: &str = "gantry.dev/function";
+/// Label with the job's user.
+pub const LABEL_USER: &str = "gantry.dev/user";
+/// Key in the job's Secret holding the caller's token.
+pub const SECRET_TOKEN_KEY: &str = "token";
+
+/// What the job runs (the function, as code or image), with which resources and limits, for
+/// whom, and whether a stop was requested. Written by the gateway; identity fields are immutable.
+#[derive(CustomResource, KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[kube(
+    group = "gantry.dev",
+    version = "v1alpha1",
+    kind = "FunctionJob",
+    namespaced,
+    shortname = "fj",
+    category = "gantry",
+    status = "FunctionJobStatus",
+    doc = "A job of a user-uploaded function, run as one pod. Created by `gantry gateway` for every run, named after the job id; driven by `gantry controller`",
+    printcolumn(name = "Status", type_ = "string", description = "job status", json_path = ".status.phase"),
+    printcolumn(
+        name = "Function",
+        type_ = "string",
+        description = "function title",
+        json_path = ".spec.function.title"
+    ),
+    printcolumn(name = "User", type_ = "string", description = "who ran it", json_path = ".spec.user"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    selectable = ".spec.user"
+)]
+#[x_kube(validation = Rule::new("self.jobId == oldSelf.jobId && self.user == oldSelf.user && self.function == oldSelf.function && self.secretName == oldSelf.secretName").message("jobId, user, function and secretName are immutable"))]
+#[x_kube(validation = Rule::new("!oldSelf.stopRequested || self.stopRequested").message("a stop request cannot be withdrawn"))]
+#[x_kube(validation = Rule::new("has(self.image) || (has(self.artifact) && has(self.entrypoint))").message("a job runs an image, or an artifact with its entrypoint"))]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionJobSpec {
+    /// The job's id in Gantry's database (a lower-case UUID); the resource is named after it.
+    #[schemars(regex(pattern = r"^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$"))]
+    pub job_id: String,
+    /// The function the job runs.
+    pub function: FunctionRef,
+    /// The provider's container image; without it the job runs in the default runner image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 512))]
+    pub image: Option<String>,
+    /// Object key of the function's artifact (a tar), for functions uploaded as code.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 1024))]
+    pub artifact: Option<String>,
+    /// Python file to run, relative to the root of the artifact.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_./-]+\.py$"))]
+    pub entrypoint: Option<String>,
+    /// Function size label the resources come from.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub size: Option<FunctionSize>,
+    /// CPU and memory of the job's container.
+    #[serde(default)]
+    pub resources: JobResources,
+    /// GPUs for the job (provider functions flagged `gpu`); 0 for CPU jobs.
+    #[serde(default)]
+    #[schemars(range(min = 0, max = 16))]
+    pub gpus: u32,
+    /// Seconds the job may run before it is stopped (`PROGRAM_TIMEOUT`).
+    #[schemars(range(min = 1, max = 31_536_000))]
+    pub timeout_seconds: u64,
+    /// The user who ran the job.
+    #[schemars(length(min = 1, max = 150))]
+    pub user: String,
+    /// Set when the user asked to stop the job; the controller stops its pod. Cannot be unset.
+    #[serde(default)]
+    pub stop_requested: bool,
+    /// Name of the Secret (owned by this resource) holding what the pod needs: the caller's
+    /// token under `token`. Never the token itself.
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+}
+
+/// Which function a job runs.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionRef {
+    /// The function's title.
+    #[schemars(length(min = 1, max = 255))]
+    pub title: String,
+    /// The provider owning the function; absent for a user's own (custom) function.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The function's version when the job was run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version: Option<String>,
+}
+
+/// The size labels of the function catalog.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FunctionSize {
+    S,
+    M,
+    L,
+    XL,
+}
+
+/// CPU and memory of a job's container (requests and limits alike).
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct JobResources {
+    /// CPU, as a Kubernetes quantity (`2`, `500m`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Quantity>,
+    /// Memory, as a Kubernetes quantity (`8Gi`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<Quantity>,
+}
+
+/// The six job statuses.
+#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum JobPhase {
+    Queued,
+    Pending,
+    Running,
+    Succeeded,
+    Failed,
+    Stopped,
+}
+
+/// What the controller observed, computed in one piece from the pod and the archive.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct FunctionJobStatus {
+    /// The job's status, as the API reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub phase: Option<JobPhase>,
+    /// What a running job reported it is doing (`MAPPING`, `EXECUTING_QPU`, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sub_status: Option<String>,
+    /// The job's pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_name: Option<String>,
+    /// When the pod started running.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub start_time: Option<Time>,
+    /// When the job reached its final status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_time: Option<Time>,
+    /// Standard conditions (`Admitted`, `Running`, `Finished`, `LogsArchived`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conditions: Vec<Condition>,
+    /// The `metadata.generation` this status was computed for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Whether the job's result and logs are in object storage.
+    #[serde(default)]
+    pub logs_archived: bool,
+    /// Why the job is where it is, in words (a pull error, a vanished pod, ...).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+}
+
+/// The CustomResourceDefinition as YAML, as `gantry crd` prints it.
+pub fn crd_yaml() -> String {
+    serde_yaml::to_string(&FunctionJob::crd()).expect("a CRD serializes to YAML")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_committed_crd_is_the_generated_one() {
+        let committed = include_str!("../crds/functionjobs.gantry.dev.yaml");
+        assert!(
+            committed == crd_yaml(),
+            "crds/functionjobs.gantry.dev.yaml is stale: run `gantry crd > crds/functionjobs.gantry.dev.yaml`"
+        );
+    }
+
+    #[test]
+    fn the_schema_states_names_columns_and_rules() {
+        let crd = serde_json::to_value(FunctionJob::crd()).unwrap();
+        assert_eq!(crd["metadata"]["name"], "functionjobs.gantry.dev");
+        assert_eq!(crd["spec"]["names"]["shortNames"], serde_json::json!(["fj"]));
+        let version = &crd["spec"]["versions"][0];
+        let columns: Vec<&str> = version["additionalPrinterColumns"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["name"].as_str().unwrap())
+            .collect();
+        assert_eq!(columns, ["Status", "Function", "User", "Age"]);
+        let schema = &version["schema"]["openAPIV3Schema"]["properties"];
+        let spec = &schema["spec"];
+        assert_eq!(spec["properties"]["gpus"]["maximum"].as_f64(), Some(16.0));
+        assert_eq!(spec["properties"]["size"]["enum"], serde_json::json!(["S", "M", "L", "XL", null]));
+        assert_eq!(
+            schema["status"]["properties"]["phase"]["enum"],
+            serde_json::json!(["QUEUED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED", null])
+        );
+        let rules = spec["x-kubernetes-validations"].to_string();
+        assert!(rules.contains("oldSelf.jobId") && rules.contains("stopRequested"), "{rules}");
+        assert!(version["subresources"]["status"].is_object());
+        assert!(spec["properties"]["jobId"]["description"].as_str().unwrap().contains("UUID"));
+    }
+
+    #[test]
+    fn a_spec_round_trips_without_secrets() {
+        let spec = FunctionJobSpec {
+            job_id: "0f2c0000-0000-4000-8000-000000000001".into(),
+            function: FunctionRef { title: "fn".into(), provider: None, version: None },
+            image: None,
+            artifact: Some("artifacts/p/u.tar".into()),
+            entrypoint: Some("main.py".into()),
+            size: Some(FunctionSize::M),
+            resources: JobResources::default(),
+            gpus: 0,
+            timeout_seconds: 3600,
+            user: "alice".into(),
+            stop_requested: false,
+            secret_name: "gantry-job-0f2c0000-0000-4000-8000-000000000001".into(),
+        };
+        let text = serde_json::to_string(&spec).unwrap();
+        assert!(text.contains("\"jobId\"") && text.contains("\"timeoutSeconds\":3600"), "{text}");
+        assert!(!text.to_lowercase().contains("token"), "{text}");
+        assert_eq!(serde_json::from_str::<FunctionJobSpec>(&text).unwrap(), spec);
+    }
+}
