@@ -40,15 +40,10 @@ pub const SECRET_TOKEN_KEY: &str = "token";
     category = "gantry",
     status = "FunctionJobStatus",
     doc = "A job of a user-uploaded function, run as one pod. Created by `gantry gateway` for every run, named after the job id; driven by `gantry controller`",
-    printcolumn(name = "Status", type_ = "string", description = "job status", json_path = ".status.phase"),
-    printcolumn(
-        name = "Function",
-        type_ = "string",
-        description = "function title",
-        json_path = ".spec.function.title"
-    ),
-    printcolumn(name = "User", type_ = "string", description = "who ran it", json_path = ".spec.user"),
-    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp"),
+    printcolumn = r#"{"name": "Status", "type": "string", "description": "job status", "jsonPath": ".status.phase"}"#,
+    printcolumn = r#"{"name": "Function", "type": "string", "description": "function title", "jsonPath": ".spec.function.title"}"#,
+    printcolumn = r#"{"name": "User", "type": "string", "description": "who ran it", "jsonPath": ".spec.user"}"#,
+    printcolumn = r#"{"name": "Age", "type": "date", "jsonPath": ".metadata.creationTimestamp"}"#,
     selectable = ".spec.user"
 )]
 #[x_kube(validation = Rule::new("self.jobId == oldSelf.jobId && self.user == oldSelf.user && self.function == oldSelf.function && self.secretName == oldSelf.secretName").message("jobId, user, function and secretName are immutable"))]
