@@ -13,6 +13,7 @@ use crate::auth::AuthMechanism;
 use crate::compute::local::{LocalRunner, RunnerConfig};
 use crate::compute::{Compute, Queue};
 use crate::db::{self, DatabaseArgs, Db};
+use crate::secrets::{Secret, TokenCipher};
 use crate::domain::admission::Limits;
 use crate::state::{AppState, DEFAULT_UPLOAD_MIME_TYPES, GatewayConfig};
 use crate::storage::{Storage, StorageArgs};
@@ -41,6 +42,10 @@ pub struct ServeArgs {
     /// Version reported by `GET version/`.
     #[arg(long, env = "GANTRY_REPORTED_VERSION", default_value = env!("CARGO_PKG_VERSION"))]
     pub reported_version: String,
+    /// Key sealing the callers' tokens kept with their jobs: 32 bytes in base64. Default: a key
+    /// generated on first start into `<data-dir>/token.key` (mode 0600).
+    #[arg(long, env = "GANTRY_TOKEN_KEY")]
+    pub token_key: Option<Secret>,
     #[command(flatten)]
     pub jobs: JobArgs,
 }
@@ -122,6 +127,7 @@ impl ServeArgs {
             max_arguments_length_mb,
             upload_mime_types,
             reported_version,
+            token_key,
             jobs,
         } = self;
         if auth_mechanism != AuthMechanism::MockToken {
@@ -137,6 +143,10 @@ impl ServeArgs {
         let storage = storage_settings.open(&database.data_dir)?;
         storage.check().await.context("object storage is not reachable")?;
         migrate_storage(&db, &storage).await?;
+        let tokens = match &token_key {
+            Some(key) => TokenCipher::from_key_text(key.expose())?,
+            None => TokenCipher::load_or_create(&database.data_dir.join("token.key"))?,
+        };
         let config = GatewayConfig {
             max_body_bytes: max_request_body_size_mb * 1024 * 1024,
             max_arguments_bytes: usize::try_from(max_arguments_length_mb * 1024 * 1024).unwrap_or(usize::MAX),
@@ -177,6 +187,7 @@ impl ServeArgs {
             qiskit_ibm_url: jobs.qiskit_ibm_url,
             storage_args,
             storage_env,
+            tokens: tokens.clone(),
         };
         let compute: Arc<dyn Compute> = match jobs.runner {
             RunnerKind::Local => {
@@ -195,7 +206,7 @@ impl ServeArgs {
                 Arc::new(Queue { db: db.clone(), publisher: publisher.clone() })
             }
         };
-        let state = AppState { db, storage, config: Arc::new(config), compute, publisher };
+        let state = AppState { db, storage, config: Arc::new(config), compute, publisher, tokens };
         let app = api::app(state);
         axum::serve(listener, tower::make::Shared::new(app))
             .with_graceful_shutdown(shutdown_signal())
@@ -281,7 +292,7 @@ fn launcher_storage(storage: &StorageArgs, data_dir: &std::path::Path) -> anyhow
                 env.push(("AWS_ACCESS_KEY_ID".to_string(), key.clone()));
             }
             if let Some(secret) = &storage.s3_secret_access_key {
-                env.push(("AWS_SECRET_ACCESS_KEY".to_string(), secret.clone()));
+                env.push(("AWS_SECRET_ACCESS_KEY".to_string(), secret.expose().to_string()));
             }
         }
         Some(directory) => {

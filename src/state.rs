@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::compute::Compute;
 use crate::db::Db;
+use crate::secrets::TokenCipher;
 use crate::storage::Storage;
 
 /// MIME types accepted by file uploads unless configured otherwise (the spec's list).
@@ -43,6 +44,8 @@ pub struct AppState {
     pub config: Arc<GatewayConfig>,
     /// The backend that runs jobs.
     pub compute: Arc<dyn Compute>,
+    /// Seals the caller's token kept with a job.
+    pub tokens: TokenCipher,
     /// Where job status moves are published.
     pub publisher: Arc<dyn crate::events::Publisher>,
 }

@@ -436,7 +436,7 @@ pub struct StorageArgs {
     pub s3_access_key_id: Option<String>,
     /// S3 secret access key.
     #[arg(long, env = "AWS_SECRET_ACCESS_KEY", hide_env_values = true)]
-    pub s3_secret_access_key: Option<String>,
+    pub s3_secret_access_key: Option<crate::secrets::Secret>,
     /// Address buckets by path (`endpoint/bucket/key`) instead of virtual host; MinIO needs it.
     #[arg(long, env = "GANTRY_S3_PATH_STYLE")]
     pub s3_path_style: bool,
@@ -460,7 +460,7 @@ impl StorageArgs {
                     endpoint: self.s3_endpoint.clone(),
                     region: self.s3_region.clone(),
                     access_key_id: access_key_id.clone(),
-                    secret_access_key: secret_access_key.clone(),
+                    secret_access_key: secret_access_key.expose().to_string(),
                     path_style: self.s3_path_style,
                 }))
             }

@@ -126,7 +126,7 @@ pub async fn run_program(
     check_arguments(&state, &program, arguments.clone()).await?;
     let header_text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
     let request_env = json!({
-        "token": caller.token,
+        "token": state.tokens.seal(&caller.token),
         "channel": header_text("service-channel").unwrap_or_else(|| "local".into()),
         "instance": header_text("service-crn"),
     });

@@ -43,6 +43,8 @@ pub struct RunnerConfig {
     /// Flags and environment that let `gantry launch` open the same object storage.
     pub storage_args: Vec<String>,
     pub storage_env: Vec<(String, String)>,
+    /// Opens the caller's token sealed in the job row.
+    pub tokens: crate::secrets::TokenCipher,
 }
 
 /// The local runner. Cheap to share; `run` drives it.
@@ -206,7 +208,10 @@ impl LocalRunner {
         let function_env: Map<String, Value> =
             info.function_env_vars.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
         let text = |key: &str| request_env.get(key).and_then(Value::as_str).map(str::to_string);
-        let token = text("token").unwrap_or_default();
+        let token = match text("token") {
+            Some(sealed) => self.config.tokens.open(&sealed).map_err(|e| e.to_string())?,
+            None => String::new(),
+        };
         let channel = text("channel").unwrap_or_else(|| "local".into());
         let instance = text("instance");
         let data_path_text = data_path.to_string_lossy().into_owned();

@@ -106,6 +106,7 @@ impl Gateway {
                 storage,
                 config: Arc::new(config),
                 publisher,
+                tokens: gantry::secrets::TokenCipher::generate().0,
             },
             s3_endpoint,
             runner_task: None,
@@ -149,6 +150,7 @@ impl Gateway {
             qiskit_ibm_url: "https://cloud.ibm.com".into(),
             storage_args,
             storage_env,
+            tokens: self.state.tokens.clone(),
         };
         configure(&mut config);
         let runner = gantry::compute::local::LocalRunner::new(

@@ -106,7 +106,7 @@ print("[PUBLIC] public line", file=sys.stderr)
 print("[private] private line", file=sys.stderr)
 os.makedirs(os.path.dirname(os.environ["RESULTS_PATH"]), exist_ok=True)
 with open(os.environ["RESULTS_PATH"], "w") as handle:
-    json.dump({"doubled": double(arguments["n"]), "job": os.environ["ENV_JOB_ID_GATEWAY"], "id": os.environ["FUNCTIONS_IDENTIFIER"]}, handle)
+    json.dump({"doubled": double(arguments["n"]), "job": os.environ["ENV_JOB_ID_GATEWAY"], "id": os.environ["FUNCTIONS_IDENTIFIER"], "token": os.environ["ENV_JOB_GATEWAY_TOKEN"]}, handle)
 mode = arguments.get("mode")
 if mode == "fail":
     raise RuntimeError("this function failed on purpose")
@@ -167,7 +167,7 @@ async fn a_job_runs_to_success_with_result_logs_and_events(backend: Backend) {
     assert_eq!(job["status"], "SUCCEEDED", "{job}");
     let result = gateway.get(&format!("/api/v1/jobs/{id}/result/"), "alice").await.json;
     let result: Value = serde_json::from_str(result["result"].as_str().unwrap()).unwrap();
-    assert_eq!(result, json!({"doubled": 42, "job": id, "id": id}));
+    assert_eq!(result, json!({"doubled": 42, "job": id, "id": id, "token": "alice"}), "the job acts with its caller's token");
     let logs =
         gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json["logs"].as_str().unwrap().to_string();
     for line in ["stdout line 42\n", "public line\n", "private line\n"] {
