@@ -13,8 +13,8 @@ use crate::auth::AuthMechanism;
 use crate::compute::local::{LocalRunner, RunnerConfig};
 use crate::compute::{Compute, Queue};
 use crate::db::{self, DatabaseArgs, Db};
-use crate::secrets::{Secret, TokenCipher};
 use crate::domain::admission::Limits;
+use crate::secrets::{Secret, TokenCipher};
 use crate::state::{AppState, DEFAULT_UPLOAD_MIME_TYPES, GatewayConfig};
 use crate::storage::{Storage, StorageArgs};
 

@@ -167,7 +167,11 @@ async fn a_job_runs_to_success_with_result_logs_and_events(backend: Backend) {
     assert_eq!(job["status"], "SUCCEEDED", "{job}");
     let result = gateway.get(&format!("/api/v1/jobs/{id}/result/"), "alice").await.json;
     let result: Value = serde_json::from_str(result["result"].as_str().unwrap()).unwrap();
-    assert_eq!(result, json!({"doubled": 42, "job": id, "id": id, "token": "alice"}), "the job acts with its caller's token");
+    assert_eq!(
+        result,
+        json!({"doubled": 42, "job": id, "id": id, "token": "alice"}),
+        "the job acts with its caller's token"
+    );
     let logs =
         gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json["logs"].as_str().unwrap().to_string();
     for line in ["stdout line 42\n", "public line\n", "private line\n"] {
