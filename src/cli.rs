@@ -29,6 +29,9 @@ pub enum Command {
     Launch(crate::compute::launch::LaunchArgs),
     /// Print the FunctionJob CustomResourceDefinition (YAML) for `kubectl apply -f -`.
     Crd,
+    /// Copy this executable to DESTINATION (executable): what a job pod's init container runs to
+    /// give the job's image the launcher.
+    PlaceLauncher { destination: std::path::PathBuf },
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! runs inside every job, whichever backend started it. The rules stay in `domain::lifecycle`
 //! and `domain::admission`, shared by all.
 
+pub mod controller;
 pub mod launch;
 pub mod local;
 

@@ -27,6 +27,10 @@ pub const LABEL_FUNCTION: &str = "gantry.dev/function";
 pub const LABEL_USER: &str = "gantry.dev/user";
 /// Key in the job's Secret holding the caller's token.
 pub const SECRET_TOKEN_KEY: &str = "token";
+/// Prefix of the keys in the job's Secret holding the function's environment variables.
+pub const SECRET_ENV_PREFIX: &str = "env.";
+/// Key in the job's Secret holding the job's scoped storage access (presigned URLs).
+pub const SECRET_ACCESS_KEY: &str = "access";
 
 /// What the job runs (the function, as code or image), with which resources and limits, for
 /// whom, and whether a stop was requested. Written by the gateway; identity fields are immutable.
@@ -84,6 +88,11 @@ pub struct FunctionJobSpec {
     /// The user who ran the job.
     #[schemars(length(min = 1, max = 150))]
     pub user: String,
+    /// Names of the function's own environment variables; their values are in the job's Secret
+    /// under `env.<NAME>` (they may hold the function's secrets).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 256), inner(regex(pattern = r"^[A-Za-z_][A-Za-z0-9_]*$")))]
+    pub function_env: Vec<String>,
     /// Set when the user asked to stop the job; the controller stops its pod. Cannot be unset.
     #[serde(default)]
     pub stop_requested: bool,
@@ -232,6 +241,7 @@ mod tests {
             gpus: 0,
             timeout_seconds: 3600,
             user: "alice".into(),
+            function_env: vec!["MY_SETTING".into()],
             stop_requested: false,
             secret_name: "gantry-job-0f2c0000-0000-4000-8000-000000000001".into(),
         };

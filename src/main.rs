@@ -17,6 +17,11 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Admin(args) => args.run().await,
+        Command::PlaceLauncher { destination } => {
+            gantry::compute::launch::place_launcher(&destination)?;
+            println!("launcher placed at {}", destination.display());
+            Ok(())
+        }
         Command::Crd => {
             print!("{}", gantry::crd::crd_yaml());
             Ok(())

@@ -127,6 +127,20 @@ impl LaunchArgs {
     }
 }
 
+/// Copies the running executable to `destination` (mode 0755), whole or not at all: a job pod's
+/// init container places the launcher this way, so job images need no copy of their own.
+pub fn place_launcher(destination: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let source = std::env::current_exe().context("failed to find this executable")?;
+    let folder = destination.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let staging = folder.join(format!(".gantry-{}", std::process::id()));
+    std::fs::copy(&source, &staging)
+        .with_context(|| format!("failed to copy {} to {}", source.display(), staging.display()))?;
+    std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o755))
+        .with_context(|| format!("failed to make {} executable", staging.display()))?;
+    std::fs::rename(&staging, destination).with_context(|| format!("failed to place {}", destination.display()))
+}
+
 /// Completes when the launcher receives SIGTERM or SIGINT. Installing the handlers also keeps
 /// those signals from ending the launcher before the job is archived.
 fn stop_signal() -> io::Result<impl Future<Output = ()>> {
@@ -1032,6 +1046,19 @@ sys.stdout.write("no newline at the end")
         assert_eq!(fixture.exit_record().await, serde_json::json!({"exit_code": 3, "signal": null, "error": null}));
         assert_eq!(fixture.object(&keys::job_user_log(JOB_ID)).await.unwrap(), "giving up\n");
         assert_eq!(fixture.object(&keys::job_result(JOB_ID)).await, None);
+    }
+
+    #[test]
+    fn the_launcher_places_a_copy_of_itself() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let destination = dir.path().join("gantry");
+        place_launcher(&destination).unwrap();
+        let placed = std::fs::metadata(&destination).unwrap();
+        let running = std::fs::metadata(std::env::current_exe().unwrap()).unwrap();
+        assert_eq!(placed.len(), running.len());
+        assert_eq!(placed.permissions().mode() & 0o777, 0o755);
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1, "no staging file left");
     }
 
     #[tokio::test]

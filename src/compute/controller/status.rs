@@ -1,0 +1,302 @@
+//! What a job's pod says about the job (pure): the lifecycle trigger it amounts to, and the
+//! resource status shown by `kubectl get fj`. Pods that never start (an image that cannot be
+//! pulled, no node to schedule on past a deadline) and pods that vanish (deleted, evicted, node
+//! lost) end the job FAILED with the cause in words; a job is never left PENDING or RUNNING
+//! forever.
+
+use std::time::Duration;
+
+use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+use crate::crd::{FunctionJobStatus, JobPhase};
+use crate::domain::lifecycle::{JobStatus, Trigger};
+
+/// Waiting reasons of a container that will not start without a change to the job.
+const FATAL_WAITING: [&str; 5] =
+    ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"];
+
+fn all_statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
+    let status = pod.status.as_ref();
+    let init = status.and_then(|s| s.init_container_statuses.as_deref()).unwrap_or_default();
+    let main = status.and_then(|s| s.container_statuses.as_deref()).unwrap_or_default();
+    init.iter().chain(main)
+}
+
+/// The reason a pending pod cannot start, if it cannot: a container stuck on a fatal waiting
+/// reason, or unschedulable for longer than `pending_deadline`.
+fn start_failure(pod: &Pod, now: Timestamp, pending_deadline: Duration) -> Option<String> {
+    for container in all_statuses(pod) {
+        if let Some(waiting) = container.state.as_ref().and_then(|s| s.waiting.as_ref())
+            && let Some(reason) = waiting.reason.as_deref().filter(|r| FATAL_WAITING.contains(r))
+        {
+            let image = &container.image;
+            let detail = waiting.message.as_deref().unwrap_or("no detail");
+            return Some(format!(
+                "the container {} could not start ({reason}, image {image}): {detail}",
+                container.name
+            ));
+        }
+    }
+    let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default();
+    let unschedulable = conditions
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))?;
+    let since = pod.metadata.creation_timestamp.as_ref().map(|t| t.0)?;
+    let waited = now.duration_since(since);
+    (waited.as_secs() >= pending_deadline.as_secs() as i64).then(|| {
+        format!(
+            "the pod could not be scheduled for {} s: {}",
+            waited.as_secs(),
+            unschedulable.message.as_deref().unwrap_or("no node fits it")
+        )
+    })
+}
+
+/// The trigger the pod's state amounts to for a job in `current` status, `None` when nothing
+/// changed. `pod` is `None` when the job has no pod (not created yet, or gone).
+pub fn pod_trigger(
+    current: JobStatus,
+    stop_requested: bool,
+    pod: Option<&Pod>,
+    now: Timestamp,
+    pending_deadline: Duration,
+) -> Option<Trigger> {
+    if current.is_terminal() {
+        return None;
+    }
+    let Some(pod) = pod else {
+        return matches!(current, JobStatus::Pending | JobStatus::Running)
+            .then(|| Trigger::Lost { reason: "the job's pod disappeared (deleted, or its node was lost)".into() });
+    };
+    let status = pod.status.as_ref();
+    let phase = status.and_then(|s| s.phase.as_deref()).unwrap_or("Pending");
+    let reason = status.and_then(|s| s.reason.as_deref()).unwrap_or_default();
+    let message = status.and_then(|s| s.message.as_deref()).unwrap_or("no detail");
+    match phase {
+        "Pending" if pod.metadata.deletion_timestamp.is_some() => {
+            Some(Trigger::Lost { reason: "the job's pod was deleted before it started".into() })
+        }
+        "Pending" => start_failure(pod, now, pending_deadline).map(|reason| Trigger::LaunchFailed { reason }),
+        "Running" if pod.metadata.deletion_timestamp.is_some() && !stop_requested => {
+            Some(Trigger::Lost { reason: "the job's pod was deleted while it ran".into() })
+        }
+        "Running" => (current == JobStatus::Pending).then_some(Trigger::Started),
+        "Succeeded" => Some(Trigger::Exited { success: true }),
+        "Failed" if reason == "DeadlineExceeded" => Some(Trigger::TimedOut),
+        "Failed" if stop_requested => Some(Trigger::StopRequested),
+        "Failed" if reason == "Evicted" || reason == "Preempting" || reason == "Shutdown" => {
+            Some(Trigger::Lost { reason: format!("the job's pod was ended by the cluster ({reason}): {message}") })
+        }
+        "Failed" => Some(Trigger::Exited { success: false }),
+        _ => None,
+    }
+}
+
+fn phase_of(status: JobStatus) -> JobPhase {
+    match status {
+        JobStatus::Queued => JobPhase::Queued,
+        JobStatus::Pending => JobPhase::Pending,
+        JobStatus::Running => JobPhase::Running,
+        JobStatus::Succeeded => JobPhase::Succeeded,
+        JobStatus::Failed => JobPhase::Failed,
+        JobStatus::Stopped => JobPhase::Stopped,
+    }
+}
+
+/// What the controller knows of a job when it writes the resource's status.
+#[derive(Debug, Clone)]
+pub struct Observed<'a> {
+    pub status: JobStatus,
+    pub sub_status: Option<&'a str>,
+    pub pod: Option<&'a Pod>,
+    pub logs_archived: bool,
+    pub message: Option<&'a str>,
+    pub generation: Option<i64>,
+    /// When the job reached a terminal status, if it did.
+    pub completed: Option<Timestamp>,
+    /// The status written before, so conditions keep their transition times.
+    pub previous: Option<&'a FunctionJobStatus>,
+    pub now: Timestamp,
+}
+
+fn condition(
+    previous: Option<&FunctionJobStatus>,
+    kind: &str,
+    on: bool,
+    reason: &str,
+    message: &str,
+    observed: &Observed<'_>,
+) -> Condition {
+    let status = if on { "True" } else { "False" };
+    // The transition time moves only when the condition's value does.
+    let since = previous
+        .and_then(|p| p.conditions.iter().find(|c| c.type_ == kind))
+        .filter(|c| c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or(Time(observed.now));
+    Condition {
+        type_: kind.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message: message.into(),
+        last_transition_time: since,
+        observed_generation: observed.generation,
+    }
+}
+
+/// The resource's whole status, computed in one piece (never patched field by field).
+pub fn resource_status(observed: &Observed<'_>) -> FunctionJobStatus {
+    let status = observed.status;
+    let pod_status = observed.pod.and_then(|p| p.status.as_ref());
+    let previous = observed.previous;
+    let admitted = status != JobStatus::Queued;
+    let running = status == JobStatus::Running;
+    let finished = status.is_terminal();
+    let message = observed.message.unwrap_or_default();
+    FunctionJobStatus {
+        phase: Some(phase_of(status)),
+        sub_status: observed.sub_status.filter(|_| running).map(str::to_string),
+        pod_name: observed.pod.and_then(|p| p.metadata.name.clone()),
+        start_time: pod_status
+            .and_then(|s| s.start_time.clone())
+            .or_else(|| previous.and_then(|p| p.start_time.clone())),
+        completion_time: observed.completed.map(Time),
+        conditions: vec![
+            condition(previous, "Admitted", admitted, if admitted { "PodCreated" } else { "Queued" }, "", observed),
+            condition(previous, "Running", running, status.as_str(), "", observed),
+            condition(previous, "Finished", finished, status.as_str(), message, observed),
+            condition(
+                previous,
+                "LogsArchived",
+                observed.logs_archived,
+                if observed.logs_archived { "Archived" } else { "NotYet" },
+                "",
+                observed,
+            ),
+        ],
+        observed_generation: observed.generation,
+        logs_archived: observed.logs_archived,
+        message: observed.message.map(str::to_string),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    const DEADLINE: Duration = Duration::from_secs(600);
+
+    fn now() -> Timestamp {
+        "2026-01-01T01:00:00Z".parse().unwrap()
+    }
+
+    fn pod(status: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {"name": "gantry-job-x", "creationTimestamp": "2026-01-01T00:50:00Z"},
+            "status": status
+        }))
+        .unwrap()
+    }
+
+    fn trigger(current: JobStatus, status: serde_json::Value) -> Option<Trigger> {
+        pod_trigger(current, false, Some(&pod(status)), now(), DEADLINE)
+    }
+
+    #[test]
+    fn pod_phases_become_lifecycle_triggers() {
+        use JobStatus::*;
+        assert_eq!(trigger(Pending, json!({"phase": "Pending"})), None);
+        assert_eq!(trigger(Pending, json!({"phase": "Running"})), Some(Trigger::Started));
+        assert_eq!(trigger(Running, json!({"phase": "Running"})), None, "nothing new");
+        assert_eq!(trigger(Running, json!({"phase": "Succeeded"})), Some(Trigger::Exited { success: true }));
+        assert_eq!(trigger(Running, json!({"phase": "Failed"})), Some(Trigger::Exited { success: false }));
+        assert_eq!(trigger(Running, json!({"phase": "Failed", "reason": "DeadlineExceeded"})), Some(Trigger::TimedOut));
+        assert_eq!(trigger(Succeeded, json!({"phase": "Failed"})), None, "a finished job stays finished");
+        let stopped = pod_trigger(Running, true, Some(&pod(json!({"phase": "Failed"}))), now(), DEADLINE);
+        assert_eq!(stopped, Some(Trigger::StopRequested));
+    }
+
+    #[test]
+    fn pods_that_never_start_fail_the_job_with_the_cause() {
+        let pull = trigger(
+            JobStatus::Pending,
+            json!({"phase": "Pending", "containerStatuses": [{"name": "job", "image": "registry/x:1", "imageID": "", "ready": false, "restartCount": 0,
+                   "state": {"waiting": {"reason": "ImagePullBackOff", "message": "pull access denied"}}}]}),
+        );
+        let Some(Trigger::LaunchFailed { reason }) = pull else { panic!("{pull:?}") };
+        assert!(
+            reason.contains("ImagePullBackOff")
+                && reason.contains("registry/x:1")
+                && reason.contains("pull access denied"),
+            "{reason}"
+        );
+
+        let unschedulable = json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes have nvidia.com/gpu"}]});
+        let waited = pod_trigger(JobStatus::Pending, false, Some(&pod(unschedulable.clone())), now(), DEADLINE);
+        let Some(Trigger::LaunchFailed { reason }) = waited else { panic!("{waited:?}") };
+        assert!(reason.contains("600 s") && reason.contains("nvidia.com/gpu"), "{reason}");
+        let early = pod_trigger(JobStatus::Pending, false, Some(&pod(unschedulable)), now(), Duration::from_secs(3600));
+        assert_eq!(early, None, "still within the pending deadline");
+    }
+
+    #[test]
+    fn pods_that_vanish_fail_the_job() {
+        let gone = pod_trigger(JobStatus::Running, false, None, now(), DEADLINE);
+        assert!(matches!(gone, Some(Trigger::Lost { reason }) if reason.contains("disappeared")));
+        assert_eq!(pod_trigger(JobStatus::Queued, false, None, now(), DEADLINE), None, "not created yet");
+        let evicted =
+            trigger(JobStatus::Running, json!({"phase": "Failed", "reason": "Evicted", "message": "low on memory"}));
+        assert!(
+            matches!(evicted, Some(Trigger::Lost { reason }) if reason.contains("Evicted") && reason.contains("low on memory"))
+        );
+        let mut deleted = pod(json!({"phase": "Running"}));
+        deleted.metadata.deletion_timestamp = Some(Time(now()));
+        let lost = pod_trigger(JobStatus::Running, false, Some(&deleted), now(), DEADLINE);
+        assert!(matches!(lost, Some(Trigger::Lost { .. })), "{lost:?}");
+        assert_eq!(pod_trigger(JobStatus::Running, true, Some(&deleted), now(), DEADLINE), None, "a stop deletes it");
+    }
+
+    #[test]
+    fn the_status_is_computed_whole_and_keeps_transition_times() {
+        let running_pod = pod(json!({"phase": "Running", "startTime": "2026-01-01T00:55:00Z"}));
+        let first = resource_status(&Observed {
+            status: JobStatus::Running,
+            sub_status: Some("MAPPING"),
+            pod: Some(&running_pod),
+            logs_archived: false,
+            message: None,
+            generation: Some(1),
+            completed: None,
+            previous: None,
+            now: now(),
+        });
+        assert_eq!(first.phase, Some(JobPhase::Running));
+        assert_eq!(first.sub_status.as_deref(), Some("MAPPING"));
+        assert_eq!(first.pod_name.as_deref(), Some("gantry-job-x"));
+        assert_eq!(first.start_time.as_ref().unwrap().0.to_string(), "2026-01-01T00:55:00Z");
+        let later: Timestamp = "2026-01-01T02:00:00Z".parse().unwrap();
+        let done = resource_status(&Observed {
+            status: JobStatus::Succeeded,
+            sub_status: Some("MAPPING"),
+            pod: None,
+            logs_archived: true,
+            message: None,
+            generation: Some(1),
+            completed: Some(later),
+            previous: Some(&first),
+            now: later,
+        });
+        let by_kind = |status: &FunctionJobStatus, kind: &str| {
+            status.conditions.iter().find(|c| c.type_ == kind).cloned().unwrap()
+        };
+        assert_eq!(done.sub_status, None, "only a running job has a sub-status");
+        assert_eq!(done.start_time, first.start_time, "kept from before");
+        assert_eq!(by_kind(&done, "Admitted").last_transition_time, by_kind(&first, "Admitted").last_transition_time);
+        assert_eq!(by_kind(&done, "Finished").status, "True");
+        assert_eq!(by_kind(&done, "Finished").last_transition_time.0, later);
+        assert!(done.logs_archived && by_kind(&done, "LogsArchived").status == "True");
+    }
+}
