@@ -21,7 +21,67 @@ use axum::routing::{delete, get, patch, post};
 use serde_json::{Map, Value};
 
 pub use crate::error::ApiError;
-pub use crate::state::{AppState, GatewayConfig};
+pub use crate::state::{AppState, DEFAULT_UPLOAD_MIME_TYPES, GatewayConfig};
+
+use std::path::PathBuf;
+
+use crate::auth::AuthMechanism;
+use crate::secrets::Secret;
+
+/// The API's settings, shared by `gantry serve` and `gantry gateway`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ApiArgs {
+    /// How bearer tokens are checked.
+    #[arg(long, env = "SETTINGS_AUTH_MECHANISM", value_enum, default_value = "mock_token")]
+    pub auth_mechanism: AuthMechanism,
+    /// Largest request body in MB; larger bodies get a 413.
+    #[arg(long, env = "MAX_REQUEST_BODY_SIZE_MB", default_value_t = 50)]
+    pub max_request_body_size_mb: u64,
+    /// Largest `arguments` text in MB validated against a function's schema.
+    #[arg(long, env = "MAX_ARGUMENTS_LENGTH_MB", default_value_t = 32)]
+    pub max_arguments_length_mb: u64,
+    /// MIME types accepted by file uploads, comma-separated.
+    #[arg(long, env = "GANTRY_UPLOAD_MIME_TYPES", default_value = DEFAULT_UPLOAD_MIME_TYPES)]
+    pub upload_mime_types: String,
+    /// Version reported by `GET version/`.
+    #[arg(long, env = "GANTRY_REPORTED_VERSION", default_value = env!("CARGO_PKG_VERSION"))]
+    pub reported_version: String,
+    /// Key sealing the callers' tokens kept with their jobs: 32 bytes in base64. Default: a key
+    /// generated on first start into `<data-dir>/token.key` (mode 0600).
+    #[arg(long, env = "GANTRY_TOKEN_KEY")]
+    pub token_key: Option<Secret>,
+}
+
+impl ApiArgs {
+    /// Refuses the mechanisms that are not built.
+    pub fn check_auth(&self) -> anyhow::Result<()> {
+        if self.auth_mechanism != AuthMechanism::MockToken {
+            anyhow::bail!(
+                "SETTINGS_AUTH_MECHANISM={} is not built yet; this version of Gantry supports mock_token only",
+                clap::ValueEnum::to_possible_value(&self.auth_mechanism)
+                    .map(|v| v.get_name().to_string())
+                    .unwrap_or_default()
+            );
+        }
+        Ok(())
+    }
+
+    pub fn config(&self, spool_dir: PathBuf, active_jobs_per_user: i64) -> GatewayConfig {
+        GatewayConfig {
+            max_body_bytes: self.max_request_body_size_mb * 1024 * 1024,
+            max_arguments_bytes: usize::try_from(self.max_arguments_length_mb * 1024 * 1024).unwrap_or(usize::MAX),
+            spool_dir,
+            version: self.reported_version.clone(),
+            allowed_mime_types: self
+                .upload_mime_types
+                .split(',')
+                .map(|m| m.trim().to_string())
+                .filter(|m| !m.is_empty())
+                .collect(),
+            active_jobs_per_user,
+        }
+    }
+}
 
 /// The gateway's route table. Paths are registered with their trailing slash; `app` adds the
 /// slash to requests that lack one before routing, so both forms are served without a redirect.

@@ -20,6 +20,10 @@ pub struct Cli {
 pub enum Command {
     /// Run the gateway with its embedded defaults (SQLite and a local directory under --data-dir).
     Serve(ServeArgs),
+    /// The REST API with the Kubernetes backend: jobs become FunctionJob resources.
+    Gateway(crate::gateway::GatewayArgs),
+    /// The operator: runs FunctionJobs as pods, records their status and archives their logs.
+    Controller(crate::compute::controller::ControllerArgs),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
     /// Manage users, groups, providers and grants without SQL.

@@ -6,12 +6,14 @@
 //! and `domain::admission`, shared by all.
 
 pub mod controller;
+pub mod kube;
 pub mod launch;
 pub mod local;
 
 use std::sync::Arc;
 
 use crate::db::{self, Db, jobs};
+use crate::domain::admission::{self, Capacity, Limits};
 use crate::domain::lifecycle::{self, JobStatus, Trigger};
 use crate::events::{self, Publisher, StatusEvent};
 
@@ -132,4 +134,32 @@ pub async fn stop_without_process(
     }
     move_job(db, publisher, job_id, JobStatus::Queued, &Trigger::StopRequested).await?;
     Ok(StopOutcome::Requested)
+}
+
+/// Adds a pending or running job to the load admission works against.
+pub fn count_in(capacity: &mut Capacity, job: &jobs::JobRow) {
+    *capacity.running_per_user.entry(job.author_id.clone()).or_default() += 1;
+    if job.gpu {
+        capacity.running_gpu += 1;
+    } else {
+        capacity.running_cpu += 1;
+    }
+}
+
+/// One admission pass, shared by the backends: the oldest queued jobs that fit `capacity` and
+/// `limits` move to `PENDING`. Returns the ids that moved (another mover may have taken some).
+pub async fn admit_queued(
+    db: &Db,
+    publisher: &Arc<dyn Publisher>,
+    capacity: &Capacity,
+    limits: Limits,
+) -> Result<Vec<String>, db::Error> {
+    let queue = jobs::queued(db, 1000).await?;
+    let mut moved = Vec::new();
+    for job_id in admission::admit(&queue, capacity, limits) {
+        if move_job(db, publisher, &job_id, JobStatus::Queued, &Trigger::Admitted).await?.is_some() {
+            moved.push(job_id);
+        }
+    }
+    Ok(moved)
 }

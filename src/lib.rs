@@ -12,6 +12,7 @@ pub mod db;
 pub mod domain;
 pub mod error;
 pub mod events;
+pub mod gateway;
 pub mod secrets;
 pub mod serve;
 pub mod state;

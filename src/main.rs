@@ -11,6 +11,8 @@ async fn main() -> anyhow::Result<()> {
         .init();
     match Cli::parse().command {
         Command::Serve(args) => args.run().await,
+        Command::Gateway(args) => args.run().await,
+        Command::Controller(args) => args.run().await,
         Command::Migrate(args) => {
             args.open().await?;
             println!("migrations applied to {}", gantry::db::redact(&args.url()));

@@ -5,17 +5,17 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use anyhow::{Context, bail};
+use anyhow::Context;
 use clap::Args;
 
 use crate::api;
-use crate::auth::AuthMechanism;
+use crate::api::ApiArgs;
 use crate::compute::local::{LocalRunner, RunnerConfig};
 use crate::compute::{Compute, Queue};
 use crate::db::{self, DatabaseArgs, Db};
 use crate::domain::admission::Limits;
-use crate::secrets::{Secret, TokenCipher};
-use crate::state::{AppState, DEFAULT_UPLOAD_MIME_TYPES, GatewayConfig};
+use crate::secrets::TokenCipher;
+use crate::state::AppState;
 use crate::storage::{Storage, StorageArgs};
 
 #[derive(Debug, Args)]
@@ -27,25 +27,8 @@ pub struct ServeArgs {
     pub database: DatabaseArgs,
     #[command(flatten)]
     pub storage: StorageArgs,
-    /// How bearer tokens are checked.
-    #[arg(long, env = "SETTINGS_AUTH_MECHANISM", value_enum, default_value = "mock_token")]
-    pub auth_mechanism: AuthMechanism,
-    /// Largest request body in MB; larger bodies get a 413.
-    #[arg(long, env = "MAX_REQUEST_BODY_SIZE_MB", default_value_t = 50)]
-    pub max_request_body_size_mb: u64,
-    /// Largest `arguments` text in MB validated against a function's schema.
-    #[arg(long, env = "MAX_ARGUMENTS_LENGTH_MB", default_value_t = 32)]
-    pub max_arguments_length_mb: u64,
-    /// MIME types accepted by file uploads, comma-separated.
-    #[arg(long, env = "GANTRY_UPLOAD_MIME_TYPES", default_value = DEFAULT_UPLOAD_MIME_TYPES)]
-    pub upload_mime_types: String,
-    /// Version reported by `GET version/`.
-    #[arg(long, env = "GANTRY_REPORTED_VERSION", default_value = env!("CARGO_PKG_VERSION"))]
-    pub reported_version: String,
-    /// Key sealing the callers' tokens kept with their jobs: 32 bytes in base64. Default: a key
-    /// generated on first start into `<data-dir>/token.key` (mode 0600).
-    #[arg(long, env = "GANTRY_TOKEN_KEY")]
-    pub token_key: Option<Secret>,
+    #[command(flatten)]
+    pub api: ApiArgs,
     #[command(flatten)]
     pub jobs: JobArgs,
 }
@@ -118,47 +101,18 @@ pub fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
 
 impl ServeArgs {
     pub async fn run(self) -> anyhow::Result<()> {
-        let Self {
-            listen,
-            database,
-            storage,
-            auth_mechanism,
-            max_request_body_size_mb,
-            max_arguments_length_mb,
-            upload_mime_types,
-            reported_version,
-            token_key,
-            jobs,
-        } = self;
-        if auth_mechanism != AuthMechanism::MockToken {
-            bail!(
-                "SETTINGS_AUTH_MECHANISM={} is not built yet; this version of Gantry supports mock_token only",
-                clap::ValueEnum::to_possible_value(&auth_mechanism)
-                    .map(|v| v.get_name().to_string())
-                    .unwrap_or_default()
-            );
-        }
+        let Self { listen, database, storage, api, jobs } = self;
+        api.check_auth()?;
         let db = database.open().await?;
         let storage_settings = storage;
         let storage = storage_settings.open(&database.data_dir)?;
         storage.check().await.context("object storage is not reachable")?;
         migrate_storage(&db, &storage).await?;
-        let tokens = match &token_key {
+        let tokens = match &api.token_key {
             Some(key) => TokenCipher::from_key_text(key.expose())?,
             None => TokenCipher::load_or_create(&database.data_dir.join("token.key"))?,
         };
-        let config = GatewayConfig {
-            max_body_bytes: max_request_body_size_mb * 1024 * 1024,
-            max_arguments_bytes: usize::try_from(max_arguments_length_mb * 1024 * 1024).unwrap_or(usize::MAX),
-            spool_dir: database.data_dir.join("spool"),
-            version: reported_version,
-            allowed_mime_types: upload_mime_types
-                .split(',')
-                .map(|m| m.trim().to_string())
-                .filter(|m| !m.is_empty())
-                .collect(),
-            active_jobs_per_user: jobs.active_jobs_per_user,
-        };
+        let config = api.config(database.data_dir.join("spool"), jobs.active_jobs_per_user);
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("failed to listen on {listen}"))?;
         let address = listener.local_addr()?;
@@ -207,12 +161,7 @@ impl ServeArgs {
             }
         };
         let state = AppState { db, storage, config: Arc::new(config), compute, publisher, tokens };
-        let app = api::app(state);
-        axum::serve(listener, tower::make::Shared::new(app))
-            .with_graceful_shutdown(shutdown_signal())
-            .await
-            .context("server failed")?;
-        Ok(())
+        serve_http(listener, state).await
     }
 }
 
@@ -301,6 +250,14 @@ fn launcher_storage(storage: &StorageArgs, data_dir: &std::path::Path) -> anyhow
         None => args.extend(["--storage".to_string(), absolute(&data_dir.join("objects"))?.display().to_string()]),
     }
     Ok((args, env))
+}
+
+/// Serves the API on `listener` until SIGINT or SIGTERM.
+pub async fn serve_http(listener: tokio::net::TcpListener, state: AppState) -> anyhow::Result<()> {
+    axum::serve(listener, tower::make::Shared::new(api::app(state)))
+        .with_graceful_shutdown(shutdown_signal())
+        .await
+        .context("server failed")
 }
 
 async fn shutdown_signal() {

@@ -1,6 +1,173 @@
 //! The Kubernetes controller (`gantry controller`): drives each `FunctionJob` towards its spec.
-//! What to build and what was observed are pure functions (`build`, `status`); the reconcile
-//! that talks to the cluster, the database and storage around them comes next.
+//! What to build and what was observed are pure functions (`build`, `status`); `reconcile` is
+//! the I/O shell around them. This module holds the role's settings.
 
 pub mod build;
+pub mod reconcile;
 pub mod status;
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use clap::Args;
+
+use crate::db::DatabaseArgs;
+use crate::domain::admission::Limits;
+use crate::gateway::{ClusterArgs, require_shared_backends};
+use crate::storage::StorageArgs;
+use build::{Placement, PodSettings};
+use reconcile::{Context, ControllerSettings};
+
+/// `key=value,key=value` into a map (node selectors).
+fn parse_map(text: &str) -> Result<BTreeMap<String, String>, String> {
+    text.split(',')
+        .filter(|pair| !pair.trim().is_empty())
+        .map(|pair| {
+            pair.split_once('=')
+                .map(|(k, v)| (k.trim().to_string(), v.trim().to_string()))
+                .ok_or_else(|| format!("'{pair}' is not key=value"))
+        })
+        .collect()
+}
+
+#[derive(Debug, Args)]
+pub struct ControllerArgs {
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Image running functions uploaded as code: Python with qiskit-serverless.
+    #[arg(long, env = "GANTRY_RUNNER_IMAGE", default_value = "ghcr.io/gantry-dev/gantry-runner:latest")]
+    pub runner_image: String,
+    /// Image holding the gantry binary; its init container copies the launcher into each job.
+    #[arg(long, env = "GANTRY_LAUNCHER_IMAGE", default_value = "ghcr.io/gantry-dev/gantry:latest")]
+    pub launcher_image: String,
+    /// Path of the gantry binary inside the launcher image.
+    #[arg(long, env = "GANTRY_LAUNCHER_SOURCE", default_value = "/usr/local/bin/gantry")]
+    pub launcher_source: String,
+    /// Folder where a job's container finds the launcher.
+    #[arg(long, env = "GANTRY_LAUNCHER_DIR", default_value = "/gantry")]
+    pub launcher_dir: String,
+    /// Python inside job images.
+    #[arg(long, env = "GANTRY_JOB_PYTHON", default_value = "python3")]
+    pub job_python: String,
+    /// A job's private folder inside its pod.
+    #[arg(long, env = "GANTRY_JOB_WORK_DIR", default_value = "/work")]
+    pub job_work_dir: String,
+    /// `DATA_PATH` inside job pods.
+    #[arg(long, env = "GANTRY_JOB_DATA_DIR", default_value = "/data")]
+    pub job_data_dir: String,
+    /// Base URL job pods call the gateway at (`ENV_JOB_GATEWAY_HOST`), e.g. the gateway's Service.
+    #[arg(long, env = "GANTRY_PUBLIC_URL", default_value = "http://gantry:8000")]
+    pub public_url: String,
+    /// Given to jobs as `QISKIT_IBM_URL`.
+    #[arg(long, env = "QISKIT_IBM_URL", default_value = "https://cloud.ibm.com")]
+    pub qiskit_ibm_url: String,
+    /// Extended resource name of GPUs.
+    #[arg(long, env = "GANTRY_GPU_RESOURCE", default_value = "nvidia.com/gpu")]
+    pub gpu_resource: String,
+    /// Node selector of GPU jobs (`key=value,...`).
+    #[arg(long, env = "GANTRY_GPU_NODE_SELECTOR", default_value = "", value_parser = parse_map)]
+    pub gpu_node_selector: BTreeMap<String, String>,
+    /// Node selector of CPU jobs (`key=value,...`).
+    #[arg(long, env = "GANTRY_CPU_NODE_SELECTOR", default_value = "", value_parser = parse_map)]
+    pub cpu_node_selector: BTreeMap<String, String>,
+    /// Priority class of GPU jobs.
+    #[arg(long, env = "GANTRY_GPU_PRIORITY_CLASS")]
+    pub gpu_priority_class: Option<String>,
+    /// Priority class of CPU jobs.
+    #[arg(long, env = "GANTRY_CPU_PRIORITY_CLASS")]
+    pub cpu_priority_class: Option<String>,
+    /// Image pull secrets of job pods (comma-separated names).
+    #[arg(long, env = "GANTRY_IMAGE_PULL_SECRETS", value_delimiter = ',')]
+    pub image_pull_secrets: Vec<String>,
+    /// Non-root user (and group) of job processes.
+    #[arg(long, env = "GANTRY_JOB_USER", default_value_t = 65532)]
+    pub job_user: i64,
+    /// Pending+running jobs per user.
+    #[arg(long, env = "LIMITS_JOBS_PER_USER", default_value_t = 2)]
+    pub jobs_per_user: usize,
+    /// CPU jobs at once across the cluster.
+    #[arg(long, env = "LIMITS_MAX_CLUSTERS", default_value_t = 6)]
+    pub max_cpu_jobs: usize,
+    /// GPU jobs at once across the cluster.
+    #[arg(long, env = "LIMITS_MAX_GPU_CLUSTERS", default_value_t = 1)]
+    pub max_gpu_jobs: usize,
+    /// Seconds a pod may stay unschedulable before its job fails.
+    #[arg(long, env = "GANTRY_PENDING_DEADLINE_SECONDS", default_value_t = 600)]
+    pub pending_deadline_seconds: u64,
+    /// Seconds a finished job's pod is kept (for `kubectl logs`) before it is deleted.
+    #[arg(long, env = "GANTRY_KEEP_FINISHED_PODS_SECONDS", default_value_t = 0)]
+    pub keep_finished_pods_seconds: u64,
+    /// Milliseconds between admission passes.
+    #[arg(long, env = "GANTRY_SCHEDULER_TICK_MS", default_value_t = 500)]
+    pub scheduler_tick_ms: u64,
+    /// Largest size in bytes of each log archived from a pod.
+    #[arg(long, env = "FUNCTIONS_LOGS_SIZE_LIMIT", default_value_t = 52_428_800)]
+    pub logs_size_limit: usize,
+}
+
+impl ControllerArgs {
+    pub fn settings(&self, namespace: String) -> ControllerSettings {
+        ControllerSettings {
+            namespace,
+            pods: PodSettings {
+                runner_image: self.runner_image.clone(),
+                launcher_image: self.launcher_image.clone(),
+                launcher_source: self.launcher_source.clone(),
+                launcher_dir: self.launcher_dir.clone(),
+                python: self.job_python.clone(),
+                work_dir: self.job_work_dir.clone(),
+                data_dir: self.job_data_dir.clone(),
+                gateway_url: self.public_url.clone(),
+                qiskit_ibm_url: self.qiskit_ibm_url.clone(),
+                gpu_resource: self.gpu_resource.clone(),
+                gpu_placement: Placement {
+                    node_selector: self.gpu_node_selector.clone(),
+                    tolerations: Vec::new(),
+                    priority_class: self.gpu_priority_class.clone(),
+                },
+                cpu_placement: Placement {
+                    node_selector: self.cpu_node_selector.clone(),
+                    tolerations: Vec::new(),
+                    priority_class: self.cpu_priority_class.clone(),
+                },
+                image_pull_secrets: self.image_pull_secrets.clone(),
+                run_as_user: self.job_user,
+                logs_size_limit: self.logs_size_limit as u64,
+            },
+            pending_deadline: Duration::from_secs(self.pending_deadline_seconds),
+            keep_finished_pods: Duration::from_secs(self.keep_finished_pods_seconds),
+            limits: Limits {
+                jobs_per_user: self.jobs_per_user,
+                cpu_slots: self.max_cpu_jobs,
+                gpu_slots: self.max_gpu_jobs,
+            },
+            admission_every: Duration::from_millis(self.scheduler_tick_ms.max(10)),
+            logs_size_limit: self.logs_size_limit,
+        }
+    }
+
+    pub async fn run(self) -> anyhow::Result<()> {
+        let storage = self.storage.open(&self.database.data_dir)?;
+        require_shared_backends("controller", &self.database, &storage)?;
+        let db = self.database.open().await?;
+        storage.check().await.context("object storage is not reachable")?;
+        let (client, namespace) = self.cluster.connect().await?;
+        let crds: kube::Api<
+            k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,
+        > = kube::Api::all(client.clone());
+        crds.get("functionjobs.gantry.dev").await.context(
+            "the FunctionJob CRD is not installed: run `gantry crd | kubectl apply -f -` (or install the Helm chart)",
+        )?;
+        println!("gantry controller running FunctionJobs in namespace {namespace}");
+        let publisher: Arc<dyn crate::events::Publisher> = Arc::new(crate::events::LogPublisher);
+        let context = Arc::new(Context::new(client, db, storage, publisher, self.settings(namespace)));
+        reconcile::run(context).await;
+        Ok(())
+    }
+}

@@ -12,9 +12,9 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
-use super::{Compute, StopOutcome, move_job, move_job_now, stop_without_process};
+use super::{Compute, StopOutcome, admit_queued, count_in, move_job, move_job_now, stop_without_process};
 use crate::db::{self, Db, jobs};
-use crate::domain::admission::{self, Capacity, Limits};
+use crate::domain::admission::{Capacity, Limits};
 use crate::domain::lifecycle::{JobStatus, Trigger};
 use crate::domain::runtime_env::{JobEnvironmentInput, job_environment};
 use crate::events::Publisher;
@@ -123,22 +123,11 @@ impl LocalRunner {
                 }
                 continue;
             }
-            *capacity.running_per_user.entry(job.author_id.clone()).or_default() += 1;
-            if job.gpu {
-                capacity.running_gpu += 1;
-            } else {
-                capacity.running_cpu += 1;
-            }
+            count_in(&mut capacity, job);
         }
-        let queue = jobs::queued(&self.db, 1000).await?;
-        if queue.is_empty() {
-            return Ok(());
-        }
-        for job_id in admission::admit(&queue, &capacity, self.config.limits) {
-            if move_job(&self.db, &self.publisher, &job_id, JobStatus::Queued, &Trigger::Admitted).await?.is_some() {
-                let runner = Arc::clone(self);
-                tokio::spawn(async move { runner.launch(job_id).await });
-            }
+        for job_id in admit_queued(&self.db, &self.publisher, &capacity, self.config.limits).await? {
+            let runner = Arc::clone(self);
+            tokio::spawn(async move { runner.launch(job_id).await });
         }
         Ok(())
     }

@@ -538,6 +538,14 @@ pub async fn queued(db: &Db, limit: i64) -> Result<Vec<QueuedJob>, Error> {
         .collect())
 }
 
+/// Ids of the jobs not yet finished (for the Kubernetes drift sweep).
+pub async fn active_ids(db: &Db) -> Result<Vec<String>, Error> {
+    on_db!(db, pool => sqlx::query_scalar::<_, String>("SELECT id FROM jobs WHERE status IN ('QUEUED', 'PENDING', 'RUNNING')")
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("list active jobs"))
+}
+
 /// Pending and running jobs (for load, timeouts and reconciliation).
 pub async fn in_flight(db: &Db) -> Result<Vec<JobRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, JobRow>(concat!(job_select!(), "WHERE j.status IN ('PENDING', 'RUNNING')"))
@@ -555,11 +563,15 @@ pub struct LaunchRow {
     pub entrypoint: Option<String>,
     pub image: Option<String>,
     pub function_env_vars: Option<String>,
+    pub function_version: Option<String>,
+    /// The function's size catalog (JSON object label → compute profile).
+    pub function_sizes: Option<String>,
 }
 
 pub async fn launch_info(db: &Db, job_id: &str) -> Result<Option<LaunchRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, LaunchRow>(
-        "SELECT j.arguments, j.env_vars, p.artifact_key, p.entrypoint, p.image, p.env_vars AS function_env_vars \
+        "SELECT j.arguments, j.env_vars, p.artifact_key, p.entrypoint, p.image, p.env_vars AS function_env_vars, \
+         p.version AS function_version, p.sizes AS function_sizes \
          FROM jobs j LEFT JOIN programs p ON p.id = j.program_id WHERE j.id = $1")
         .bind(job_id)
         .fetch_optional(pool)

@@ -31,8 +31,61 @@ pub fn parse_catalog(value: &Value) -> Result<Map<String, Value>, String> {
     Ok(catalog)
 }
 
+/// CPU, memory and GPUs of a job.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resources {
+    /// Kubernetes CPU quantity.
+    pub cpu: String,
+    /// Kubernetes memory quantity.
+    pub memory: String,
+    pub gpus: u32,
+}
+
+/// The resources a compute profile names (the reference's format
+/// `<family>-<cpus>x<memory GiB>[x<gpus><model>]`, such as `cx3d-4x16` or `gx3d-24x120x1a100p`),
+/// or `None` when the profile does not follow it.
+pub fn profile_resources(profile: &str) -> Option<Resources> {
+    let pattern =
+        regex::Regex::new(r"^[a-z]+\d+[a-z]?-(\d+)x(\d+)(?:x(\d+)[a-z0-9]+)?$").expect("the profile pattern is valid");
+    let captures = pattern.captures(profile)?;
+    Some(Resources {
+        cpu: captures[1].to_string(),
+        memory: format!("{}Gi", &captures[2]),
+        gpus: captures.get(3).map_or(Some(0), |g| g.as_str().parse().ok())?,
+    })
+}
+
+/// The resources of a job: from the compute profile of its size in the function's catalog when
+/// there is one, else `default` (with one GPU for GPU functions).
+pub fn job_resources(catalog: &Map<String, Value>, size: Option<&str>, gpu: bool, default: &Resources) -> Resources {
+    let from_profile = size.and_then(|label| catalog.get(label)).and_then(Value::as_str).and_then(profile_resources);
+    let mut resources = from_profile.unwrap_or_else(|| default.clone());
+    if gpu && resources.gpus == 0 {
+        resources.gpus = 1;
+    }
+    if !gpu {
+        resources.gpus = 0;
+    }
+    resources
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn compute_profiles_name_cpu_memory_and_gpus() {
+        let resources = |cpu: &str, memory: &str, gpus| Resources { cpu: cpu.into(), memory: memory.into(), gpus };
+        assert_eq!(profile_resources("cx3d-4x16"), Some(resources("4", "16Gi", 0)));
+        assert_eq!(profile_resources("gx3d-24x120x1a100p"), Some(resources("24", "120Gi", 1)));
+        assert_eq!(profile_resources("bx2d-2x8"), Some(resources("2", "8Gi", 0)));
+        assert_eq!(profile_resources("CX3D-4x16"), None);
+        assert_eq!(profile_resources("nonsense"), None);
+        let default = resources("4", "8Gi", 0);
+        let catalog: Map<String, Value> = serde_json::from_value(json!({"S": "cx3d-2x8", "M": null})).unwrap();
+        assert_eq!(job_resources(&catalog, Some("S"), false, &default), resources("2", "8Gi", 0));
+        assert_eq!(job_resources(&catalog, Some("M"), false, &default), default);
+        assert_eq!(job_resources(&catalog, None, true, &default), resources("4", "8Gi", 1), "GPU functions get a GPU");
+    }
+
     use super::*;
     use serde_json::json;
 

@@ -67,6 +67,9 @@ pub fn pod_trigger(
         return None;
     }
     let Some(pod) = pod else {
+        if stop_requested {
+            return Some(Trigger::StopRequested);
+        }
         return matches!(current, JobStatus::Pending | JobStatus::Running)
             .then(|| Trigger::Lost { reason: "the job's pod disappeared (deleted, or its node was lost)".into() });
     };
@@ -247,6 +250,7 @@ mod tests {
         let gone = pod_trigger(JobStatus::Running, false, None, now(), DEADLINE);
         assert!(matches!(gone, Some(Trigger::Lost { reason }) if reason.contains("disappeared")));
         assert_eq!(pod_trigger(JobStatus::Queued, false, None, now(), DEADLINE), None, "not created yet");
+        assert_eq!(pod_trigger(JobStatus::Running, true, None, now(), DEADLINE), Some(Trigger::StopRequested));
         let evicted =
             trigger(JobStatus::Running, json!({"phase": "Failed", "reason": "Evicted", "message": "low on memory"}));
         assert!(

@@ -1,0 +1,350 @@
+//! The controller's I/O shell: observe a `FunctionJob` (its job row, its pod), decide with the
+//! pure `build` and `status` functions and the shared lifecycle, then apply (pod, job row and
+//! event in one transaction, Kubernetes Event, resource status). It decides from observed state
+//! only, so a controller restarted at any point resumes without a second pod or a repeated
+//! event: the pod has a deterministic name and every status move is a compare-and-set.
+//! A separate admission pass moves queued jobs to PENDING under the shared limits.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{DeleteParams, LogParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::finalizer::{Event as Finalizer, finalizer};
+use kube::runtime::watcher;
+use kube::{Api, Resource, ResourceExt};
+use serde_json::json;
+
+use super::build::{PodSettings, build_pod, pod_name};
+use super::status::{Observed, pod_trigger, resource_status};
+use crate::compute::{admit_queued, count_in, move_job};
+use crate::crd::{FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus};
+use crate::db::{self, Db, jobs};
+use crate::domain::admission::{Capacity, Limits};
+use crate::domain::lifecycle::{JobStatus, Trigger};
+use crate::domain::logs::LogRouter;
+use crate::events::Publisher;
+use crate::storage::{self, Storage, keys};
+
+/// Settings of `gantry controller`.
+#[derive(Debug, Clone)]
+pub struct ControllerSettings {
+    pub namespace: String,
+    pub pods: PodSettings,
+    /// How long a pod may stay unschedulable before its job fails.
+    pub pending_deadline: Duration,
+    /// How long a finished job's pod is kept (for `kubectl logs`) before it is deleted.
+    pub keep_finished_pods: Duration,
+    pub limits: Limits,
+    /// How often queued jobs are considered for admission.
+    pub admission_every: Duration,
+    /// `FUNCTIONS_LOGS_SIZE_LIMIT`, for logs archived from the pod.
+    pub logs_size_limit: usize,
+}
+
+/// What every reconcile may use.
+pub struct Context {
+    pub client: kube::Client,
+    pub recorder: Recorder,
+    pub db: Db,
+    pub storage: Storage,
+    pub publisher: Arc<dyn Publisher>,
+    pub settings: ControllerSettings,
+}
+
+impl Context {
+    pub fn new(
+        client: kube::Client,
+        db: Db,
+        storage: Storage,
+        publisher: Arc<dyn Publisher>,
+        settings: ControllerSettings,
+    ) -> Context {
+        let reporter = Reporter { controller: "gantry-controller".into(), instance: std::env::var("POD_NAME").ok() };
+        Context { recorder: Recorder::new(client.clone(), reporter), client, db, storage, publisher, settings }
+    }
+
+    fn jobs(&self) -> Api<FunctionJob> {
+        Api::namespaced(self.client.clone(), &self.settings.namespace)
+    }
+
+    fn pods(&self) -> Api<Pod> {
+        Api::namespaced(self.client.clone(), &self.settings.namespace)
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to {operation} for job {job_id}")]
+    Kube { operation: &'static str, job_id: String, source: kube::Error },
+    #[error("failed to read or record job {job_id}")]
+    Database { job_id: String, source: db::Error },
+    #[error("failed to archive the logs of job {job_id}")]
+    Archive { job_id: String, source: storage::Error },
+    #[error("failed to read the log of the pod of job {job_id}")]
+    PodLog { job_id: String, source: std::io::Error },
+    #[error("finalizer of job {job_id} failed")]
+    Finalizer { job_id: String, source: Box<kube::runtime::finalizer::Error<Error>> },
+}
+
+fn kube_error<'a>(operation: &'static str, job_id: &'a str) -> impl FnOnce(kube::Error) -> Error + 'a {
+    move |source| Error::Kube { operation, job_id: job_id.to_string(), source }
+}
+
+fn database_error(job_id: &str) -> impl FnOnce(db::Error) -> Error + '_ {
+    move |source| Error::Database { job_id: job_id.to_string(), source }
+}
+
+/// Drives one `FunctionJob` towards its spec. Safe to call any number of times.
+#[tracing::instrument(skip_all, fields(job.id = %job.spec.job_id))]
+pub async fn reconcile(job: Arc<FunctionJob>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let job_id = job.spec.job_id.clone();
+    finalizer(&ctx.jobs(), FINALIZER, job, |event| async {
+        match event {
+            Finalizer::Apply(job) => apply(&job, &ctx).await,
+            Finalizer::Cleanup(job) => cleanup(&job, &ctx).await,
+        }
+    })
+    .await
+    .map_err(|source| Error::Finalizer { job_id, source: Box::new(source) })
+}
+
+/// Transient failures retry soon; the resource is reconciled again anyway on every change.
+pub fn error_policy(_job: Arc<FunctionJob>, error: &Error, _ctx: Arc<Context>) -> Action {
+    tracing::warn!(error = error as &dyn std::error::Error, "reconcile failed; retrying");
+    Action::requeue(Duration::from_secs(5))
+}
+
+async fn record(ctx: &Context, job: &FunctionJob, warning: bool, reason: &str, note: Option<String>) {
+    let event = Event {
+        type_: if warning { EventType::Warning } else { EventType::Normal },
+        reason: reason.into(),
+        note,
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    if let Err(error) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
+        tracing::warn!(error = &error as &dyn std::error::Error, "failed to publish a Kubernetes event");
+    }
+}
+
+/// A trigger's words for the resource's status and its Kubernetes Event.
+fn describe(trigger: &Trigger) -> Option<String> {
+    match trigger {
+        Trigger::LaunchFailed { reason } | Trigger::Lost { reason } => Some(reason.clone()),
+        Trigger::TimedOut => Some("the job exceeded PROGRAM_TIMEOUT".into()),
+        Trigger::StopRequested => Some("stopped at the user's request".into()),
+        _ => None,
+    }
+}
+
+async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
+    let job_id = job.spec.job_id.as_str();
+    let Some(row) = jobs::find(&ctx.db, job_id).await.map_err(database_error(job_id))? else {
+        // The gateway's sweep deletes such resources too; nothing to run for a job that is gone.
+        tracing::warn!("FunctionJob without a job row; deleting it");
+        ctx.jobs().delete(&job.name_any(), &DeleteParams::default()).await.map_err(kube_error("delete", job_id))?;
+        return Ok(Action::await_change());
+    };
+    let pod = ctx.pods().get_opt(&pod_name(job_id)).await.map_err(kube_error("read the pod", job_id))?;
+    let previous = job.status.clone().unwrap_or_default();
+    let mut status = row.status();
+    let mut message = previous.message.clone();
+    let pod_created = previous.pod_name.is_some() || pod.is_some();
+
+    if status == JobStatus::Pending && !pod_created && !row.stop_requested {
+        let desired = build_pod(job, &ctx.settings.pods);
+        ctx.pods()
+            .patch(&pod_name(job_id), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&desired))
+            .await
+            .map_err(kube_error("create the pod", job_id))?;
+        record(ctx, job, false, "PodCreated", Some(format!("pod {} created", pod_name(job_id)))).await;
+    } else if pod_created {
+        if row.stop_requested
+            && !status.is_terminal()
+            && pod.as_ref().is_some_and(|p| p.metadata.deletion_timestamp.is_none())
+        {
+            let params = DeleteParams { grace_period_seconds: Some(10), ..Default::default() };
+            ctx.pods().delete(&pod_name(job_id), &params).await.map_err(kube_error("stop the pod", job_id))?;
+        }
+        let now = k8s_openapi::jiff::Timestamp::now();
+        if let Some(trigger) = pod_trigger(status, row.stop_requested, pod.as_ref(), now, ctx.settings.pending_deadline)
+            && let Some(moved) =
+                move_job(&ctx.db, &ctx.publisher, job_id, status, &trigger).await.map_err(database_error(job_id))?
+        {
+            status = moved;
+            message = describe(&trigger).or(message);
+            let warning = matches!(moved, JobStatus::Failed);
+            record(ctx, job, warning, moved.as_str(), message.clone()).await;
+        }
+    }
+
+    let mut logs_archived = previous.logs_archived;
+    if status.is_terminal() && !logs_archived {
+        logs_archived = archive(ctx, job, &row, pod.as_ref()).await?;
+    }
+    let completed = match (status.is_terminal(), &previous.completion_time) {
+        (true, Some(time)) => Some(time.0),
+        (true, None) => Some(k8s_openapi::jiff::Timestamp::now()),
+        (false, _) => None,
+    };
+    let keep = ctx.settings.keep_finished_pods;
+    let finished_long_enough = completed
+        .is_some_and(|at| k8s_openapi::jiff::Timestamp::now().duration_since(at).as_secs() >= keep.as_secs() as i64);
+    if status.is_terminal() && logs_archived && pod.is_some() && finished_long_enough {
+        ctx.pods()
+            .delete(&pod_name(job_id), &DeleteParams::default())
+            .await
+            .map_err(kube_error("delete the pod", job_id))?;
+    }
+
+    let observed = Observed {
+        status,
+        sub_status: row.sub_status.as_deref(),
+        pod: pod.as_ref(),
+        logs_archived,
+        message: message.as_deref(),
+        generation: job.metadata.generation,
+        completed,
+        previous: job.status.as_ref(),
+        now: k8s_openapi::jiff::Timestamp::now(),
+    };
+    let mut desired = resource_status(&observed);
+    if desired.pod_name.is_none() && pod_created {
+        desired.pod_name = Some(pod_name(job_id));
+    }
+    if job.status.as_ref() != Some(&desired) {
+        write_status(ctx, job, &desired).await?;
+    }
+    Ok(match status {
+        JobStatus::Queued => Action::await_change(),
+        JobStatus::Pending => Action::requeue(Duration::from_secs(15)),
+        JobStatus::Running => Action::requeue(Duration::from_secs(60)),
+        _ if pod.is_some() => Action::requeue(keep.max(Duration::from_secs(1))),
+        _ => Action::await_change(),
+    })
+}
+
+async fn write_status(ctx: &Context, job: &FunctionJob, status: &FunctionJobStatus) -> Result<(), Error> {
+    let patch = json!({"status": status});
+    ctx.jobs()
+        .patch_status(&job.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+        .map_err(kube_error("write the status", &job.spec.job_id))?;
+    Ok(())
+}
+
+/// Makes sure the finished job's logs are in storage: the launcher ships them (its exit record
+/// comes last); if it could not, the pod's log is streamed through the prefix router, capped,
+/// and stored. True when the logs are archived (or there is nothing left to archive).
+async fn archive(ctx: &Context, job: &FunctionJob, row: &jobs::JobRow, pod: Option<&Pod>) -> Result<bool, Error> {
+    let job_id = job.spec.job_id.as_str();
+    let archive_error = |source| Error::Archive { job_id: job_id.to_string(), source };
+    if ctx.storage.read_to_bytes(&keys::job_exit(job_id)).await.map_err(archive_error)?.is_some() {
+        return Ok(true);
+    }
+    let Some(pod) = pod else { return Ok(true) };
+    let started = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|c| !c.is_empty());
+    if !started {
+        return Ok(true);
+    }
+    let params = LogParams { container: Some("job".into()), ..Default::default() };
+    let stream = match ctx.pods().log_stream(&pod_name(job_id), &params).await {
+        Ok(stream) => stream,
+        // The kubelet may not serve it (yet): try again on the next reconcile.
+        Err(error) => {
+            tracing::warn!(error = &error as &dyn std::error::Error, "failed to read the pod log for archiving");
+            return Ok(false);
+        }
+    };
+    let mut router = LogRouter::new(row.provider_id.is_some(), ctx.settings.logs_size_limit);
+    let mut lines = stream.lines();
+    while let Some(line) =
+        lines.try_next().await.map_err(|source| Error::PodLog { job_id: job_id.to_string(), source })?
+    {
+        router.push_line(&line);
+    }
+    ctx.storage.put_bytes(&keys::job_user_log(job_id), router.user.render().into()).await.map_err(archive_error)?;
+    if router.provider_function() {
+        ctx.storage
+            .put_bytes(&keys::job_provider_log(job_id), router.provider.render().into())
+            .await
+            .map_err(archive_error)?;
+    }
+    record(ctx, job, false, "LogsArchived", Some("archived from the pod's log".into())).await;
+    Ok(true)
+}
+
+/// The resource is being deleted: settle the job row and the archive, then let it go.
+async fn cleanup(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
+    let job_id = job.spec.job_id.as_str();
+    let pod = ctx.pods().get_opt(&pod_name(job_id)).await.map_err(kube_error("read the pod", job_id))?;
+    if let Some(row) = jobs::find(&ctx.db, job_id).await.map_err(database_error(job_id))? {
+        if !row.status().is_terminal() {
+            let trigger = match row.status() {
+                JobStatus::Queued => Trigger::StopRequested,
+                _ => Trigger::Lost { reason: "the job's FunctionJob was deleted".into() },
+            };
+            move_job(&ctx.db, &ctx.publisher, job_id, row.status(), &trigger).await.map_err(database_error(job_id))?;
+        }
+        if !job.status.as_ref().is_some_and(|s| s.logs_archived) && !archive(ctx, job, &row, pod.as_ref()).await? {
+            return Ok(Action::requeue(Duration::from_secs(5)));
+        }
+    }
+    if pod.is_some() {
+        ctx.pods()
+            .delete(&pod_name(job_id), &DeleteParams::default())
+            .await
+            .map_err(kube_error("delete the pod", job_id))?;
+    }
+    Ok(Action::await_change())
+}
+
+/// One admission pass: queued jobs that fit the limits across the cluster move to PENDING, and
+/// their resources are told so (the status write triggers their reconcile, which creates the pod).
+pub async fn admit(ctx: &Context) -> Result<usize, Error> {
+    let in_flight = jobs::in_flight(&ctx.db).await.map_err(database_error(""))?;
+    let mut capacity = Capacity::default();
+    for job in &in_flight {
+        count_in(&mut capacity, job);
+    }
+    let admitted =
+        admit_queued(&ctx.db, &ctx.publisher, &capacity, ctx.settings.limits).await.map_err(database_error(""))?;
+    for job_id in &admitted {
+        let patch = json!({"status": {"phase": "PENDING"}});
+        match ctx.jobs().patch_status(job_id, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => {}
+            // No resource yet: the gateway's sweep creates it, and its reconcile starts the pod.
+            Err(kube::Error::Api(status)) if status.code == 404 => {}
+            Err(source) => return Err(Error::Kube { operation: "mark admitted", job_id: job_id.clone(), source }),
+        }
+    }
+    Ok(admitted.len())
+}
+
+/// Runs the controller and the admission pass until a shutdown signal.
+pub async fn run(ctx: Arc<Context>) {
+    let admission = Arc::clone(&ctx);
+    let admitting = tokio::spawn(async move {
+        loop {
+            if let Err(error) = admit(&admission).await {
+                tracing::error!(error = &error as &dyn std::error::Error, "admission pass failed");
+            }
+            tokio::time::sleep(admission.settings.admission_every).await;
+        }
+    });
+    Controller::new(ctx.jobs(), watcher::Config::default())
+        .owns(ctx.pods(), watcher::Config::default().labels(crate::crd::LABEL_JOB_ID))
+        .shutdown_on_signal()
+        .run(reconcile, error_policy, Arc::clone(&ctx))
+        .for_each(|outcome| async move {
+            if let Err(error) = outcome {
+                tracing::debug!(error = &error as &dyn std::error::Error, "reconcile outcome");
+            }
+        })
+        .await;
+    admitting.abort();
+}

@@ -1,0 +1,257 @@
+//! The Kubernetes backend of the gateway (`gantry gateway`): every committed job becomes a
+//! `FunctionJob` named after its id, with a Secret owned by it carrying what the pod needs (the
+//! caller's token, the function's variables). `gantry controller` does the rest. A stop sets
+//! the resource's stop request; live logs come from the pod's log. A periodic sweep repairs
+//! drift both ways, so a failed create never strands a job and a resource without its job row
+//! does not linger.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams};
+use kube::{Api, Resource, ResourceExt};
+use serde_json::{Map, Value, json};
+
+use super::controller::build::{label_value, pod_name, secret_name};
+use super::{Compute, StopOutcome, stop_without_process};
+use crate::crd::{
+    FIELD_MANAGER, FunctionJob, FunctionJobSpec, FunctionRef, FunctionSize, JobResources, LABEL_FUNCTION, LABEL_JOB_ID,
+    LABEL_USER, SECRET_ENV_PREFIX, SECRET_TOKEN_KEY,
+};
+use crate::db::{self, Db, jobs};
+use crate::domain::logs::LogRouter;
+use crate::domain::sizes::{self, Resources};
+use crate::events::Publisher;
+use crate::secrets::TokenCipher;
+
+/// Settings of the Kubernetes backend.
+#[derive(Debug, Clone)]
+pub struct KubeSettings {
+    pub namespace: String,
+    /// `PROGRAM_TIMEOUT`, the pods' deadline.
+    pub timeout: Duration,
+    /// Resources of jobs whose size names no compute profile.
+    pub default_resources: Resources,
+    /// `FUNCTIONS_LOGS_SIZE_LIMIT`, for live logs read from pods.
+    pub logs_size_limit: usize,
+    /// How often the drift sweep runs.
+    pub sweep_every: Duration,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    #[error("failed to read job {job_id}")]
+    Database { job_id: String, source: db::Error },
+    #[error("job {job_id} is gone")]
+    JobGone { job_id: String },
+    #[error("failed to open the token of job {job_id}")]
+    Token { job_id: String, source: crate::secrets::Error },
+    #[error("failed to {operation} for job {job_id}")]
+    Kube { operation: &'static str, job_id: String, source: kube::Error },
+}
+
+/// The gateway's side of the cluster.
+pub struct KubeBackend {
+    pub client: kube::Client,
+    pub db: Db,
+    pub publisher: Arc<dyn Publisher>,
+    pub tokens: TokenCipher,
+    pub settings: KubeSettings,
+}
+
+/// The `FunctionJob` spec of a job (pure).
+pub fn function_job_spec(
+    job: &jobs::JobRow,
+    launch: &jobs::LaunchRow,
+    default_resources: &Resources,
+    timeout: Duration,
+) -> FunctionJobSpec {
+    let catalog: Map<String, Value> =
+        launch.function_sizes.as_deref().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+    let resources = sizes::job_resources(&catalog, job.function_size.as_deref(), job.gpu, default_resources);
+    let function_env: Map<String, Value> =
+        launch.function_env_vars.as_deref().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+    FunctionJobSpec {
+        job_id: job.id.clone(),
+        function: FunctionRef {
+            title: job.program_title.clone().unwrap_or_default(),
+            provider: job.provider_name.clone(),
+            version: launch.function_version.clone(),
+        },
+        image: launch.image.clone(),
+        artifact: launch.artifact_key.clone().filter(|_| launch.image.is_none()),
+        entrypoint: launch.entrypoint.clone().filter(|_| launch.image.is_none()),
+        size: job.function_size.as_deref().and_then(|label| serde_json::from_value::<FunctionSize>(json!(label)).ok()),
+        resources: JobResources { cpu: Some(Quantity(resources.cpu)), memory: Some(Quantity(resources.memory)) },
+        gpus: resources.gpus,
+        timeout_seconds: timeout.as_secs().max(1),
+        user: job.author_name.clone(),
+        function_env: function_env.keys().filter(|name| is_env_name(name)).cloned().collect(),
+        stop_requested: job.stop_requested,
+        secret_name: secret_name(&job.id),
+    }
+}
+
+fn is_env_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+fn labels(spec: &FunctionJobSpec) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (LABEL_JOB_ID.to_string(), label_value(&spec.job_id)),
+        (LABEL_FUNCTION.to_string(), label_value(&spec.function.title)),
+        (LABEL_USER.to_string(), label_value(&spec.user)),
+    ])
+}
+
+impl KubeBackend {
+    fn jobs_api(&self) -> Api<FunctionJob> {
+        Api::namespaced(self.client.clone(), &self.settings.namespace)
+    }
+
+    /// Creates (or re-applies) the job's `FunctionJob` and its Secret. Idempotent.
+    pub async fn ensure_resources(&self, job_id: &str) -> Result<(), Error> {
+        let database = |source| Error::Database { job_id: job_id.to_string(), source };
+        let kube = |operation| move |source| Error::Kube { operation, job_id: job_id.to_string(), source };
+        let job =
+            jobs::find(&self.db, job_id).await.map_err(database)?.ok_or(Error::JobGone { job_id: job_id.into() })?;
+        let launch = jobs::launch_info(&self.db, job_id)
+            .await
+            .map_err(database)?
+            .ok_or(Error::JobGone { job_id: job_id.into() })?;
+        let spec = function_job_spec(&job, &launch, &self.settings.default_resources, self.settings.timeout);
+        let mut resource = FunctionJob::new(job_id, spec.clone());
+        resource.metadata.labels = Some(labels(&spec));
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        let applied = self
+            .jobs_api()
+            .patch(job_id, &params, &Patch::Apply(&resource))
+            .await
+            .map_err(kube("apply the FunctionJob"))?;
+
+        // The Secret: owned by the resource, so it goes with it.
+        let request_env: Map<String, Value> = serde_json::from_str(&launch.env_vars).unwrap_or_default();
+        let token = match request_env.get("token").and_then(Value::as_str) {
+            Some(sealed) => {
+                self.tokens.open(sealed).map_err(|source| Error::Token { job_id: job_id.into(), source })?
+            }
+            None => String::new(),
+        };
+        let mut data = BTreeMap::from([(SECRET_TOKEN_KEY.to_string(), ByteString(token.into_bytes()))]);
+        let function_env: Map<String, Value> =
+            launch.function_env_vars.as_deref().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+        for (name, value) in function_env.iter().filter(|(name, _)| is_env_name(name)) {
+            let text = value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
+            data.insert(format!("{SECRET_ENV_PREFIX}{name}"), ByteString(text.into_bytes()));
+        }
+        let secret = Secret {
+            metadata: ObjectMeta {
+                name: Some(spec.secret_name.clone()),
+                namespace: Some(self.settings.namespace.clone()),
+                labels: Some(labels(&spec)),
+                owner_references: applied.controller_owner_ref(&()).map(|owner| vec![owner]),
+                ..Default::default()
+            },
+            data: Some(data),
+            type_: Some("Opaque".into()),
+            ..Default::default()
+        };
+        Api::<Secret>::namespaced(self.client.clone(), &self.settings.namespace)
+            .patch(&spec.secret_name, &params, &Patch::Apply(&secret))
+            .await
+            .map_err(kube("apply the job's Secret"))?;
+        Ok(())
+    }
+
+    /// One drift sweep: non-terminal jobs without a resource get one; resources whose job row
+    /// is gone are deleted.
+    pub async fn sweep(&self) -> Result<(), Error> {
+        let listed = self.jobs_api().list(&ListParams::default()).await.map_err(|source| Error::Kube {
+            operation: "list FunctionJobs",
+            job_id: String::new(),
+            source,
+        })?;
+        let present: HashSet<String> = listed.items.iter().map(|r| r.spec.job_id.clone()).collect();
+        let active =
+            jobs::active_ids(&self.db).await.map_err(|source| Error::Database { job_id: String::new(), source })?;
+        for job_id in active.iter().filter(|id| !present.contains(*id)) {
+            tracing::warn!(job.id = %job_id, "job has no FunctionJob; creating it");
+            if let Err(error) = self.ensure_resources(job_id).await {
+                tracing::error!(error = &error as &dyn std::error::Error, "failed to repair a job's FunctionJob");
+            }
+        }
+        for resource in listed.items {
+            let exists = jobs::find(&self.db, &resource.spec.job_id)
+                .await
+                .map_err(|source| Error::Database { job_id: resource.spec.job_id.clone(), source })?
+                .is_some();
+            if !exists {
+                tracing::warn!(job.id = %resource.spec.job_id, "FunctionJob without a job row; deleting it");
+                let _ = self.jobs_api().delete(&resource.name_any(), &DeleteParams::default()).await;
+            }
+        }
+        Ok(())
+    }
+
+    /// Runs the drift sweep until the process ends.
+    pub async fn run_sweeps(self: Arc<Self>) {
+        loop {
+            if let Err(error) = self.sweep().await {
+                tracing::error!(error = &error as &dyn std::error::Error, "drift sweep failed");
+            }
+            tokio::time::sleep(self.settings.sweep_every).await;
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Compute for KubeBackend {
+    fn runs_images(&self) -> bool {
+        true
+    }
+
+    /// Creates the job's resources; a failure is logged and repaired by the sweep.
+    async fn submit(self: Arc<Self>, job_id: &str) {
+        if let Err(error) = self.ensure_resources(job_id).await {
+            tracing::error!(job.id = %job_id, error = &error as &dyn std::error::Error, "failed to create the job's FunctionJob; the sweep will retry");
+        }
+    }
+
+    /// Records the request (a queued job stops at once) and sets the resource's stop request;
+    /// the controller stops the pod.
+    async fn stop(self: Arc<Self>, job_id: &str) -> Result<StopOutcome, db::Error> {
+        let outcome = stop_without_process(&self.db, &self.publisher, job_id).await?;
+        if outcome == StopOutcome::Requested {
+            let patch = json!({"spec": {"stopRequested": true}});
+            if let Err(error) = self.jobs_api().patch(job_id, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                tracing::error!(job.id = %job_id, error = &error as &dyn std::error::Error, "failed to request the stop on the FunctionJob");
+            }
+        }
+        Ok(outcome)
+    }
+
+    /// The pod's log so far, split by prefix as the launcher splits it.
+    async fn live_log(self: Arc<Self>, job_id: &str, provider: bool) -> Option<String> {
+        let job = jobs::find(&self.db, job_id).await.ok()??;
+        let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.settings.namespace);
+        let params = LogParams { container: Some("job".into()), ..Default::default() };
+        let text = pods.logs(&pod_name(job_id), &params).await.ok()?;
+        let mut router = LogRouter::new(job.provider_id.is_some(), self.settings.logs_size_limit);
+        router.push_text(&text);
+        Some(if provider { router.provider.render() } else { router.user.render() })
+    }
+
+    async fn reconcile(self: Arc<Self>) -> Result<(), db::Error> {
+        if let Err(error) = self.sweep().await {
+            tracing::error!(error = &error as &dyn std::error::Error, "drift sweep failed");
+        }
+        Ok(())
+    }
+}

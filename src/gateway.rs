@@ -1,0 +1,144 @@
+//! `gantry gateway`: the REST API with the Kubernetes backend. Stateless, so several replicas
+//! may run behind a Service; jobs become `FunctionJob` resources that `gantry controller` runs.
+//! On a cluster the database is PostgreSQL and the storage S3.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::Args;
+
+use crate::api::ApiArgs;
+use crate::compute::kube::{KubeBackend, KubeSettings};
+use crate::db::{self, DatabaseArgs};
+use crate::domain::sizes::Resources;
+use crate::secrets::TokenCipher;
+use crate::serve::{parse_timeout, serve_http};
+use crate::state::AppState;
+use crate::storage::{Storage, StorageArgs};
+
+/// Where the cluster is and which namespace jobs live in; shared by gateway and controller.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// Namespace of the FunctionJobs, their pods and Secrets. Default: the namespace of the
+    /// kubeconfig's context, or of the pod Gantry runs in.
+    #[arg(long, env = "GANTRY_NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+impl ClusterArgs {
+    /// A client found the standard way (in-cluster service account, else `KUBECONFIG` /
+    /// `~/.kube/config`) and the namespace to use.
+    pub async fn connect(&self) -> anyhow::Result<(kube::Client, String)> {
+        let client = kube::Client::try_default().await.context(
+            "failed to reach a Kubernetes cluster (in-cluster service account, KUBECONFIG or ~/.kube/config)",
+        )?;
+        let namespace = self.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+        Ok((client, namespace))
+    }
+}
+
+/// Refuses the embedded backends where replicas and pods must share state.
+pub fn require_shared_backends(role: &str, database: &DatabaseArgs, storage: &Storage) -> anyhow::Result<()> {
+    if !database.url().starts_with("postgres") {
+        bail!(
+            "gantry {role} needs PostgreSQL (--database-url postgres://...): SQLite cannot be shared by several processes on a cluster"
+        );
+    }
+    if !matches!(storage, Storage::S3 { .. }) {
+        bail!(
+            "gantry {role} needs S3 storage (--storage s3://bucket[/prefix]): a local directory cannot be shared with job pods"
+        );
+    }
+    Ok(())
+}
+
+#[derive(Debug, Args)]
+pub struct GatewayArgs {
+    /// Address to listen on.
+    #[arg(long, env = "GANTRY_LISTEN", default_value = "0.0.0.0:8000")]
+    pub listen: SocketAddr,
+    #[command(flatten)]
+    pub database: DatabaseArgs,
+    #[command(flatten)]
+    pub storage: StorageArgs,
+    #[command(flatten)]
+    pub api: ApiArgs,
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Queued+pending+running jobs one user may have; `run` answers 429 beyond.
+    #[arg(long, env = "LIMITS_ACTIVE_JOBS_PER_USER", default_value_t = 50)]
+    pub active_jobs_per_user: i64,
+    /// Job timeout: hours, or a number with s, m or h.
+    #[arg(long, env = "PROGRAM_TIMEOUT", default_value = "24", value_parser = parse_timeout)]
+    pub program_timeout: Duration,
+    /// CPU of jobs whose size names no compute profile (`LIMITS_CPU_PER_TASK`).
+    #[arg(long, env = "LIMITS_CPU_PER_TASK", default_value = "4")]
+    pub cpu_per_job: String,
+    /// Memory in GiB of jobs whose size names no compute profile (`LIMITS_MEMORY_PER_TASK`).
+    #[arg(long, env = "LIMITS_MEMORY_PER_TASK", default_value_t = 8)]
+    pub memory_gib_per_job: u32,
+    /// Largest size in bytes of each log read live from a pod.
+    #[arg(long, env = "FUNCTIONS_LOGS_SIZE_LIMIT", default_value_t = 52_428_800)]
+    pub logs_size_limit: usize,
+    /// Seconds between drift sweeps (jobs without resources, resources without jobs).
+    #[arg(long, env = "GANTRY_SWEEP_SECONDS", default_value_t = 30)]
+    pub sweep_seconds: u64,
+}
+
+impl GatewayArgs {
+    pub async fn run(self) -> anyhow::Result<()> {
+        let Self {
+            listen,
+            database,
+            storage,
+            api,
+            cluster,
+            active_jobs_per_user,
+            program_timeout,
+            cpu_per_job,
+            memory_gib_per_job,
+            logs_size_limit,
+            sweep_seconds,
+        } = self;
+        api.check_auth()?;
+        let storage = storage.open(&database.data_dir)?;
+        require_shared_backends("gateway", &database, &storage)?;
+        let Some(token_key) = &api.token_key else {
+            bail!(
+                "gantry gateway needs --token-key (GANTRY_TOKEN_KEY), the same for every replica: 32 bytes in base64"
+            );
+        };
+        let tokens = TokenCipher::from_key_text(token_key.expose())?;
+        let db = database.open().await?;
+        storage.check().await.context("object storage is not reachable")?;
+        let (client, namespace) = cluster.connect().await?;
+        let publisher: Arc<dyn crate::events::Publisher> = Arc::new(crate::events::LogPublisher);
+        let backend = Arc::new(KubeBackend {
+            client,
+            db: db.clone(),
+            publisher: publisher.clone(),
+            tokens: tokens.clone(),
+            settings: KubeSettings {
+                namespace: namespace.clone(),
+                timeout: program_timeout,
+                default_resources: Resources { cpu: cpu_per_job, memory: format!("{memory_gib_per_job}Gi"), gpus: 0 },
+                logs_size_limit,
+                sweep_every: Duration::from_secs(sweep_seconds.max(1)),
+            },
+        });
+        tokio::spawn(Arc::clone(&backend).run_sweeps());
+        let listener =
+            tokio::net::TcpListener::bind(listen).await.with_context(|| format!("failed to listen on {listen}"))?;
+        println!(
+            "gantry gateway listening on http://{} (database: {}, storage: {}, jobs: FunctionJobs in namespace {namespace})",
+            listener.local_addr()?,
+            db::redact(&database.url()),
+            storage.backend_name()
+        );
+        let config = api.config(std::env::temp_dir().join("gantry-spool"), active_jobs_per_user);
+        let state = AppState { db, storage, config: Arc::new(config), compute: backend, publisher, tokens };
+        serve_http(listener, state).await
+    }
+}
