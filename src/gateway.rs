@@ -118,6 +118,7 @@ impl GatewayArgs {
         let backend = Arc::new(KubeBackend {
             client,
             db: db.clone(),
+            storage: storage.clone(),
             publisher: publisher.clone(),
             tokens: tokens.clone(),
             settings: KubeSettings {

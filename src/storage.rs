@@ -4,6 +4,7 @@
 //! upload is first spooled to a temporary file by the API layer and then moved in; a download is
 //! read in 64 KiB chunks.
 
+pub mod access;
 pub mod migrate;
 
 use std::io;
@@ -342,6 +343,35 @@ impl Storage {
 }
 
 impl Storage {
+    /// A URL that lets its holder, and nobody else, read (`write` false) or replace (`write`
+    /// true) the one object `key` until `expires_in` has passed: how a job pod reaches its own
+    /// objects without storage credentials. S3 only.
+    pub async fn presign(&self, key: &str, write: bool, expires_in: std::time::Duration) -> Result<String, Error> {
+        let Storage::S3 { client, bucket, prefix } = self else {
+            return Err(Error::Location { location: "presigned URLs need S3 storage".into() });
+        };
+        let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(expires_in)
+            .map_err(|e| s3_error("presign", bucket, key, e))?;
+        let full = format!("{prefix}{key}");
+        let request = match write {
+            false => client
+                .get_object()
+                .bucket(bucket)
+                .key(&full)
+                .presigned(config)
+                .await
+                .map_err(|e| s3_error("presign", bucket, key, e)),
+            true => client
+                .put_object()
+                .bucket(bucket)
+                .key(&full)
+                .presigned(config)
+                .await
+                .map_err(|e| s3_error("presign", bucket, key, e)),
+        };
+        request.map(|r| r.uri().to_string())
+    }
+
     /// Every object under `prefix` (ending with `/`), at any depth, with its write time; staged
     /// partial uploads are left out. Symbolic links are not followed.
     pub async fn list_tree(&self, prefix: &str) -> Result<Vec<ObjectInfo>, Error> {
@@ -547,6 +577,11 @@ pub mod keys {
         let name = rest.strip_prefix("data/")?;
         (!username.is_empty() && !title.is_empty() && !name.is_empty())
             .then(|| format!("{}{name}", user_files(username, None)))
+    }
+
+    /// The arguments of a job run as a pod (read through a presigned URL).
+    pub fn job_arguments(job_id: &str) -> String {
+        format!("jobs/{job_id}/arguments.json")
     }
 
     /// The result a job saved (`RESULTS_PATH`), shipped by the launcher at exit.

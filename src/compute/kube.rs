@@ -21,13 +21,18 @@ use super::controller::build::{label_value, pod_name, secret_name};
 use super::{Compute, StopOutcome, stop_without_process};
 use crate::crd::{
     FIELD_MANAGER, FunctionJob, FunctionJobSpec, FunctionRef, FunctionSize, JobResources, LABEL_FUNCTION, LABEL_JOB_ID,
-    LABEL_USER, SECRET_ENV_PREFIX, SECRET_TOKEN_KEY,
+    LABEL_USER, SECRET_ACCESS_KEY, SECRET_ENV_PREFIX, SECRET_TOKEN_KEY,
 };
 use crate::db::{self, Db, jobs};
 use crate::domain::logs::LogRouter;
 use crate::domain::sizes::{self, Resources};
 use crate::events::Publisher;
 use crate::secrets::TokenCipher;
+use crate::storage::access::JobAccess;
+use crate::storage::{Storage, keys};
+
+/// Longest validity of a presigned URL (S3's limit).
+const MAX_ACCESS: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// Settings of the Kubernetes backend.
 #[derive(Debug, Clone)]
@@ -53,12 +58,15 @@ pub enum Error {
     Token { job_id: String, source: crate::secrets::Error },
     #[error("failed to {operation} for job {job_id}")]
     Kube { operation: &'static str, job_id: String, source: kube::Error },
+    #[error("failed to prepare the storage access of job {job_id}")]
+    Storage { job_id: String, source: crate::storage::Error },
 }
 
 /// The gateway's side of the cluster.
 pub struct KubeBackend {
     pub client: kube::Client,
     pub db: Db,
+    pub storage: Storage,
     pub publisher: Arc<dyn Publisher>,
     pub tokens: TokenCipher,
     pub settings: KubeSettings,
@@ -144,7 +152,21 @@ impl KubeBackend {
             }
             None => String::new(),
         };
-        let mut data = BTreeMap::from([(SECRET_TOKEN_KEY.to_string(), ByteString(token.into_bytes()))]);
+        // The pod's only way to its objects: the arguments, stored for it, and presigned URLs.
+        let storage_error = |source| Error::Storage { job_id: job_id.to_string(), source };
+        self.storage
+            .put_bytes(&keys::job_arguments(job_id), launch.arguments.clone().into())
+            .await
+            .map_err(storage_error)?;
+        let valid_for = (self.settings.timeout + Duration::from_secs(3600)).min(MAX_ACCESS);
+        let access = JobAccess::presign(&self.storage, job_id, spec.artifact.as_deref(), valid_for)
+            .await
+            .map_err(storage_error)?;
+        let access = serde_json::to_vec(&access).expect("job access serializes");
+        let mut data = BTreeMap::from([
+            (SECRET_TOKEN_KEY.to_string(), ByteString(token.into_bytes())),
+            (SECRET_ACCESS_KEY.to_string(), ByteString(access)),
+        ]);
         let function_env: Map<String, Value> =
             launch.function_env_vars.as_deref().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
         for (name, value) in function_env.iter().filter(|(name, _)| is_env_name(name)) {

@@ -25,8 +25,9 @@ use tokio::process::{Child, Command};
 
 use crate::artifact::{MemberKind, check_member};
 use crate::domain::logs::{LogRouter, TailBuffer, missing_client_hint};
-use crate::storage::StorageArgs;
-use crate::storage::{self, Storage, keys};
+use crate::secrets::Secret;
+use crate::storage::access::JobAccess;
+use crate::storage::{self, Storage, StorageArgs, keys};
 
 /// Exit code of the launcher when the function could not be started.
 pub const EXIT_NOT_STARTED: i32 = 2;
@@ -71,9 +72,10 @@ pub struct LaunchArgs {
     /// Python interpreter running the function; it must be able to import `qiskit_serverless`.
     #[arg(long, env = "GANTRY_PYTHON", default_value = "python3")]
     pub python: String,
-    /// File holding the job's arguments text, copied verbatim to `ARGUMENTS_PATH`.
+    /// File holding the job's arguments text, copied verbatim to `ARGUMENTS_PATH`. Without it
+    /// the arguments are read from storage (`jobs/<id>/arguments.json`).
     #[arg(long, env = "GANTRY_ARGUMENTS_FILE")]
-    pub arguments_file: PathBuf,
+    pub arguments_file: Option<PathBuf>,
     /// The function belongs to a provider: split its output into user (`[PUBLIC]`) and
     /// provider (`[PRIVATE]` and untagged) logs instead of sending everything to the user log.
     #[arg(long, env = "GANTRY_PROVIDER_FUNCTION")]
@@ -87,6 +89,10 @@ pub struct LaunchArgs {
     /// at the end. Only files directly in the folder, as the files API lists them.
     #[arg(long, env = "GANTRY_DATA_KEY")]
     pub data_key: Option<String>,
+    /// The job's scoped storage access (JSON of presigned URLs, from the job's Secret in a pod):
+    /// used instead of the storage settings, so the pod holds no storage credentials.
+    #[arg(long, env = "GANTRY_JOB_ACCESS")]
+    pub access: Option<Secret>,
     #[command(flatten)]
     pub storage: StorageArgs,
 }
@@ -107,9 +113,16 @@ impl LaunchArgs {
             provider_function,
             logs_size_limit,
             data_key,
+            access,
             storage,
         } = self;
-        let storage = storage.open(&work_dir)?;
+        let objects: Box<dyn JobObjects> = match access.filter(|a| !a.expose().trim().is_empty()) {
+            Some(access) => Box::new(
+                serde_json::from_str::<JobAccess>(access.expose())
+                    .context("GANTRY_JOB_ACCESS is not valid job access")?,
+            ),
+            None => Box::new(storage.open(&work_dir)?),
+        };
         let stop = stop_signal().context("failed to install the signal handlers")?;
         let launch = Launch {
             job_id,
@@ -123,7 +136,7 @@ impl LaunchArgs {
             data_key,
             environment: std::env::vars_os().collect(),
         };
-        Ok(run_job(&launch, &storage, stop).await)
+        Ok(run_job(&launch, objects.as_ref(), stop).await)
     }
 }
 
@@ -164,7 +177,7 @@ pub struct Launch {
     pub artifact_key: String,
     pub entrypoint: String,
     pub python: String,
-    pub arguments_file: PathBuf,
+    pub arguments_file: Option<PathBuf>,
     pub provider_function: bool,
     pub logs_size_limit: usize,
     /// The user's file area in storage, mirrored into `DATA_PATH` (see `LaunchArgs::data_key`).
@@ -181,7 +194,7 @@ pub enum Error {
     #[error("failed to find the artifact {key} in storage")]
     ArtifactMissing { key: String },
     #[error("failed to download {key}")]
-    Download { key: String, source: storage::Error },
+    Download { key: String, source: BoxError },
     #[error("failed to read {key}")]
     ReadObject { key: String, source: io::Error },
     #[error("failed to save {path}")]
@@ -196,8 +209,10 @@ pub enum Error {
     Unpack { reason: String },
     #[error("failed to find the entrypoint {entrypoint} in the artifact")]
     Entrypoint { entrypoint: String },
-    #[error("failed to copy the arguments from {from} to {to}")]
-    Arguments { from: PathBuf, to: PathBuf, source: io::Error },
+    #[error("failed to place the arguments at {to}")]
+    Arguments { to: PathBuf, source: io::Error },
+    #[error("failed to find the job's arguments in storage")]
+    ArgumentsMissing,
     #[error("failed to remove the stale result {path}")]
     StaleResult { path: PathBuf, source: io::Error },
     #[error("failed to stop before the function started: the job was stopped")]
@@ -207,13 +222,72 @@ pub enum Error {
     #[error("failed to wait for the function's process")]
     Wait { source: io::Error },
     #[error("failed to upload {key}")]
-    Upload { key: String, source: storage::Error },
+    Upload { key: String, source: BoxError },
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Where a job's objects are: the shared storage (local runner), or the job's scoped access
+/// (a pod, which holds no storage credentials).
+#[async_trait::async_trait]
+pub trait JobObjects: Send + Sync {
+    /// Streams the object `key` into `destination`; false when there is no such object.
+    async fn fetch(&self, key: &str, destination: &Path) -> Result<bool, BoxError>;
+    async fn store_file(&self, key: &str, path: &Path) -> Result<(), BoxError>;
+    async fn store_bytes(&self, key: &str, bytes: Bytes) -> Result<(), BoxError>;
+    /// The shared storage, when the launcher has it (to mirror the user's file area).
+    fn shared(&self) -> Option<&Storage>;
+}
+
+#[async_trait::async_trait]
+impl JobObjects for Storage {
+    async fn fetch(&self, key: &str, destination: &Path) -> Result<bool, BoxError> {
+        let Some(object) = self.get(key).await? else { return Ok(false) };
+        let mut file = tokio::fs::File::create(destination).await?;
+        let mut body = object.body;
+        while let Some(chunk) = body.next().await {
+            file.write_all(&chunk?).await?;
+        }
+        file.flush().await?;
+        Ok(true)
+    }
+
+    async fn store_file(&self, key: &str, path: &Path) -> Result<(), BoxError> {
+        Ok(self.put_file(key, path).await?)
+    }
+
+    async fn store_bytes(&self, key: &str, bytes: Bytes) -> Result<(), BoxError> {
+        Ok(self.put_bytes(key, bytes).await?)
+    }
+
+    fn shared(&self) -> Option<&Storage> {
+        Some(self)
+    }
+}
+
+#[async_trait::async_trait]
+impl JobObjects for JobAccess {
+    async fn fetch(&self, key: &str, destination: &Path) -> Result<bool, BoxError> {
+        Ok(self.download(key, destination).await?)
+    }
+
+    async fn store_file(&self, key: &str, path: &Path) -> Result<(), BoxError> {
+        Ok(self.put_file(key, path).await?)
+    }
+
+    async fn store_bytes(&self, key: &str, bytes: Bytes) -> Result<(), BoxError> {
+        Ok(self.put_bytes(key, bytes).await?)
+    }
+
+    fn shared(&self) -> Option<&Storage> {
+        None
+    }
 }
 
 /// Runs the whole launch: prepare, run until python exits (or `stop` completes and the process
 /// group is killed), archive. Never fails: every failure ends up in the exit record and the
 /// returned exit code (see `LaunchArgs::run`).
-pub async fn run_job(launch: &Launch, storage: &Storage, stop: impl Future<Output = ()>) -> i32 {
+pub async fn run_job(launch: &Launch, storage: &dyn JobObjects, stop: impl Future<Output = ()>) -> i32 {
     let mut stop = std::pin::pin!(stop);
     let environment = child_environment(launch.environment.iter().cloned());
     let prepared = tokio::select! {
@@ -276,7 +350,7 @@ async fn push_data(storage: &Storage, key: &str, folder: &Path, before: &DataSna
         if before.get(name) != Some(state) {
             let object = format!("{key}{name}");
             if let Err(source) = storage.put_file(&object, &folder.join(name)).await {
-                problems.push(Error::Upload { key: object, source });
+                problems.push(Error::Upload { key: object, source: Box::new(source) });
             }
         }
     }
@@ -319,7 +393,7 @@ fn code_dir(launch: &Launch) -> PathBuf {
 /// argument for python and what the copied area held.
 async fn prepare(
     launch: &Launch,
-    storage: &Storage,
+    storage: &dyn JobObjects,
     environment: &[(OsString, OsString)],
 ) -> Result<(String, Option<DataSnapshot>), Error> {
     tokio::fs::create_dir_all(&launch.work_dir)
@@ -343,17 +417,25 @@ async fn prepare(
         return Err(entrypoint_missing());
     }
 
-    let data = match (&launch.data_key, environment_path(environment, "DATA_PATH")) {
-        (Some(key), Some(folder)) => Some(pull_data(storage, key, &folder).await?),
+    let data = match (&launch.data_key, environment_path(environment, "DATA_PATH"), storage.shared()) {
+        (Some(key), Some(folder), Some(shared)) => Some(pull_data(shared, key, &folder).await?),
         _ => None,
     };
     if let Some(destination) = environment_path(environment, "ARGUMENTS_PATH") {
-        let arguments_error =
-            |source| Error::Arguments { from: launch.arguments_file.clone(), to: destination.clone(), source };
+        let arguments_error = |source| Error::Arguments { to: destination.clone(), source };
         if let Some(parent) = destination.parent() {
             tokio::fs::create_dir_all(parent).await.map_err(arguments_error)?;
         }
-        tokio::fs::copy(&launch.arguments_file, &destination).await.map_err(arguments_error)?;
+        match &launch.arguments_file {
+            Some(file) => {
+                tokio::fs::copy(file, &destination).await.map_err(arguments_error)?;
+            }
+            None => {
+                if !download(storage, &keys::job_arguments(&launch.job_id), &destination).await? {
+                    return Err(Error::ArgumentsMissing);
+                }
+            }
+        }
     }
     if let Some(results) = environment_path(environment, "RESULTS_PATH") {
         match tokio::fs::remove_file(&results).await {
@@ -372,21 +454,8 @@ async fn prepare(
     Ok((script, data))
 }
 
-/// Streams the object `key` into the file `destination`; false when there is no such object.
-async fn download(storage: &Storage, key: &str, destination: &Path) -> Result<bool, Error> {
-    let Some(object) = storage.get(key).await.map_err(|source| Error::Download { key: key.to_string(), source })?
-    else {
-        return Ok(false);
-    };
-    let save_error = |source| Error::SaveObject { path: destination.to_path_buf(), source };
-    let mut file = tokio::fs::File::create(destination).await.map_err(save_error)?;
-    let mut body = object.body;
-    while let Some(chunk) = body.next().await {
-        let chunk = chunk.map_err(|source| Error::ReadObject { key: key.to_string(), source })?;
-        file.write_all(&chunk).await.map_err(save_error)?;
-    }
-    file.flush().await.map_err(save_error)?;
-    Ok(true)
+async fn download(storage: &dyn JobObjects, key: &str, destination: &Path) -> Result<bool, Error> {
+    storage.fetch(key, destination).await.map_err(|source| Error::Download { key: key.to_string(), source })
 }
 
 /// Unpacks the tar `archive` into a fresh directory `root`, member by member. Every member is
@@ -726,7 +795,7 @@ async fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
 /// exit record; returns the launcher's exit code.
 async fn archive(
     launch: &Launch,
-    storage: &Storage,
+    storage: &dyn JobObjects,
     environment: &[(OsString, OsString)],
     data: Option<&DataSnapshot>,
     ending: Ending,
@@ -742,16 +811,16 @@ async fn archive(
         }
     }
     let mut problems = Vec::new();
-    if let (Some(key), Some(before), Some(folder)) =
-        (&launch.data_key, data, environment_path(environment, "DATA_PATH"))
+    if let (Some(key), Some(before), Some(folder), Some(shared)) =
+        (&launch.data_key, data, environment_path(environment, "DATA_PATH"), storage.shared())
     {
-        problems.extend(push_data(storage, key, &folder, before).await);
+        problems.extend(push_data(shared, key, &folder, before).await);
     }
     if let Some(results) = environment_path(environment, "RESULTS_PATH")
         && tokio::fs::metadata(&results).await.is_ok_and(|metadata| metadata.is_file())
     {
         let key = keys::job_result(&launch.job_id);
-        if let Err(source) = storage.put_file(&key, &results).await {
+        if let Err(source) = storage.store_file(&key, &results).await {
             problems.push(Error::Upload { key, source });
         }
     }
@@ -775,7 +844,7 @@ async fn archive(
 
 /// Records a launch that failed before python ran: the reason goes to stderr, to the logs and
 /// to the exit record.
-async fn record_failure(launch: &Launch, storage: &Storage, error: &Error) -> i32 {
+async fn record_failure(launch: &Launch, storage: &dyn JobObjects, error: &Error) -> i32 {
     let reason = describe(error);
     eprintln!("gantry launch: {reason}");
     let mut log = TailBuffer::new(launch.logs_size_limit);
@@ -794,14 +863,14 @@ async fn record_failure(launch: &Launch, storage: &Storage, error: &Error) -> i3
     EXIT_NOT_STARTED
 }
 
-async fn upload_logs(launch: &Launch, storage: &Storage, user: String, provider: Option<String>) -> Vec<Error> {
+async fn upload_logs(launch: &Launch, storage: &dyn JobObjects, user: String, provider: Option<String>) -> Vec<Error> {
     let mut logs = vec![(keys::job_user_log(&launch.job_id), user)];
     if let Some(provider) = provider {
         logs.push((keys::job_provider_log(&launch.job_id), provider));
     }
     let mut problems = Vec::new();
     for (key, text) in logs {
-        if let Err(source) = storage.put_bytes(&key, Bytes::from(text)).await {
+        if let Err(source) = storage.store_bytes(&key, Bytes::from(text)).await {
             problems.push(Error::Upload { key, source });
         }
     }
@@ -811,7 +880,7 @@ async fn upload_logs(launch: &Launch, storage: &Storage, user: String, provider:
 /// Writes `keys::job_exit`: `{"exit_code", "signal", "error"}`, each possibly null.
 async fn write_exit_record(
     launch: &Launch,
-    storage: &Storage,
+    storage: &dyn JobObjects,
     exit_code: Option<i32>,
     signal: Option<i32>,
     error: Option<String>,
@@ -822,7 +891,7 @@ async fn write_exit_record(
         "error": error,
     });
     let key = keys::job_exit(&launch.job_id);
-    if let Err(source) = storage.put_bytes(&key, Bytes::from(record.to_string())).await {
+    if let Err(source) = storage.store_bytes(&key, Bytes::from(record.to_string())).await {
         eprintln!("gantry launch: {}", describe(&Error::Upload { key, source }));
     }
 }
@@ -888,7 +957,7 @@ mod tests {
                 artifact_key: ARTIFACT_KEY.into(),
                 entrypoint: "main.py".into(),
                 python: "python3".into(),
-                arguments_file,
+                arguments_file: Some(arguments_file),
                 provider_function,
                 logs_size_limit: 4096,
                 data_key: None,
