@@ -8,5 +8,6 @@ mod lifecycle;
 mod messages;
 mod openapi;
 mod programs;
+mod scoped_access;
 mod system;
 mod visibility;
