@@ -137,14 +137,7 @@ impl KubeBackend {
         let spec = function_job_spec(&job, &launch, &self.settings.default_resources, self.settings.timeout);
         let mut resource = FunctionJob::new(job_id, spec.clone());
         resource.metadata.labels = Some(labels(&spec));
-        let params = PatchParams::apply(FIELD_MANAGER).force();
-        let applied = self
-            .jobs_api()
-            .patch(job_id, &params, &Patch::Apply(&resource))
-            .await
-            .map_err(kube("apply the FunctionJob"))?;
-
-        // The Secret: owned by the resource, so it goes with it.
+        // The Secret first, so no pod of this job ever starts without it.
         let request_env: Map<String, Value> = serde_json::from_str(&launch.env_vars).unwrap_or_default();
         let token = match request_env.get("token").and_then(Value::as_str) {
             Some(sealed) => {
@@ -173,22 +166,35 @@ impl KubeBackend {
             let text = value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string());
             data.insert(format!("{SECRET_ENV_PREFIX}{name}"), ByteString(text.into_bytes()));
         }
-        let secret = Secret {
+        let mut secret = Secret {
             metadata: ObjectMeta {
                 name: Some(spec.secret_name.clone()),
                 namespace: Some(self.settings.namespace.clone()),
                 labels: Some(labels(&spec)),
-                owner_references: applied.controller_owner_ref(&()).map(|owner| vec![owner]),
                 ..Default::default()
             },
             data: Some(data),
             type_: Some("Opaque".into()),
             ..Default::default()
         };
-        Api::<Secret>::namespaced(self.client.clone(), &self.settings.namespace)
+        let secrets: Api<Secret> = Api::namespaced(self.client.clone(), &self.settings.namespace);
+        let params = PatchParams::apply(FIELD_MANAGER).force();
+        secrets
             .patch(&spec.secret_name, &params, &Patch::Apply(&secret))
             .await
             .map_err(kube("apply the job's Secret"))?;
+        let applied = self
+            .jobs_api()
+            .patch(job_id, &params, &Patch::Apply(&resource))
+            .await
+            .map_err(kube("apply the FunctionJob"))?;
+        // Owned by the resource, so it goes with it (the whole object again: an apply owns
+        // exactly the fields it sends).
+        secret.metadata.owner_references = applied.controller_owner_ref(&()).map(|owner| vec![owner]);
+        secrets
+            .patch(&spec.secret_name, &params, &Patch::Apply(&secret))
+            .await
+            .map_err(kube("own the job's Secret"))?;
         Ok(())
     }
 

@@ -2,8 +2,14 @@
 
 mod harness;
 
+mod controller;
 mod files;
 mod jobs;
+#[allow(dead_code)]
+mod kube_double;
+mod kube_double_tests;
+#[allow(dead_code)]
+mod kubelet_double;
 mod lifecycle;
 mod messages;
 mod openapi;

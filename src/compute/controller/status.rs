@@ -14,8 +14,7 @@ use crate::crd::{FunctionJobStatus, JobPhase};
 use crate::domain::lifecycle::{JobStatus, Trigger};
 
 /// Waiting reasons of a container that will not start without a change to the job.
-const FATAL_WAITING: [&str; 5] =
-    ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerConfigError", "CreateContainerError"];
+const FATAL_WAITING: [&str; 4] = ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerError"];
 
 fn all_statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
     let status = pod.status.as_ref();
@@ -25,12 +24,15 @@ fn all_statuses(pod: &Pod) -> impl Iterator<Item = &ContainerStatus> {
 }
 
 /// The reason a pending pod cannot start, if it cannot: a container stuck on a fatal waiting
-/// reason, or unschedulable for longer than `pending_deadline`.
+/// reason (at once), or, for longer than `pending_deadline`, a container whose configuration
+/// cannot be made (a missing Secret) or no node to schedule on.
 fn start_failure(pod: &Pod, now: Timestamp, pending_deadline: Duration) -> Option<String> {
+    let waited = pod.metadata.creation_timestamp.as_ref().map(|t| now.duration_since(t.0).as_secs()).unwrap_or(0);
+    let overdue = waited >= pending_deadline.as_secs() as i64;
     for container in all_statuses(pod) {
-        if let Some(waiting) = container.state.as_ref().and_then(|s| s.waiting.as_ref())
-            && let Some(reason) = waiting.reason.as_deref().filter(|r| FATAL_WAITING.contains(r))
-        {
+        let Some(waiting) = container.state.as_ref().and_then(|s| s.waiting.as_ref()) else { continue };
+        let Some(reason) = waiting.reason.as_deref() else { continue };
+        if FATAL_WAITING.contains(&reason) || (reason == "CreateContainerConfigError" && overdue) {
             let image = &container.image;
             let detail = waiting.message.as_deref().unwrap_or("no detail");
             return Some(format!(
@@ -43,12 +45,9 @@ fn start_failure(pod: &Pod, now: Timestamp, pending_deadline: Duration) -> Optio
     let unschedulable = conditions
         .iter()
         .find(|c| c.type_ == "PodScheduled" && c.status == "False" && c.reason.as_deref() == Some("Unschedulable"))?;
-    let since = pod.metadata.creation_timestamp.as_ref().map(|t| t.0)?;
-    let waited = now.duration_since(since);
-    (waited.as_secs() >= pending_deadline.as_secs() as i64).then(|| {
+    overdue.then(|| {
         format!(
-            "the pod could not be scheduled for {} s: {}",
-            waited.as_secs(),
+            "the pod could not be scheduled for {waited} s: {}",
             unschedulable.message.as_deref().unwrap_or("no node fits it")
         )
     })
@@ -243,6 +242,16 @@ mod tests {
         assert!(reason.contains("600 s") && reason.contains("nvidia.com/gpu"), "{reason}");
         let early = pod_trigger(JobStatus::Pending, false, Some(&pod(unschedulable)), now(), Duration::from_secs(3600));
         assert_eq!(early, None, "still within the pending deadline");
+
+        let config = json!({"phase": "Pending", "containerStatuses": [{"name": "job", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "CreateContainerConfigError", "message": "secret \"s\" not found"}}}]});
+        let transient =
+            pod_trigger(JobStatus::Pending, false, Some(&pod(config.clone())), now(), Duration::from_secs(3600));
+        assert_eq!(transient, None, "a missing Secret may still appear");
+        let lasting = pod_trigger(JobStatus::Pending, false, Some(&pod(config)), now(), DEADLINE);
+        assert!(
+            matches!(lasting, Some(Trigger::LaunchFailed { reason }) if reason.contains("CreateContainerConfigError"))
+        );
     }
 
     #[test]

@@ -1,0 +1,235 @@
+//! The Kubernetes backend end to end, with the real kube-runtime `Controller`, a real
+//! PostgreSQL and the in-process S3: the gateway turns runs into FunctionJobs, the controller
+//! admits them and creates pods, the kubelet double runs those pods as local processes with the
+//! real launcher (scoped storage access only), and the controller records every move.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use gantry::compute::controller::build::{Placement, PodSettings, pod_name};
+use gantry::compute::controller::reconcile::{Context, ControllerSettings};
+use gantry::compute::kube::{KubeBackend, KubeSettings};
+use gantry::domain::admission::Limits;
+use gantry::domain::sizes::Resources;
+use serde_json::{Value, json};
+
+use crate::harness::{Backend, Gateway, tar_of};
+use crate::kube_double::{ApiServer, Kind};
+use crate::kubelet_double::{Fault, Kubelet};
+
+const NAMESPACE: &str = "default";
+
+struct Cluster {
+    gateway: Gateway,
+    api: ApiServer,
+    kubelet: Kubelet,
+    _folders: tempfile::TempDir,
+}
+
+fn pod_settings(root: &std::path::Path) -> PodSettings {
+    PodSettings {
+        runner_image: "runner:test".into(),
+        launcher_image: "gantry:test".into(),
+        launcher_source: env!("CARGO_BIN_EXE_gantry").into(),
+        launcher_dir: root.join("launcher").display().to_string(),
+        python: std::env::var("GANTRY_TEST_PYTHON").unwrap_or_else(|_| "python3".into()),
+        work_dir: root.join("work").display().to_string(),
+        data_dir: root.join("data").display().to_string(),
+        gateway_url: "http://127.0.0.1:9".into(),
+        qiskit_ibm_url: "https://cloud.ibm.com".into(),
+        gpu_resource: "nvidia.com/gpu".into(),
+        gpu_placement: Placement::default(),
+        cpu_placement: Placement::default(),
+        image_pull_secrets: Vec::new(),
+        run_as_user: 65532,
+        logs_size_limit: 1024 * 1024,
+    }
+}
+
+impl Cluster {
+    async fn start(pending_deadline: Duration) -> Cluster {
+        let mut gateway = Gateway::start(Backend::PostgresS3).await;
+        let api = ApiServer::new();
+        api.install_crd(&gantry::crd::crd_yaml()).await;
+        let folders = tempfile::tempdir().unwrap();
+        for folder in ["launcher", "work", "data"] {
+            std::fs::create_dir_all(folders.path().join(folder)).unwrap();
+        }
+        let backend = Arc::new(KubeBackend {
+            client: api.client(),
+            db: gateway.state.db.clone(),
+            storage: gateway.state.storage.clone(),
+            publisher: gateway.state.publisher.clone(),
+            tokens: gateway.state.tokens.clone(),
+            settings: KubeSettings {
+                namespace: NAMESPACE.into(),
+                timeout: Duration::from_secs(3600),
+                default_resources: Resources { cpu: "1".into(), memory: "1Gi".into(), gpus: 0 },
+                logs_size_limit: 1024 * 1024,
+                sweep_every: Duration::from_millis(200),
+            },
+        });
+        tokio::spawn(Arc::clone(&backend).run_sweeps());
+        gateway.state.compute = backend;
+        let context = Arc::new(Context::new(
+            api.client(),
+            gateway.state.db.clone(),
+            gateway.state.storage.clone(),
+            gateway.state.publisher.clone(),
+            ControllerSettings {
+                namespace: NAMESPACE.into(),
+                pods: pod_settings(folders.path()),
+                pending_deadline,
+                keep_finished_pods: Duration::ZERO,
+                limits: Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
+                admission_every: Duration::from_millis(50),
+                logs_size_limit: 1024 * 1024,
+            },
+        ));
+        tokio::spawn(gantry::compute::controller::reconcile::run(context));
+        let kubelet = Kubelet::start(api.clone(), NAMESPACE);
+        Cluster { gateway, api, kubelet, _folders: folders }
+    }
+
+    async fn upload(&self, title: &str, main: &str) {
+        let artifact = tar_of(&[("main.py", main.as_bytes())]);
+        let reply = self
+            .gateway
+            .post_multipart(
+                "/api/v1/programs/upload/",
+                "alice",
+                &[("title", title), ("entrypoint", "main.py")],
+                &[("artifact", "a.tar", &artifact)],
+            )
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.json);
+    }
+
+    async fn run(&self, title: &str, arguments: &str) -> String {
+        let reply = self
+            .gateway
+            .post_json("/api/v1/programs/run/", "alice", json!({"title": title, "arguments": arguments}))
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.json);
+        reply.json["id"].as_str().unwrap().to_string()
+    }
+
+    async fn finished(&self, id: &str) -> Value {
+        self.gateway
+            .wait_for_job("alice", id, 60, |job| {
+                matches!(job["status"].as_str(), Some("SUCCEEDED" | "FAILED" | "STOPPED"))
+            })
+            .await
+    }
+
+    async fn statuses(&self, id: &str) -> Vec<String> {
+        let events = self.gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
+        let mut moves: Vec<String> = events
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|e| e["event_type"] == "STATUS_CHANGE")
+            .map(|e| e["data"]["status"].as_str().unwrap().to_string())
+            .collect();
+        moves.reverse();
+        moves
+    }
+
+    /// Waits for `check` on the FunctionJob of `id`.
+    async fn resource_until(&self, id: &str, check: impl Fn(&Value) -> bool) -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(resource) = self.api.get(Kind::FUNCTION_JOB, NAMESPACE, id)
+                && check(&resource)
+            {
+                return resource;
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "FunctionJob {id}: {:?}",
+                self.api.get(Kind::FUNCTION_JOB, NAMESPACE, id)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+const MAIN: &str = "import json, os, sys\nwith open(os.environ['ARGUMENTS_PATH']) as f:\n    n = json.load(f)['n']\nprint('[PUBLIC] doubling', n)\nprint('internal detail', file=sys.stderr)\nos.makedirs(os.path.dirname(os.environ['RESULTS_PATH']), exist_ok=True)\nwith open(os.environ['RESULTS_PATH'], 'w') as f:\n    json.dump({'doubled': 2 * n, 'token': os.environ['ENV_JOB_GATEWAY_TOKEN'], 'id': os.environ['FUNCTIONS_IDENTIFIER']}, f)\nif n < 0:\n    sys.exit(3)\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_runs_as_a_pod_from_run_to_result() {
+    let cluster = Cluster::start(Duration::from_secs(600)).await;
+    cluster.upload("fn", MAIN).await;
+    let id = cluster.run("fn", r#"{"n": 21}"#).await;
+    let job = cluster.finished(&id).await;
+    let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
+    let events = cluster.gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
+    assert_eq!(job["status"], "SUCCEEDED", "{job}\n{logs}\n{events}");
+    assert_eq!(cluster.statuses(&id).await, ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED"]);
+    let result = cluster.gateway.get(&format!("/api/v1/jobs/{id}/result/"), "alice").await.json;
+    let result: Value = serde_json::from_str(result["result"].as_str().unwrap()).unwrap();
+    assert_eq!(result, json!({"doubled": 42, "token": "alice", "id": id}), "the pod ran with the caller's token");
+    let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
+    assert!(logs["logs"].as_str().unwrap().contains("doubling 21"), "{logs}");
+    // The resource tells the same story; nothing secret in it; the pod is gone.
+    let resource = cluster
+        .resource_until(&id, |r| r["status"]["phase"] == "SUCCEEDED" && r["status"]["logsArchived"] == true)
+        .await;
+    assert!(!resource.to_string().contains("\"alice\"") || resource["spec"]["user"] == "alice");
+    assert!(!resource.to_string().to_lowercase().contains("token\":"), "{resource}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while cluster.api.get(Kind::POD, NAMESPACE, &pod_name(&id)).is_some() {
+        assert!(std::time::Instant::now() < deadline, "the finished pod was not deleted");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_pod_fails_its_job() {
+    let cluster = Cluster::start(Duration::from_secs(600)).await;
+    cluster.upload("fn", MAIN).await;
+    let id = cluster.run("fn", r#"{"n": -1}"#).await;
+    let job = cluster.finished(&id).await;
+    assert_eq!(job["status"], "FAILED", "{job}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_that_never_start_or_vanish_fail_their_jobs_with_the_cause() {
+    let cluster = Cluster::start(Duration::from_secs(1)).await;
+    for (function, fault) in
+        [("pulls", Fault::PullFails), ("unschedulable", Fault::NeverSchedule), ("lost", Fault::LostWhileRunning)]
+    {
+        cluster.upload(function, MAIN).await;
+        cluster.kubelet.inject(function, fault);
+    }
+    let pulls = cluster.run("pulls", r#"{"n": 1}"#).await;
+    let unschedulable = cluster.run("unschedulable", r#"{"n": 1}"#).await;
+    for id in [&pulls, &unschedulable] {
+        let job = cluster.finished(id).await;
+        assert_eq!(job["status"], "FAILED", "{job}");
+    }
+    let reason = |resource: &Value| resource["status"]["message"].as_str().unwrap_or_default().to_string();
+    let pulled = cluster.resource_until(&pulls, |r| r["status"]["phase"] == "FAILED").await;
+    assert!(reason(&pulled).contains("ErrImagePull"), "{pulled}");
+    let waited = cluster.resource_until(&unschedulable, |r| r["status"]["phase"] == "FAILED").await;
+    assert!(reason(&waited).contains("could not be scheduled"), "{waited}");
+
+    let lost = cluster.run("lost", r#"{"n": 1}"#).await;
+    let job = cluster.finished(&lost).await;
+    assert_eq!(job["status"], "FAILED", "{job}");
+    let events = cluster.gateway.get(&format!("/api/v1/jobs/{lost}/events/"), "alice").await.json;
+    assert!(events.to_string().contains("disappeared"), "{events}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_ends_the_pod_and_the_job_stopped() {
+    let cluster = Cluster::start(Duration::from_secs(600)).await;
+    cluster.upload("sleeper", "import time\nprint('[PUBLIC] sleeping', flush=True)\ntime.sleep(300)\n").await;
+    let id = cluster.run("sleeper", "{}").await;
+    cluster.gateway.wait_for_job("alice", &id, 60, |job| job["status"] == "RUNNING").await;
+    let stop = cluster.gateway.post_json(&format!("/api/v1/jobs/{id}/stop/"), "alice", json!({})).await;
+    assert_eq!(stop.status, 200, "{}", stop.json);
+    let job = cluster.finished(&id).await;
+    assert_eq!(job["status"], "STOPPED", "{job}");
+    cluster.resource_until(&id, |r| r["spec"]["stopRequested"] == true && r["status"]["phase"] == "STOPPED").await;
+}

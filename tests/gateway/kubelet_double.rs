@@ -1,0 +1,238 @@
+//! A kubelet double: runs each pod that appears in the API server double as local processes,
+//! as a node would. The init containers run first, then the main container's command with the
+//! pod's environment (plain values, and `secretKeyRef` resolved from the double's Secrets). It
+//! reports the pod's phase, start time and container states as the kubelet does, serves the
+//! container's output as `pods/{name}/log`, and kills the processes when the pod is deleted.
+//! Told to, it fails an image pull, never schedules a pod, or loses one (as a dead node would).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Value, json};
+use tokio::io::AsyncReadExt;
+
+use crate::kube_double::{ApiServer, Kind};
+
+/// What the node does with the pods of one function (by the pod's function label).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// The image cannot be pulled (`ErrImagePull`).
+    PullFails,
+    /// No node fits: the pod stays `Pending` with `PodScheduled=False/Unschedulable`.
+    NeverSchedule,
+    /// The pod disappears once it runs (a node lost with it).
+    LostWhileRunning,
+}
+
+#[derive(Clone)]
+pub struct Kubelet {
+    api: ApiServer,
+    namespace: String,
+    faults: Arc<Mutex<HashMap<String, Fault>>>,
+}
+
+fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+impl Kubelet {
+    /// Starts watching `namespace` for new pods.
+    pub fn start(api: ApiServer, namespace: &str) -> Kubelet {
+        let kubelet = Kubelet { api, namespace: namespace.into(), faults: Arc::default() };
+        let running = kubelet.clone();
+        tokio::spawn(async move { running.run().await });
+        kubelet
+    }
+
+    /// From now on, pods of `function` meet `fault`.
+    pub fn inject(&self, function: &str, fault: Fault) {
+        self.faults.lock().expect("lock").insert(function.into(), fault);
+    }
+
+    async fn run(self) {
+        let mut seen = HashSet::new();
+        loop {
+            for pod in self.api.list(Kind::POD, &self.namespace) {
+                let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                if seen.insert(name.clone()) {
+                    let node = self.clone();
+                    tokio::spawn(async move { node.handle(name, pod).await });
+                }
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    fn set_status(&self, name: &str, status: Value) {
+        self.api.update_status(Kind::POD, &self.namespace, name, status);
+    }
+
+    /// The container's environment: values as given, secret references resolved; the missing
+    /// reference when one cannot be (the real kubelet reports `CreateContainerConfigError` and
+    /// retries).
+    fn environment(&self, container: &Value) -> Result<Vec<(String, String)>, String> {
+        let mut resolved = Vec::new();
+        for variable in container["env"].as_array().into_iter().flatten() {
+            let name = variable["name"].as_str().unwrap_or_default().to_string();
+            if let Some(value) = variable["value"].as_str() {
+                resolved.push((name, value.to_string()));
+                continue;
+            }
+            let reference = &variable["valueFrom"]["secretKeyRef"];
+            let secret = self.api.get(Kind::SECRET, &self.namespace, reference["name"].as_str().unwrap_or_default());
+            let data = secret
+                .as_ref()
+                .and_then(|s| s["data"][reference["key"].as_str().unwrap_or_default()].as_str().map(str::to_string));
+            match data.and_then(|d| base64::engine::general_purpose::STANDARD.decode(d).ok()) {
+                Some(bytes) => resolved.push((name, String::from_utf8_lossy(&bytes).into_owned())),
+                None if reference["optional"] == true => {}
+                None => return Err(format!("couldn't find key {} in Secret {}", reference["key"], reference["name"])),
+            }
+        }
+        Ok(resolved)
+    }
+
+    fn command(&self, container: &Value) -> tokio::process::Command {
+        let words: Vec<String> = container["command"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|w| w.as_str().map(str::to_string))
+            .collect();
+        let mut command = tokio::process::Command::new(&words[0]);
+        command
+            .args(&words[1..])
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .envs(self.environment(container).unwrap_or_default())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        command
+    }
+
+    fn present(&self, name: &str) -> bool {
+        self.api.get(Kind::POD, &self.namespace, name).is_some_and(|pod| pod["metadata"]["deletionTimestamp"].is_null())
+    }
+
+    async fn handle(&self, name: String, pod: Value) {
+        let function = pod["metadata"]["labels"][gantry::crd::LABEL_FUNCTION].as_str().unwrap_or_default();
+        let fault = self.faults.lock().expect("lock").get(function).cloned();
+        let main = pod["spec"]["containers"][0].clone();
+        let image = main["image"].as_str().unwrap_or_default().to_string();
+        match fault {
+            Some(Fault::PullFails) => {
+                return self.set_status(
+                    &name,
+                    json!({"phase": "Pending", "containerStatuses": [{
+                    "name": "job", "image": image, "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"waiting": {"reason": "ErrImagePull", "message": "pull access denied for the image"}}}]}),
+                );
+            }
+            Some(Fault::NeverSchedule) => {
+                return self.set_status(
+                    &name,
+                    json!({"phase": "Pending", "conditions": [{
+                    "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                    "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu"}]}),
+                );
+            }
+            _ => {}
+        }
+        while let Err(missing) = self.environment(&main) {
+            self.set_status(
+                &name,
+                json!({"phase": "Pending", "containerStatuses": [{
+                "name": "job", "image": image, "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "CreateContainerConfigError", "message": missing}}}]}),
+            );
+            if !self.present(&name) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        for init in pod["spec"]["initContainers"].as_array().into_iter().flatten() {
+            let status = self.command(init).output().await;
+            eprintln!("kubelet double: init {:?}", status);
+            if !status.is_ok_and(|s| s.status.success()) {
+                return self.set_status(&name, json!({"phase": "Failed", "reason": "InitFailed"}));
+            }
+        }
+        let Ok(mut child) = self.command(&main).spawn() else {
+            return self.set_status(&name, json!({"phase": "Failed", "message": "the command could not start"}));
+        };
+        let started = now();
+        self.set_status(&name, json!({"phase": "Running", "startTime": started, "containerStatuses": [{
+            "name": "job", "image": image, "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": started}}}]}));
+        if fault == Some(Fault::LostWhileRunning) {
+            let _ = child.start_kill();
+            self.api.delete_now(Kind::POD, &self.namespace, &name);
+            return;
+        }
+        let output = Arc::new(Mutex::new(Vec::<u8>::new()));
+        let mut pipes = Vec::new();
+        for pipe in [
+            child.stdout.take().map(|p| Box::new(p) as Box<dyn tokio::io::AsyncRead + Unpin + Send>),
+            child.stderr.take().map(|p| Box::new(p) as _),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let output = Arc::clone(&output);
+            pipes.push(tokio::spawn(async move {
+                let mut pipe = pipe;
+                let mut buffer = [0u8; 4096];
+                while let Ok(read) = pipe.read(&mut buffer).await {
+                    if read == 0 {
+                        break;
+                    }
+                    output.lock().expect("lock").extend_from_slice(&buffer[..read]);
+                }
+            }));
+        }
+        let exit = loop {
+            tokio::select! {
+                status = child.wait() => break status.ok().and_then(|s| s.code()),
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {
+                    let text = String::from_utf8_lossy(&output.lock().expect("lock")).into_owned();
+                    self.api.set_pod_log(&self.namespace, &name, &text);
+                    if !self.present(&name) {
+                        // Deleted: stop the containers as the kubelet would (SIGTERM, then SIGKILL).
+                        if let Some(pid) = child.id() {
+                            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+                        }
+                        let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
+                        if status.is_err() {
+                            let _ = child.kill().await;
+                        }
+                        break Some(137);
+                    }
+                }
+            }
+        };
+        for pipe in pipes {
+            let _ = pipe.await;
+        }
+        let text = String::from_utf8_lossy(&output.lock().expect("lock")).into_owned();
+        self.api.set_pod_log(&self.namespace, &name, &text);
+        let code = exit.unwrap_or(137);
+        eprintln!("kubelet double: {name} exited {code}: {text}");
+        if self.api.get(Kind::POD, &self.namespace, &name).is_none() {
+            return;
+        }
+        let finished = now();
+        self.set_status(
+            &name,
+            json!({
+                "phase": if code == 0 { "Succeeded" } else { "Failed" },
+                "startTime": started,
+                "containerStatuses": [{"name": "job", "image": image, "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"terminated": {"exitCode": code, "startedAt": started, "finishedAt": finished,
+                                              "reason": if code == 0 { "Completed" } else { "Error" }}}}]
+            }),
+        );
+    }
+}
