@@ -48,6 +48,10 @@ fn pod_settings(root: &std::path::Path) -> PodSettings {
 
 impl Cluster {
     async fn start(pending_deadline: Duration) -> Cluster {
+        Self::start_with(pending_deadline, Duration::from_secs(3600)).await
+    }
+
+    async fn start_with(pending_deadline: Duration, timeout: Duration) -> Cluster {
         let mut gateway = Gateway::start(Backend::PostgresS3).await;
         let api = ApiServer::new();
         api.install_crd(&gantry::crd::crd_yaml()).await;
@@ -63,7 +67,7 @@ impl Cluster {
             tokens: gateway.state.tokens.clone(),
             settings: KubeSettings {
                 namespace: NAMESPACE.into(),
-                timeout: Duration::from_secs(3600),
+                timeout,
                 default_resources: Resources { cpu: "1".into(), memory: "1Gi".into(), gpus: 0 },
                 logs_size_limit: 1024 * 1024,
                 sweep_every: Duration::from_millis(200),
@@ -232,4 +236,34 @@ async fn a_stop_ends_the_pod_and_the_job_stopped() {
     let job = cluster.finished(&id).await;
     assert_eq!(job["status"], "STOPPED", "{job}");
     cluster.resource_until(&id, |r| r["spec"]["stopRequested"] == true && r["status"]["phase"] == "STOPPED").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_past_its_timeout_is_stopped_by_its_pod_deadline() {
+    let cluster = Cluster::start_with(Duration::from_secs(600), Duration::from_secs(2)).await;
+    cluster.upload("sleeper", "import time\nprint('[PUBLIC] sleeping', flush=True)\ntime.sleep(300)\n").await;
+    let id = cluster.run("sleeper", "{}").await;
+    let job = cluster.finished(&id).await;
+    assert_eq!(job["status"], "STOPPED", "{job}");
+    let events = cluster.gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
+    assert!(events.to_string().contains("PROGRAM_TIMEOUT"), "{events}");
+    let resource = cluster.resource_until(&id, |r| r["status"]["phase"] == "STOPPED").await;
+    assert_eq!(resource["spec"]["timeoutSeconds"], 2);
+}
+
+/// A launcher that could not ship its logs (storage refused it): the controller archives them
+/// from the pod's log, split by prefix.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_the_launcher_could_not_ship_are_archived_from_the_pod_log() {
+    let cluster = Cluster::start(Duration::from_secs(600)).await;
+    cluster.kubelet.refuse_writes("fn");
+    cluster.upload("fn", MAIN).await;
+    let id = cluster.run("fn", r#"{"n": 5}"#).await;
+    cluster.finished(&id).await;
+    cluster.resource_until(&id, |r| r["status"]["logsArchived"] == true).await;
+    let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
+    let text = logs["logs"].as_str().unwrap();
+    assert!(text.contains("doubling 5") && text.contains("internal detail"), "{text}");
+    assert!(!text.contains("[PUBLIC]"), "prefixes stripped as the launcher strips them: {text}");
+    assert!(text.contains("gantry launch: failed to upload"), "the archive is the pod's own log: {text}");
 }

@@ -31,6 +31,8 @@ pub struct Kubelet {
     api: ApiServer,
     namespace: String,
     faults: Arc<Mutex<HashMap<String, Fault>>>,
+    /// Functions whose pods find storage refusing their writes.
+    refusing: Arc<Mutex<HashSet<String>>>,
 }
 
 fn now() -> String {
@@ -40,7 +42,7 @@ fn now() -> String {
 impl Kubelet {
     /// Starts watching `namespace` for new pods.
     pub fn start(api: ApiServer, namespace: &str) -> Kubelet {
-        let kubelet = Kubelet { api, namespace: namespace.into(), faults: Arc::default() };
+        let kubelet = Kubelet { api, namespace: namespace.into(), faults: Arc::default(), refusing: Arc::default() };
         let running = kubelet.clone();
         tokio::spawn(async move { running.run().await });
         kubelet
@@ -49,6 +51,12 @@ impl Kubelet {
     /// From now on, pods of `function` meet `fault`.
     pub fn inject(&self, function: &str, fault: Fault) {
         self.faults.lock().expect("lock").insert(function.into(), fault);
+    }
+
+    /// From now on, the object storage refuses the writes of pods of `function` (their
+    /// presigned write URLs lead nowhere), so their launcher cannot ship anything.
+    pub fn refuse_writes(&self, function: &str) {
+        self.refusing.lock().expect("lock").insert(function.into());
     }
 
     async fn run(self) {
@@ -94,7 +102,17 @@ impl Kubelet {
         Ok(resolved)
     }
 
-    fn command(&self, container: &Value) -> tokio::process::Command {
+    fn command(&self, container: &Value, function: &str) -> tokio::process::Command {
+        let mut environment = self.environment(container).unwrap_or_default();
+        if self.refusing.lock().expect("lock").contains(function) {
+            for (_, value) in environment.iter_mut().filter(|(name, _)| name == "GANTRY_JOB_ACCESS") {
+                let mut access: Value = serde_json::from_str(value).expect("the access is JSON");
+                for url in access["write"].as_object_mut().expect("write URLs").values_mut() {
+                    *url = json!("http://127.0.0.1:9/refused");
+                }
+                *value = access.to_string();
+            }
+        }
         let words: Vec<String> = container["command"]
             .as_array()
             .into_iter()
@@ -106,7 +124,7 @@ impl Kubelet {
             .args(&words[1..])
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .envs(self.environment(container).unwrap_or_default())
+            .envs(environment)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::piped())
@@ -155,13 +173,13 @@ impl Kubelet {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
         for init in pod["spec"]["initContainers"].as_array().into_iter().flatten() {
-            let status = self.command(init).output().await;
+            let status = self.command(init, function).output().await;
             eprintln!("kubelet double: init {:?}", status);
             if !status.is_ok_and(|s| s.status.success()) {
                 return self.set_status(&name, json!({"phase": "Failed", "reason": "InitFailed"}));
             }
         }
-        let Ok(mut child) = self.command(&main).spawn() else {
+        let Ok(mut child) = self.command(&main, function).spawn() else {
             return self.set_status(&name, json!({"phase": "Failed", "message": "the command could not start"}));
         };
         let started = now();
@@ -193,13 +211,18 @@ impl Kubelet {
                 }
             }));
         }
+        let deadline = pod["spec"]["activeDeadlineSeconds"]
+            .as_u64()
+            .map(|seconds| std::time::Instant::now() + Duration::from_secs(seconds));
+        let mut deadline_exceeded = false;
         let exit = loop {
             tokio::select! {
                 status = child.wait() => break status.ok().and_then(|s| s.code()),
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {
                     let text = String::from_utf8_lossy(&output.lock().expect("lock")).into_owned();
                     self.api.set_pod_log(&self.namespace, &name, &text);
-                    if !self.present(&name) {
+                    deadline_exceeded = deadline.is_some_and(|at| std::time::Instant::now() >= at);
+                    if !self.present(&name) || deadline_exceeded {
                         // Deleted: stop the containers as the kubelet would (SIGTERM, then SIGKILL).
                         if let Some(pid) = child.id() {
                             unsafe { libc::kill(pid as i32, libc::SIGTERM) };
@@ -224,6 +247,15 @@ impl Kubelet {
             return;
         }
         let finished = now();
+        if deadline_exceeded {
+            // As the kubelet: the pod fails with reason DeadlineExceeded.
+            self.set_status(
+                &name,
+                json!({"phase": "Failed", "reason": "DeadlineExceeded", "startTime": started,
+                       "message": "Pod was active on the node longer than the specified deadline"}),
+            );
+            return;
+        }
         self.set_status(
             &name,
             json!({
