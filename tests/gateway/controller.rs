@@ -23,7 +23,9 @@ struct Cluster {
     gateway: Gateway,
     api: ApiServer,
     kubelet: Kubelet,
-    _folders: tempfile::TempDir,
+    settings: ControllerSettings,
+    controller: std::sync::Mutex<tokio::task::JoinHandle<()>>,
+    folders: tempfile::TempDir,
 }
 
 fn pod_settings(root: &std::path::Path) -> PodSettings {
@@ -43,6 +45,23 @@ fn pod_settings(root: &std::path::Path) -> PodSettings {
         image_pull_secrets: Vec::new(),
         run_as_user: 65532,
         logs_size_limit: 1024 * 1024,
+    }
+}
+
+fn start_controller(gateway: &Gateway, api: &ApiServer, settings: &ControllerSettings) -> tokio::task::JoinHandle<()> {
+    let context = Arc::new(Context::new(
+        api.client(),
+        gateway.state.db.clone(),
+        gateway.state.storage.clone(),
+        gateway.state.publisher.clone(),
+        settings.clone(),
+    ));
+    tokio::spawn(gantry::compute::controller::reconcile::run(context))
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        self.controller.lock().unwrap().abort();
     }
 }
 
@@ -75,24 +94,25 @@ impl Cluster {
         });
         tokio::spawn(Arc::clone(&backend).run_sweeps());
         gateway.state.compute = backend;
-        let context = Arc::new(Context::new(
-            api.client(),
-            gateway.state.db.clone(),
-            gateway.state.storage.clone(),
-            gateway.state.publisher.clone(),
-            ControllerSettings {
-                namespace: NAMESPACE.into(),
-                pods: pod_settings(folders.path()),
-                pending_deadline,
-                keep_finished_pods: Duration::ZERO,
-                limits: Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
-                admission_every: Duration::from_millis(50),
-                logs_size_limit: 1024 * 1024,
-            },
-        ));
-        tokio::spawn(gantry::compute::controller::reconcile::run(context));
+        let settings = ControllerSettings {
+            namespace: NAMESPACE.into(),
+            pods: pod_settings(folders.path()),
+            pending_deadline,
+            keep_finished_pods: Duration::ZERO,
+            limits: Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
+            admission_every: Duration::from_millis(50),
+            logs_size_limit: 1024 * 1024,
+        };
+        let controller = std::sync::Mutex::new(start_controller(&gateway, &api, &settings));
         let kubelet = Kubelet::start(api.clone(), NAMESPACE);
-        Cluster { gateway, api, kubelet, _folders: folders }
+        Cluster { gateway, api, kubelet, settings, controller, folders }
+    }
+
+    /// Kills the controller wherever it is and starts a new one.
+    fn restart_controller(&self) {
+        let mut running = self.controller.lock().unwrap();
+        running.abort();
+        *running = start_controller(&self.gateway, &self.api, &self.settings);
     }
 
     async fn upload(&self, title: &str, main: &str) {
@@ -266,4 +286,34 @@ async fn logs_the_launcher_could_not_ship_are_archived_from_the_pod_log() {
     assert!(text.contains("doubling 5") && text.contains("internal detail"), "{text}");
     assert!(!text.contains("[PUBLIC]"), "prefixes stripped as the launcher strips them: {text}");
     assert!(text.contains("gantry launch: failed to upload"), "the archive is the pod's own log: {text}");
+}
+
+/// The controller killed and restarted again and again while a job goes through its life: one
+/// pod, every status move recorded once, the job finished.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_killed_at_any_point_loses_nothing_and_repeats_nothing() {
+    let cluster = Cluster::start(Duration::from_secs(600)).await;
+    let main = "import os, time\nwith open(os.path.join(os.environ['DATA_PATH'], 'runs.txt'), 'a') as f:\n    f.write('ran\\n')\nprint('[PUBLIC] working', flush=True)\ntime.sleep(1.5)\nprint('[PUBLIC] done')\n";
+    cluster.upload("fn", main).await;
+    let id = cluster.run("fn", "{}").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let mut restarts = 0;
+    loop {
+        let job = cluster.gateway.get(&format!("/api/v1/jobs/{id}/?with_result=false"), "alice").await.json;
+        let archived =
+            cluster.api.get(Kind::FUNCTION_JOB, NAMESPACE, &id).is_some_and(|r| r["status"]["logsArchived"] == true);
+        if job["status"] == "SUCCEEDED" && archived {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "job did not finish across restarts: {job}");
+        cluster.restart_controller();
+        restarts += 1;
+        tokio::time::sleep(Duration::from_millis(150)).await;
+    }
+    assert!(restarts > 5, "only {restarts} restarts");
+    assert_eq!(cluster.statuses(&id).await, ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED"], "each move once");
+    let runs = std::fs::read_to_string(cluster.folders.path().join("data/runs.txt")).unwrap();
+    assert_eq!(runs, "ran\n", "the function ran in one pod, once");
+    let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
+    assert_eq!(logs["logs"], "working\ndone\n");
 }
