@@ -55,6 +55,9 @@ pub struct ControllerArgs {
     /// Python inside job images.
     #[arg(long, env = "GANTRY_JOB_PYTHON", default_value = "python3")]
     pub job_python: String,
+    /// Where a provider's container image holds the function's code.
+    #[arg(long, env = "CUSTOM_IMAGE_PACKAGE_PATH", default_value = "/runner")]
+    pub image_code_dir: String,
     /// A job's private folder inside its pod.
     #[arg(long, env = "GANTRY_JOB_WORK_DIR", default_value = "/work")]
     pub job_work_dir: String,
@@ -121,6 +124,7 @@ impl ControllerArgs {
                 launcher_source: self.launcher_source.clone(),
                 launcher_dir: self.launcher_dir.clone(),
                 python: self.job_python.clone(),
+                image_code_dir: self.image_code_dir.clone(),
                 work_dir: self.job_work_dir.clone(),
                 data_dir: self.job_data_dir.clone(),
                 gateway_url: self.public_url.clone(),

@@ -93,7 +93,7 @@ pub fn function_job_spec(
         },
         image: launch.image.clone(),
         artifact: launch.artifact_key.clone().filter(|_| launch.image.is_none()),
-        entrypoint: launch.entrypoint.clone().filter(|_| launch.image.is_none()),
+        entrypoint: launch.entrypoint.clone(),
         size: job.function_size.as_deref().and_then(|label| serde_json::from_value::<FunctionSize>(json!(label)).ok()),
         resources: JobResources { cpu: Some(Quantity(resources.cpu)), memory: Some(Quantity(resources.memory)) },
         gpus: resources.gpus,

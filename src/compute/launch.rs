@@ -64,9 +64,13 @@ pub struct LaunchArgs {
     #[arg(long, env = "GANTRY_WORK_DIR")]
     pub work_dir: PathBuf,
     /// Object key of the function's artifact (an uncompressed tar).
-    #[arg(long, env = "GANTRY_ARTIFACT_KEY")]
-    pub artifact_key: String,
-    /// Python file to run, relative to the root of the artifact.
+    #[arg(long, env = "GANTRY_ARTIFACT_KEY", required_unless_present = "code_dir")]
+    pub artifact_key: Option<String>,
+    /// Folder holding the function's code already (a provider's container image), used
+    /// instead of an artifact.
+    #[arg(long, env = "GANTRY_CODE_DIR")]
+    pub code_dir: Option<PathBuf>,
+    /// Python file to run, relative to the root of the artifact (or of the code folder).
     #[arg(long, env = "GANTRY_ENTRYPOINT")]
     pub entrypoint: String,
     /// Python interpreter running the function; it must be able to import `qiskit_serverless`.
@@ -107,6 +111,7 @@ impl LaunchArgs {
             job_id,
             work_dir,
             artifact_key,
+            code_dir,
             entrypoint,
             python,
             arguments_file,
@@ -128,6 +133,7 @@ impl LaunchArgs {
             job_id,
             work_dir,
             artifact_key,
+            code_dir,
             entrypoint,
             python,
             arguments_file,
@@ -174,7 +180,9 @@ fn stop_signal() -> io::Result<impl Future<Output = ()>> {
 pub struct Launch {
     pub job_id: String,
     pub work_dir: PathBuf,
-    pub artifact_key: String,
+    pub artifact_key: Option<String>,
+    /// The function's code folder in the image, when there is no artifact.
+    pub code_dir: Option<PathBuf>,
     pub entrypoint: String,
     pub python: String,
     pub arguments_file: Option<PathBuf>,
@@ -385,7 +393,7 @@ fn environment_path(environment: &[(OsString, OsString)], name: &str) -> Option<
 }
 
 fn code_dir(launch: &Launch) -> PathBuf {
-    launch.work_dir.join("code")
+    launch.code_dir.clone().unwrap_or_else(|| launch.work_dir.join("code"))
 }
 
 /// Downloads and unpacks the artifact, copies the user's file area into `DATA_PATH` when it
@@ -399,16 +407,18 @@ async fn prepare(
     tokio::fs::create_dir_all(&launch.work_dir)
         .await
         .map_err(|source| Error::WorkDir { path: launch.work_dir.clone(), source })?;
-    let archive = launch.work_dir.join("artifact.tar");
-    if !download(storage, &launch.artifact_key, &archive).await? {
-        return Err(Error::ArtifactMissing { key: launch.artifact_key.clone() });
-    }
     let code = code_dir(launch);
-    let unpack_into = code.clone();
-    tokio::task::spawn_blocking(move || unpack(&archive, &unpack_into))
-        .await
-        .map_err(|e| Error::Unpack { reason: e.to_string() })?
-        .map_err(|reason| Error::Unpack { reason })?;
+    if let Some(artifact_key) = &launch.artifact_key {
+        let archive = launch.work_dir.join("artifact.tar");
+        if !download(storage, artifact_key, &archive).await? {
+            return Err(Error::ArtifactMissing { key: artifact_key.clone() });
+        }
+        let unpack_into = code.clone();
+        tokio::task::spawn_blocking(move || unpack(&archive, &unpack_into))
+            .await
+            .map_err(|e| Error::Unpack { reason: e.to_string() })?
+            .map_err(|reason| Error::Unpack { reason })?;
+    }
 
     let entrypoint_missing = || Error::Entrypoint { entrypoint: launch.entrypoint.clone() };
     let entrypoint = check_member(&launch.entrypoint, MemberKind::File, None).map_err(|_| entrypoint_missing())?;
@@ -954,7 +964,8 @@ mod tests {
             Launch {
                 job_id: JOB_ID.into(),
                 work_dir: self.work_dir(),
-                artifact_key: ARTIFACT_KEY.into(),
+                artifact_key: Some(ARTIFACT_KEY.into()),
+                code_dir: None,
                 entrypoint: "main.py".into(),
                 python: "python3".into(),
                 arguments_file: Some(arguments_file),

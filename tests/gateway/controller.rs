@@ -35,6 +35,8 @@ fn pod_settings(root: &std::path::Path) -> PodSettings {
         launcher_source: env!("CARGO_BIN_EXE_gantry").into(),
         launcher_dir: root.join("launcher").display().to_string(),
         python: std::env::var("GANTRY_TEST_PYTHON").unwrap_or_else(|_| "python3".into()),
+        // What a provider's image holds: the kubelet double runs pods on this machine.
+        image_code_dir: root.join("image/runner").display().to_string(),
         work_dir: root.join("work").display().to_string(),
         data_dir: root.join("data").display().to_string(),
         gateway_url: "http://127.0.0.1:9".into(),
@@ -75,7 +77,7 @@ impl Cluster {
         let api = ApiServer::new();
         api.install_crd(&gantry::crd::crd_yaml()).await;
         let folders = tempfile::tempdir().unwrap();
-        for folder in ["launcher", "work", "data"] {
+        for folder in ["launcher", "work", "data", "image/runner"] {
             std::fs::create_dir_all(folders.path().join(folder)).unwrap();
         }
         let backend = Arc::new(KubeBackend {
@@ -251,6 +253,16 @@ async fn a_stop_ends_the_pod_and_the_job_stopped() {
     cluster.upload("sleeper", "import time\nprint('[PUBLIC] sleeping', flush=True)\ntime.sleep(300)\n").await;
     let id = cluster.run("sleeper", "{}").await;
     cluster.gateway.wait_for_job("alice", &id, 60, |job| job["status"] == "RUNNING").await;
+    // While it runs, its log is read live from the pod, split by prefix.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
+        if logs["logs"] == "sleeping\n" {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "no live log: {logs}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let stop = cluster.gateway.post_json(&format!("/api/v1/jobs/{id}/stop/"), "alice", json!({})).await;
     assert_eq!(stop.status, 200, "{}", stop.json);
     let job = cluster.finished(&id).await;
@@ -316,4 +328,42 @@ async fn a_controller_killed_at_any_point_loses_nothing_and_repeats_nothing() {
     assert_eq!(runs, "ran\n", "the function ran in one pod, once");
     let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
     assert_eq!(logs["logs"], "working\ndone\n");
+}
+
+/// A provider's container-image function runs on this backend: its pod runs the provider's image,
+/// whose code folder holds the function (here the image's files are a local folder).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_image_function_runs_in_its_image() {
+    let cluster = Cluster::start(Duration::from_secs(600)).await;
+    std::fs::write(cluster.folders.path().join("image/runner/main.py"), MAIN).unwrap();
+    cluster.gateway.provider("acme", Some("registry.example/acme"), "erin").await;
+    let upload = cluster
+        .gateway
+        .post_form(
+            "/api/v1/programs/upload/",
+            "erin",
+            &[("title", "acme/imaged"), ("image", "registry.example/acme/imaged:1")],
+        )
+        .await;
+    assert_eq!(upload.status, 200, "{}", upload.json);
+    let run = cluster
+        .gateway
+        .post_json(
+            "/api/v1/programs/run/",
+            "erin",
+            json!({"title": "imaged", "provider": "acme", "arguments": "{\"n\": 4}"}),
+        )
+        .await;
+    assert_eq!(run.status, 200, "container images run on the Kubernetes backend: {}", run.json);
+    let id = run.json["id"].as_str().unwrap().to_string();
+    let job = cluster
+        .gateway
+        .wait_for_job("erin", &id, 60, |job| matches!(job["status"].as_str(), Some("SUCCEEDED" | "FAILED")))
+        .await;
+    assert_eq!(job["status"], "SUCCEEDED", "{job}");
+    let resource = cluster.api.get(Kind::FUNCTION_JOB, NAMESPACE, &id).unwrap();
+    assert_eq!(resource["spec"]["image"], "registry.example/acme/imaged:1");
+    let result = cluster.gateway.get(&format!("/api/v1/jobs/{id}/result/"), "erin").await.json;
+    let result: Value = serde_json::from_str(result["result"].as_str().unwrap()).unwrap();
+    assert_eq!(result["doubled"], 8);
 }

@@ -45,6 +45,9 @@ pub struct PodSettings {
     pub launcher_dir: String,
     /// Python inside the job's image.
     pub python: String,
+    /// Where a provider's image holds the function's code (the reference's
+    /// `CUSTOM_IMAGE_PACKAGE_PATH`).
+    pub image_code_dir: String,
     /// The job's private folder (a volume): unpacked code, live logs.
     pub work_dir: String,
     /// `DATA_PATH`: the user's file area, filled by the launcher at start.
@@ -122,7 +125,11 @@ fn environment(job: &FunctionJob, settings: &PodSettings) -> Vec<EnvVar> {
     if let Some(artifact) = &spec.artifact {
         env.push(plain_env("GANTRY_ARTIFACT_KEY", artifact));
     }
-    if let Some(entrypoint) = &spec.entrypoint {
+    if spec.image.is_some() {
+        env.push(plain_env("GANTRY_CODE_DIR", &settings.image_code_dir));
+    }
+    let default_entrypoint = spec.image.is_some().then_some("main.py");
+    if let Some(entrypoint) = spec.entrypoint.as_deref().or(default_entrypoint) {
         env.push(plain_env("GANTRY_ENTRYPOINT", entrypoint));
     }
     if spec.function.provider.is_some() {
@@ -276,6 +283,7 @@ mod tests {
             launcher_source: "/usr/local/bin/gantry".into(),
             launcher_dir: "/gantry".into(),
             python: "python3".into(),
+            image_code_dir: "/runner".into(),
             work_dir: "/work".into(),
             data_dir: "/data".into(),
             gateway_url: "http://gantry.gantry.svc:8000".into(),
@@ -410,7 +418,10 @@ mod tests {
         let env = env_of(&pod);
         let names: Vec<&str> = env.as_array().unwrap().iter().map(|e| e["name"].as_str().unwrap()).collect();
         assert!(names.contains(&"GANTRY_PROVIDER_FUNCTION"));
-        assert!(!names.contains(&"GANTRY_ARTIFACT_KEY") && !names.contains(&"GANTRY_ENTRYPOINT"));
+        assert!(!names.contains(&"GANTRY_ARTIFACT_KEY"));
+        let value = |name: &str| env.as_array().unwrap().iter().find(|e| e["name"] == name).map(|e| e["value"].clone());
+        assert_eq!(value("GANTRY_CODE_DIR"), Some(json!("/runner")), "the image's code folder");
+        assert_eq!(value("GANTRY_ENTRYPOINT"), Some(json!("main.py")));
         // The CPU job has none of the GPU placement.
         let cpu = serde_json::to_value(build_pod(&job(0, None, None), &settings()).spec.unwrap()).unwrap();
         assert!(cpu["nodeSelector"].is_null() && cpu["tolerations"].is_null() && cpu["priorityClassName"].is_null());
