@@ -367,3 +367,109 @@ async fn a_container_image_function_runs_in_its_image() {
     let result: Value = serde_json::from_str(result["result"].as_str().unwrap()).unwrap();
     assert_eq!(result["doubled"], 8);
 }
+
+/// Benchmark, not a test (run by `bench/controller.sh`): pods created per second by the
+/// controller with 1,000 and 10,000 queued jobs (each with its FunctionJob) against the
+/// in-process API server double and a real PostgreSQL, the run-to-pod latency of one job on an
+/// idle controller, and the test process's memory high-water mark (controller, API double and
+/// test together: an upper bound for the controller).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run bench/controller.sh"]
+async fn bench_pods_created_per_second() {
+    use gantry::crd::{FunctionJob, FunctionJobSpec, FunctionRef, JobResources};
+    let sizes: Vec<usize> = std::env::var("GANTRY_BENCH_JOBS")
+        .unwrap_or_else(|_| "1000,10000".into())
+        .split(',')
+        .map(|n| n.trim().parse().expect("GANTRY_BENCH_JOBS: numbers"))
+        .collect();
+    for jobs_count in sizes {
+        let gateway = Gateway::start(Backend::PostgresS3).await;
+        gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
+        let program_id =
+            gateway.get("/api/v1/programs/get_by_title/fn/", "alice").await.json["id"].as_str().unwrap().to_string();
+        let author = gantry::db::users::ensure(&gateway.state.db, "alice").await.unwrap();
+        let api = ApiServer::new();
+        api.install_crd(&gantry::crd::crd_yaml()).await;
+        let resources: kube::Api<FunctionJob> = kube::Api::namespaced(api.client(), NAMESPACE);
+        let queue = |count: usize| {
+            let (db, resources, program_id, author_id) =
+                (gateway.state.db.clone(), resources.clone(), program_id.clone(), author.id.clone());
+            async move {
+                let mut ids = Vec::new();
+                for _ in 0..count {
+                    let id = gantry::db::new_id();
+                    let job = gantry::db::jobs::NewJob {
+                        id: id.clone(),
+                        program_id: program_id.clone(),
+                        provider_id: None,
+                        author_id: author_id.clone(),
+                        arguments: "{}".into(),
+                        config: "{}".into(),
+                        env_vars: "{}".into(),
+                        runner: "kubernetes".into(),
+                        gpu: false,
+                        function_size: None,
+                    };
+                    gantry::db::jobs::insert_with_limit(&db, &job, i64::MAX).await.unwrap().unwrap();
+                    let spec = FunctionJobSpec {
+                        job_id: id.clone(),
+                        function: FunctionRef { title: "fn".into(), provider: None, version: None },
+                        image: None,
+                        artifact: Some("artifacts/x.tar".into()),
+                        entrypoint: Some("main.py".into()),
+                        size: None,
+                        resources: JobResources::default(),
+                        gpus: 0,
+                        timeout_seconds: 3600,
+                        user: "alice".into(),
+                        function_env: Vec::new(),
+                        stop_requested: false,
+                        secret_name: gantry::compute::controller::build::secret_name(&id),
+                    };
+                    resources.create(&Default::default(), &FunctionJob::new(&id, spec)).await.unwrap();
+                    ids.push(id);
+                }
+                ids
+            }
+        };
+        queue(jobs_count).await;
+        let folders = tempfile::tempdir().unwrap();
+        let settings = ControllerSettings {
+            namespace: NAMESPACE.into(),
+            pods: pod_settings(folders.path()),
+            pending_deadline: Duration::from_secs(600),
+            keep_finished_pods: Duration::ZERO,
+            limits: Limits { jobs_per_user: usize::MAX, cpu_slots: usize::MAX, gpu_slots: usize::MAX },
+            admission_every: Duration::from_millis(10),
+            logs_size_limit: 1024 * 1024,
+        };
+        let pods = || api.list(Kind::POD, NAMESPACE).len();
+        let started = std::time::Instant::now();
+        let controller = start_controller(&gateway, &api, &settings);
+        while pods() < jobs_count {
+            assert!(started.elapsed() < Duration::from_secs(1800), "only {} pods after 30 min", pods());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let elapsed = started.elapsed();
+        // One more job on the now idle controller: from its commit to its pod.
+        let before = std::time::Instant::now();
+        let id = queue(1).await.remove(0);
+        while api.get(Kind::POD, NAMESPACE, &pod_name(&id)).is_none() {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let latency = before.elapsed();
+        let high_water = std::fs::read_to_string("/proc/self/status")
+            .unwrap_or_default()
+            .lines()
+            .find(|line| line.starts_with("VmHWM"))
+            .map(|line| line.split_whitespace().nth(1).unwrap_or("0").parse::<u64>().unwrap_or(0) / 1024)
+            .unwrap_or(0);
+        println!(
+            "BENCH queued={jobs_count} pods_per_second={:.0} all_pods_seconds={:.2} run_to_pod_ms={} process_peak_mib={high_water}",
+            jobs_count as f64 / elapsed.as_secs_f64(),
+            elapsed.as_secs_f64(),
+            latency.as_millis()
+        );
+        controller.abort();
+    }
+}

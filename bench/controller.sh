@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# The controller benchmark: pods created per second with 1,000 and 10,000 queued jobs against
+# the in-process Kubernetes API double and a real PostgreSQL (DATABASE_URL, default the
+# machine's), the run-to-pod latency of one job on an idle controller, and the process's peak
+# memory. Prints one BENCH line per queue size. GANTRY_BENCH_JOBS=1000,10000 picks the sizes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
+cargo test --release --quiet --test gateway bench_pods_created_per_second -- --ignored --nocapture 2>&1 | grep '^BENCH'
