@@ -146,6 +146,9 @@ pub fn count_in(capacity: &mut Capacity, job: &jobs::JobRow) {
     }
 }
 
+/// Status moves an admission pass writes at once.
+const ADMISSION_CONCURRENCY: usize = 16;
+
 /// One admission pass, shared by the backends: the oldest queued jobs that fit `capacity` and
 /// `limits` move to `PENDING`. Returns the ids that moved (another mover may have taken some).
 pub async fn admit_queued(
@@ -154,12 +157,16 @@ pub async fn admit_queued(
     capacity: &Capacity,
     limits: Limits,
 ) -> Result<Vec<String>, db::Error> {
+    use futures::{StreamExt, TryStreamExt};
     let queue = jobs::queued(db, 1000).await?;
-    let mut moved = Vec::new();
-    for job_id in admission::admit(&queue, capacity, limits) {
-        if move_job(db, publisher, &job_id, JobStatus::Queued, &Trigger::Admitted).await?.is_some() {
-            moved.push(job_id);
+    // The decision is made for the whole pass; the moves are independent, so several at once.
+    let moves = futures::stream::iter(admission::admit(&queue, capacity, limits)).map(|job_id| {
+        let (db, publisher) = (db.clone(), Arc::clone(publisher));
+        async move {
+            let moved = move_job(&db, &publisher, &job_id, JobStatus::Queued, &Trigger::Admitted).await?;
+            Ok::<_, db::Error>(moved.map(|_| job_id))
         }
-    }
-    Ok(moved)
+    });
+    let moved: Vec<Option<String>> = moves.buffered(ADMISSION_CONCURRENCY).try_collect().await?;
+    Ok(moved.into_iter().flatten().collect())
 }

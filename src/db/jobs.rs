@@ -546,6 +546,16 @@ pub async fn active_ids(db: &Db) -> Result<Vec<String>, Error> {
     .map_err(query_error("list active jobs"))
 }
 
+/// Pending and running jobs counted per author and kind (GPU or not): the load admission works
+/// against, without loading the jobs themselves.
+pub async fn in_flight_load(db: &Db) -> Result<Vec<(String, bool, i64)>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, (String, bool, i64)>(
+        "SELECT author_id, gpu, COUNT(*) FROM jobs WHERE status IN ('PENDING', 'RUNNING') GROUP BY author_id, gpu")
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("count running jobs"))
+}
+
 /// Pending and running jobs (for load, timeouts and reconciliation).
 pub async fn in_flight(db: &Db) -> Result<Vec<JobRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, JobRow>(concat!(job_select!(), "WHERE j.status IN ('PENDING', 'RUNNING')"))

@@ -20,7 +20,7 @@ use serde_json::json;
 
 use super::build::{PodSettings, build_pod, pod_name};
 use super::status::{Observed, pod_trigger, resource_status};
-use crate::compute::{admit_queued, count_in, move_job};
+use crate::compute::{admit_queued, move_job};
 use crate::crd::{FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus};
 use crate::db::{self, Db, jobs};
 use crate::domain::admission::{Capacity, Limits};
@@ -306,22 +306,32 @@ async fn cleanup(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
 /// One admission pass: queued jobs that fit the limits across the cluster move to PENDING, and
 /// their resources are told so (the status write triggers their reconcile, which creates the pod).
 pub async fn admit(ctx: &Context) -> Result<usize, Error> {
-    let in_flight = jobs::in_flight(&ctx.db).await.map_err(database_error(""))?;
     let mut capacity = Capacity::default();
-    for job in &in_flight {
-        count_in(&mut capacity, job);
+    for (author, gpu, count) in jobs::in_flight_load(&ctx.db).await.map_err(database_error(""))? {
+        let count = usize::try_from(count).unwrap_or(0);
+        *capacity.running_per_user.entry(author).or_default() += count;
+        if gpu {
+            capacity.running_gpu += count;
+        } else {
+            capacity.running_cpu += count;
+        }
     }
     let admitted =
         admit_queued(&ctx.db, &ctx.publisher, &capacity, ctx.settings.limits).await.map_err(database_error(""))?;
-    for job_id in &admitted {
-        let patch = json!({"status": {"phase": "PENDING"}});
-        match ctx.jobs().patch_status(job_id, &PatchParams::default(), &Patch::Merge(&patch)).await {
-            Ok(_) => {}
-            // No resource yet: the gateway's sweep creates it, and its reconcile starts the pod.
-            Err(kube::Error::Api(status)) if status.code == 404 => {}
-            Err(source) => return Err(Error::Kube { operation: "mark admitted", job_id: job_id.clone(), source }),
+    let jobs = ctx.jobs();
+    let patch = json!({"status": {"phase": "PENDING"}});
+    let marks = futures::stream::iter(admitted.iter().cloned()).map(|job_id| {
+        let (jobs, patch) = (jobs.clone(), patch.clone());
+        async move {
+            match jobs.patch_status(&job_id, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                Ok(_) => Ok(()),
+                // No resource yet: the gateway's sweep creates it, and its reconcile starts the pod.
+                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
+                Err(source) => Err(Error::Kube { operation: "mark admitted", job_id, source }),
+            }
         }
-    }
+    });
+    marks.buffer_unordered(16).try_collect::<Vec<()>>().await?;
     Ok(admitted.len())
 }
 
