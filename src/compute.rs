@@ -17,6 +17,26 @@ use crate::domain::admission::{self, Capacity, Limits};
 use crate::domain::lifecycle::{self, JobStatus, Trigger};
 use crate::events::{self, Publisher, StatusEvent};
 
+/// The admission limits, shared by `serve` (local processes) and `controller` (pods).
+#[derive(Debug, Clone, clap::Args)]
+pub struct LimitsArgs {
+    /// Pending+running jobs one user may have at once (admission).
+    #[arg(long, env = "LIMITS_JOBS_PER_USER", default_value_t = 2)]
+    pub jobs_per_user: usize,
+    /// CPU jobs running at once (on this machine, or across the cluster).
+    #[arg(long, env = "LIMITS_MAX_CLUSTERS", default_value_t = 6)]
+    pub max_cpu_jobs: usize,
+    /// GPU jobs running at once.
+    #[arg(long, env = "LIMITS_MAX_GPU_CLUSTERS", default_value_t = 1)]
+    pub max_gpu_jobs: usize,
+}
+
+impl LimitsArgs {
+    pub fn limits(&self) -> Limits {
+        Limits { jobs_per_user: self.jobs_per_user, cpu_slots: self.max_cpu_jobs, gpu_slots: self.max_gpu_jobs }
+    }
+}
+
 /// What the API asks of the backend that runs jobs.
 #[async_trait::async_trait]
 pub trait Compute: Send + Sync {

@@ -11,9 +11,8 @@ use clap::Args;
 use crate::api;
 use crate::api::ApiArgs;
 use crate::compute::local::{LocalRunner, RunnerConfig};
-use crate::compute::{Compute, Queue};
+use crate::compute::{Compute, LimitsArgs, Queue};
 use crate::db::{self, DatabaseArgs, Db};
-use crate::domain::admission::Limits;
 use crate::secrets::TokenCipher;
 use crate::state::AppState;
 use crate::storage::{Storage, StorageArgs};
@@ -50,15 +49,8 @@ pub struct JobArgs {
     /// Queued+pending+running jobs one user may have; `run` answers 429 beyond.
     #[arg(long, env = "LIMITS_ACTIVE_JOBS_PER_USER", default_value_t = 50)]
     pub active_jobs_per_user: i64,
-    /// Pending+running jobs one user may have at once (admission).
-    #[arg(long, env = "LIMITS_JOBS_PER_USER", default_value_t = 2)]
-    pub jobs_per_user: usize,
-    /// CPU jobs running at once on this machine.
-    #[arg(long, env = "LIMITS_MAX_CLUSTERS", default_value_t = 6)]
-    pub max_cpu_jobs: usize,
-    /// GPU jobs running at once.
-    #[arg(long, env = "LIMITS_MAX_GPU_CLUSTERS", default_value_t = 1)]
-    pub max_gpu_jobs: usize,
+    #[command(flatten)]
+    pub limits: LimitsArgs,
     /// Longest a job may go without activity before it is stopped: hours as a plain number
     /// (`24`), or with a unit (`90s`, `15m`, `2h`).
     #[arg(long, env = "PROGRAM_TIMEOUT", default_value = "24", value_parser = parse_timeout)]
@@ -130,11 +122,7 @@ impl ServeArgs {
             python: jobs.python,
             work_root,
             gateway_host: jobs.public_url.unwrap_or_else(|| format!("http://{address}")),
-            limits: Limits {
-                jobs_per_user: jobs.jobs_per_user,
-                cpu_slots: jobs.max_cpu_jobs,
-                gpu_slots: jobs.max_gpu_jobs,
-            },
+            limits: jobs.limits.limits(),
             timeout: jobs.program_timeout,
             logs_size_limit: jobs.logs_size_limit,
             tick: std::time::Duration::from_millis(jobs.scheduler_tick_ms.max(10)),

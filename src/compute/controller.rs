@@ -14,7 +14,6 @@ use anyhow::Context as _;
 use clap::Args;
 
 use crate::db::DatabaseArgs;
-use crate::domain::admission::Limits;
 use crate::gateway::{ClusterArgs, require_shared_backends};
 use crate::storage::StorageArgs;
 use build::{Placement, PodSettings};
@@ -91,15 +90,8 @@ pub struct ControllerArgs {
     /// Non-root user (and group) of job processes.
     #[arg(long, env = "GANTRY_JOB_USER", default_value_t = 65532)]
     pub job_user: i64,
-    /// Pending+running jobs per user.
-    #[arg(long, env = "LIMITS_JOBS_PER_USER", default_value_t = 2)]
-    pub jobs_per_user: usize,
-    /// CPU jobs at once across the cluster.
-    #[arg(long, env = "LIMITS_MAX_CLUSTERS", default_value_t = 6)]
-    pub max_cpu_jobs: usize,
-    /// GPU jobs at once across the cluster.
-    #[arg(long, env = "LIMITS_MAX_GPU_CLUSTERS", default_value_t = 1)]
-    pub max_gpu_jobs: usize,
+    #[command(flatten)]
+    pub limits: crate::compute::LimitsArgs,
     /// Seconds a pod may stay unschedulable before its job fails.
     #[arg(long, env = "GANTRY_PENDING_DEADLINE_SECONDS", default_value_t = 600)]
     pub pending_deadline_seconds: u64,
@@ -146,11 +138,7 @@ impl ControllerArgs {
             },
             pending_deadline: Duration::from_secs(self.pending_deadline_seconds),
             keep_finished_pods: Duration::from_secs(self.keep_finished_pods_seconds),
-            limits: Limits {
-                jobs_per_user: self.jobs_per_user,
-                cpu_slots: self.max_cpu_jobs,
-                gpu_slots: self.max_gpu_jobs,
-            },
+            limits: self.limits.limits(),
             admission_every: Duration::from_millis(self.scheduler_tick_ms.max(10)),
             logs_size_limit: self.logs_size_limit,
         }
