@@ -208,6 +208,56 @@ async fn a_job_runs_as_a_pod_from_run_to_result() {
         assert!(std::time::Instant::now() < deadline, "the finished pod was not deleted");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+    // Every move is also a Kubernetes Event on the resource (what `kubectl describe fj` shows).
+    let reasons: Vec<String> = cluster
+        .api
+        .list(Kind::EVENT, NAMESPACE)
+        .iter()
+        .filter(|event| event["regarding"]["name"] == id.as_str())
+        .map(|event| event["reason"].as_str().unwrap_or_default().to_string())
+        .collect();
+    for reason in ["PodCreated", "RUNNING", "SUCCEEDED"] {
+        assert!(reasons.iter().any(|r| r == reason), "{reason} missing from {reasons:?}");
+    }
+}
+
+/// A provider function flagged `gpu` gets a pod with a GPU limit of the configured resource.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gpu_function_gets_a_gpu_pod() {
+    let cluster = Cluster::start(Duration::from_secs(600)).await;
+    cluster.gateway.provider("acme", None, "erin").await;
+    let artifact = tar_of(&[("main.py", MAIN.as_bytes())]);
+    let upload = cluster
+        .gateway
+        .post_multipart(
+            "/api/v1/programs/upload/",
+            "erin",
+            &[("title", "acme/gpufn"), ("entrypoint", "main.py"), ("gpu", "true")],
+            &[("artifact", "a.tar", &artifact)],
+        )
+        .await;
+    assert_eq!(upload.status, 200, "{}", upload.json);
+    let run = cluster
+        .gateway
+        .post_json(
+            "/api/v1/programs/run/",
+            "erin",
+            json!({"title": "gpufn", "provider": "acme", "arguments": "{\"n\": 1}"}),
+        )
+        .await;
+    assert_eq!(run.status, 200, "{}", run.json);
+    let id = run.json["id"].as_str().unwrap().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let pod = loop {
+        if let Some(pod) = cluster.api.get(Kind::POD, NAMESPACE, &pod_name(&id)) {
+            break pod;
+        }
+        assert!(std::time::Instant::now() < deadline, "no pod");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(pod["spec"]["containers"][0]["resources"]["limits"]["nvidia.com/gpu"], "1", "{pod}");
+    let resource = cluster.api.get(Kind::FUNCTION_JOB, NAMESPACE, &id).unwrap();
+    assert_eq!(resource["spec"]["gpus"], 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
