@@ -536,3 +536,19 @@ async fn bench_pods_created_per_second() {
         controller.abort();
     }
 }
+
+/// A job admitted but whose pod could not be created yet (the API refuses it) still stops
+/// when asked: it never stays PENDING.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_before_the_pod_exists_stops_the_job() {
+    let cluster = Cluster::start(Duration::from_secs(600)).await;
+    cluster.api.fail_next("PATCH", "/pods/gantry-job-", 500, 100_000);
+    cluster.upload("fn", MAIN).await;
+    let id = cluster.run("fn", r#"{"n": 1}"#).await;
+    cluster.gateway.wait_for_job("alice", &id, 30, |job| job["status"] == "PENDING").await;
+    let stop = cluster.gateway.post_json(&format!("/api/v1/jobs/{id}/stop/"), "alice", json!({})).await;
+    assert_eq!(stop.status, 200, "{}", stop.json);
+    let job = cluster.finished(&id).await;
+    assert_eq!(job["status"], "STOPPED", "{job}");
+    assert!(cluster.api.get(Kind::POD, NAMESPACE, &pod_name(&id)).is_none());
+}

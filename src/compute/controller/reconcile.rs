@@ -155,7 +155,17 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
     let mut message = previous.message.clone();
     let pod_created = previous.pod_name.is_some() || pod.is_some();
 
-    if status == JobStatus::Pending && !pod_created && !row.stop_requested {
+    if !pod_created && row.stop_requested && status.is_active() {
+        // Stopped before its pod existed: nothing to stop but the job itself.
+        if let Some(moved) = move_job(&ctx.db, &ctx.publisher, job_id, status, &Trigger::StopRequested)
+            .await
+            .map_err(database_error(job_id))?
+        {
+            status = moved;
+            message = describe(&Trigger::StopRequested);
+            record(ctx, job, false, moved.as_str(), message.clone()).await;
+        }
+    } else if status == JobStatus::Pending && !pod_created {
         let desired = build_pod(job, &ctx.settings.pods);
         ctx.pods()
             .patch(&pod_name(job_id), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&desired))
