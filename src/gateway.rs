@@ -59,6 +59,9 @@ pub struct GatewayArgs {
     /// Address to listen on.
     #[arg(long, env = "GANTRY_LISTEN", default_value = "0.0.0.0:8000")]
     pub listen: SocketAddr,
+    /// Admin port: `/metrics`, `/healthz`, `/readyz` (unauthenticated: keep it inside the cluster).
+    #[arg(long, env = "GANTRY_ADMIN_LISTEN", default_value = "0.0.0.0:9090")]
+    pub admin_listen: SocketAddr,
     #[command(flatten)]
     pub database: DatabaseArgs,
     #[command(flatten)]
@@ -91,6 +94,7 @@ impl GatewayArgs {
     pub async fn run(self) -> anyhow::Result<()> {
         let Self {
             listen,
+            admin_listen,
             database,
             storage,
             api,
@@ -139,7 +143,12 @@ impl GatewayArgs {
             storage.backend_name()
         );
         let config = api.config(std::env::temp_dir().join("gantry-spool"), active_jobs_per_user);
+        let metrics = Arc::new(crate::ops::Metrics::gateway());
+        let admin = tokio::spawn(crate::ops::serve(admin_listen, Arc::clone(&metrics), db.clone()));
         let state = AppState { db, storage, config: Arc::new(config), compute: backend, publisher, tokens };
-        serve_http(listener, state).await
+        tokio::select! {
+            served = serve_http(listener, state, Some(metrics)) => served,
+            admin = admin => admin.context("admin server stopped")?,
+        }
     }
 }

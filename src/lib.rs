@@ -13,6 +13,7 @@ pub mod domain;
 pub mod error;
 pub mod events;
 pub mod gateway;
+pub mod ops;
 pub mod secrets;
 pub mod serve;
 pub mod state;

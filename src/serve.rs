@@ -149,7 +149,7 @@ impl ServeArgs {
             }
         };
         let state = AppState { db, storage, config: Arc::new(config), compute, publisher, tokens };
-        serve_http(listener, state).await
+        serve_http(listener, state, None).await
     }
 }
 
@@ -241,14 +241,27 @@ fn launcher_storage(storage: &StorageArgs, data_dir: &std::path::Path) -> anyhow
 }
 
 /// Serves the API on `listener` until SIGINT or SIGTERM.
-pub async fn serve_http(listener: tokio::net::TcpListener, state: AppState) -> anyhow::Result<()> {
-    axum::serve(listener, tower::make::Shared::new(api::app(state)))
-        .with_graceful_shutdown(shutdown_signal())
-        .await
-        .context("server failed")
+/// Serves the API until a shutdown signal; with `metrics`, every request is counted and timed.
+pub async fn serve_http(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    metrics: Option<Arc<crate::ops::Metrics>>,
+) -> anyhow::Result<()> {
+    let app = api::app(state);
+    match metrics {
+        Some(metrics) => {
+            let layer = axum::middleware::from_fn_with_state(metrics, crate::ops::record_http);
+            axum::serve(listener, tower::make::Shared::new(tower::Layer::layer(&layer, app)))
+                .with_graceful_shutdown(shutdown_signal())
+                .await
+        }
+        None => axum::serve(listener, tower::make::Shared::new(app)).with_graceful_shutdown(shutdown_signal()).await,
+    }
+    .context("server failed")
 }
 
-async fn shutdown_signal() {
+/// SIGTERM or Ctrl-C.
+pub async fn shutdown_signal() {
     let interrupt = tokio::signal::ctrl_c();
     #[cfg(unix)]
     let terminate = async {

@@ -3,6 +3,7 @@
 //! the I/O shell around them. This module holds the role's settings.
 
 pub mod build;
+pub mod leader;
 pub mod reconcile;
 pub mod status;
 
@@ -17,6 +18,7 @@ use crate::db::DatabaseArgs;
 use crate::gateway::{ClusterArgs, require_shared_backends};
 use crate::storage::StorageArgs;
 use build::{Placement, PodSettings};
+use leader::LeaseSettings;
 use reconcile::{Context, ControllerSettings};
 
 /// `key=value,key=value` into a map (node selectors).
@@ -104,6 +106,31 @@ pub struct ControllerArgs {
     /// Largest size in bytes of each log archived from a pod.
     #[arg(long, env = "FUNCTIONS_LOGS_SIZE_LIMIT", default_value_t = 52_428_800)]
     pub logs_size_limit: usize,
+    /// Elect one acting replica on a Lease (`false` only for a single replica known to be alone).
+    #[arg(long, env = "GANTRY_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+    /// Name of the Lease the replicas elect their leader on.
+    #[arg(long, env = "GANTRY_LEASE_NAME", default_value = "gantry-controller")]
+    pub lease_name: String,
+    /// Seconds a silent leader keeps the lease before another replica takes it.
+    #[arg(long, env = "GANTRY_LEASE_DURATION_SECONDS", default_value_t = 15)]
+    pub lease_duration_seconds: u64,
+    /// Seconds the leader keeps acting without renewing (shorter than the duration).
+    #[arg(long, env = "GANTRY_LEASE_RENEW_DEADLINE_SECONDS", default_value_t = 10)]
+    pub lease_renew_deadline_seconds: u64,
+    /// Admin port: `/metrics`, `/healthz`, `/readyz`.
+    #[arg(long, env = "GANTRY_ADMIN_LISTEN", default_value = "0.0.0.0:9090")]
+    pub admin_listen: std::net::SocketAddr,
+    /// This replica's identity on the Lease and on its Events (default: the host name).
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+/// The host name with a random suffix: unique per process.
+fn default_identity() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
+    let host = if host.trim().is_empty() { "gantry-controller" } else { host.trim() };
+    format!("{host}-{}", &uuid::Uuid::new_v4().simple().to_string()[..8])
 }
 
 impl ControllerArgs {
@@ -141,6 +168,16 @@ impl ControllerArgs {
             limits: self.limits.limits(),
             admission_every: Duration::from_millis(self.scheduler_tick_ms.max(10)),
             logs_size_limit: self.logs_size_limit,
+            identity: self.identity.clone().unwrap_or_else(default_identity),
+            leader: self.leader_election.then(|| LeaseSettings {
+                name: self.lease_name.clone(),
+                duration: Duration::from_secs(self.lease_duration_seconds.max(2)),
+                renew_deadline: Duration::from_secs(
+                    self.lease_renew_deadline_seconds.clamp(1, self.lease_duration_seconds.max(2) - 1),
+                ),
+                retry_every: Duration::from_secs(2)
+                    .min(Duration::from_secs(self.lease_renew_deadline_seconds.max(1)) / 2),
+            }),
         }
     }
 
@@ -158,8 +195,11 @@ impl ControllerArgs {
         )?;
         println!("gantry controller running FunctionJobs in namespace {namespace}");
         let publisher: Arc<dyn crate::events::Publisher> = Arc::new(crate::events::LogPublisher);
-        let context = Arc::new(Context::new(client, db, storage, publisher, self.settings(namespace)));
-        reconcile::run(context).await;
-        Ok(())
+        let context = Arc::new(Context::new(client, db.clone(), storage, publisher, self.settings(namespace)));
+        let admin = tokio::spawn(crate::ops::serve(self.admin_listen, Arc::clone(&context.metrics), db));
+        tokio::select! {
+            () = reconcile::run(context) => Ok(()),
+            admin = admin => admin.context("admin server stopped")?,
+        }
     }
 }

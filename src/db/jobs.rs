@@ -556,6 +556,14 @@ pub async fn in_flight_load(db: &Db) -> Result<Vec<(String, bool, i64)>, Error> 
     .map_err(query_error("count running jobs"))
 }
 
+/// How many jobs are in each status (for metrics).
+pub async fn count_by_status(db: &Db) -> Result<Vec<(String, i64)>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, (String, i64)>("SELECT status, COUNT(*) FROM jobs GROUP BY status")
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("count jobs by status"))
+}
+
 /// Pending and running jobs (for load, timeouts and reconciliation).
 pub async fn in_flight(db: &Db) -> Result<Vec<JobRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, JobRow>(concat!(job_select!(), "WHERE j.status IN ('PENDING', 'RUNNING')"))

@@ -17,6 +17,14 @@ pub enum JobStatus {
 
 impl JobStatus {
     pub const ACTIVE: [JobStatus; 3] = [JobStatus::Queued, JobStatus::Pending, JobStatus::Running];
+    pub const ALL: [JobStatus; 6] = [
+        JobStatus::Queued,
+        JobStatus::Pending,
+        JobStatus::Running,
+        JobStatus::Succeeded,
+        JobStatus::Failed,
+        JobStatus::Stopped,
+    ];
 
     pub fn as_str(self) -> &'static str {
         match self {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use gantry::compute::controller::build::{Placement, PodSettings, pod_name};
+use gantry::compute::controller::leader::LeaseSettings;
 use gantry::compute::controller::reconcile::{Context, ControllerSettings};
 use gantry::compute::kube::{KubeBackend, KubeSettings};
 use gantry::domain::admission::Limits;
@@ -104,6 +105,8 @@ impl Cluster {
             limits: Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
             admission_every: Duration::from_millis(50),
             logs_size_limit: 1024 * 1024,
+            identity: "controller-test".into(),
+            leader: None,
         };
         let controller = std::sync::Mutex::new(start_controller(&gateway, &api, &settings));
         let kubelet = Kubelet::start(api.clone(), NAMESPACE);
@@ -492,6 +495,8 @@ async fn bench_pods_created_per_second() {
             limits: Limits { jobs_per_user: usize::MAX, cpu_slots: usize::MAX, gpu_slots: usize::MAX },
             admission_every: Duration::from_millis(10),
             logs_size_limit: 1024 * 1024,
+            identity: "controller-bench".into(),
+            leader: None,
         };
         // Pods are counted as the API server creates them (polling lists would load the process).
         let mut changes = api.subscribe();
@@ -551,4 +556,120 @@ async fn a_stop_before_the_pod_exists_stops_the_job() {
     let job = cluster.finished(&id).await;
     assert_eq!(job["status"], "STOPPED", "{job}");
     assert!(cluster.api.get(Kind::POD, NAMESPACE, &pod_name(&id)).is_none());
+}
+
+/// Who reported the Kubernetes Events about the FunctionJob of `id`.
+fn reporters(api: &ApiServer, id: &str) -> std::collections::BTreeSet<String> {
+    api.list(Kind::EVENT, NAMESPACE)
+        .iter()
+        .filter(|event| event["regarding"]["name"] == id)
+        .map(|event| event["reportingInstance"].as_str().unwrap_or_default().to_string())
+        .collect()
+}
+
+/// Two controller replicas with leader election: only the Lease holder acts (every Event comes
+/// from it, every move happens once); when it dies without releasing the Lease, the other takes
+/// over once the Lease expires and runs the next job; a clean release hands over at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_controllers_elect_one_leader_and_the_other_takes_over() {
+    let cluster = Cluster::start(Duration::from_secs(600)).await;
+    cluster.controller.lock().unwrap().abort();
+    let lease = LeaseSettings {
+        name: "gantry-controller".into(),
+        duration: Duration::from_secs(2),
+        renew_deadline: Duration::from_millis(1500),
+        retry_every: Duration::from_millis(200),
+    };
+    let replica = |identity: &str| ControllerSettings {
+        identity: identity.into(),
+        leader: Some(lease.clone()),
+        ..cluster.settings.clone()
+    };
+    let holder = || cluster.api.get(Kind::LEASE, NAMESPACE, "gantry-controller").map(|lease| lease["spec"].clone());
+    let a = start_controller(&cluster.gateway, &cluster.api, &replica("controller-a"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while holder().is_none_or(|spec| spec["holderIdentity"] != "controller-a") {
+        assert!(std::time::Instant::now() < deadline, "controller-a never took the lease: {:?}", holder());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let b = start_controller(&cluster.gateway, &cluster.api, &replica("controller-b"));
+    cluster.upload("fn", MAIN).await;
+
+    let first = cluster.run("fn", r#"{"n": 1}"#).await;
+    assert_eq!(cluster.finished(&first).await["status"], "SUCCEEDED");
+    assert_eq!(cluster.statuses(&first).await, ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED"]);
+    assert_eq!(reporters(&cluster.api, &first), ["controller-a".to_string()].into(), "only the leader acted");
+    assert_eq!(holder().unwrap()["holderIdentity"], "controller-a");
+
+    // The leader dies without a word: the follower waits out the lease, then leads.
+    a.abort();
+    let second = cluster.run("fn", r#"{"n": 2}"#).await;
+    assert_eq!(cluster.finished(&second).await["status"], "SUCCEEDED");
+    assert_eq!(cluster.statuses(&second).await, ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED"]);
+    assert_eq!(reporters(&cluster.api, &second), ["controller-b".to_string()].into());
+    let spec = holder().unwrap();
+    assert_eq!(spec["holderIdentity"], "controller-b");
+    assert_eq!(spec["leaseTransitions"], 1);
+    b.abort();
+}
+
+async fn admin_get(router: &axum::Router, path: &str) -> (u16, String) {
+    use tower::ServiceExt;
+    let request = axum::http::Request::get(path).body(axum::body::Body::empty()).unwrap();
+    let response = router.clone().oneshot(request).await.unwrap();
+    let status = response.status().as_u16();
+    let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+    (status, String::from_utf8(body.to_vec()).unwrap())
+}
+
+/// The value of the sample `name` (with its labels) in a Prometheus text page.
+fn sample(page: &str, name: &str) -> Option<f64> {
+    page.lines().find_map(|line| line.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+}
+
+/// The controller's admin port: metrics moved by real work (reconciles, admission, jobs by status,
+/// the leader gauge) and its probes; the gateway counts its API requests the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_admin_port_reports_metrics_and_probes() {
+    let cluster = Cluster::start(Duration::from_secs(600)).await;
+    cluster.controller.lock().unwrap().abort();
+    let context = Arc::new(Context::new(
+        cluster.api.client(),
+        cluster.gateway.state.db.clone(),
+        cluster.gateway.state.storage.clone(),
+        cluster.gateway.state.publisher.clone(),
+        cluster.settings.clone(),
+    ));
+    let admin = gantry::ops::router(Arc::clone(&context.metrics), cluster.gateway.state.db.clone());
+    let (_, before) = admin_get(&admin, "/metrics").await;
+    assert_eq!(sample(&before, "gantry_controller_leader"), Some(0.0), "{before}");
+    *cluster.controller.lock().unwrap() = tokio::spawn(gantry::compute::controller::reconcile::run(context));
+    cluster.upload("fn", MAIN).await;
+    let id = cluster.run("fn", r#"{"n": 2}"#).await;
+    assert_eq!(cluster.finished(&id).await["status"], "SUCCEEDED");
+
+    let (status, page) = admin_get(&admin, "/metrics").await;
+    assert_eq!(status, 200);
+    assert_eq!(sample(&page, "gantry_controller_leader"), Some(1.0), "{page}");
+    assert_eq!(sample(&page, "gantry_controller_admitted_total"), Some(1.0), "{page}");
+    assert_eq!(sample(&page, r#"gantry_jobs{status="SUCCEEDED"}"#), Some(1.0), "{page}");
+    assert_eq!(sample(&page, r#"gantry_jobs{status="QUEUED"}"#), Some(0.0), "{page}");
+    assert_eq!(sample(&page, "gantry_queue_depth"), Some(0.0), "{page}");
+    assert!(sample(&page, r#"gantry_controller_reconciles_total{outcome="ok"}"#).unwrap_or(0.0) >= 2.0, "{page}");
+    assert!(page.contains("gantry_controller_reconcile_duration_seconds_bucket"), "{page}");
+    assert_eq!(admin_get(&admin, "/healthz").await.0, 200);
+    assert_eq!(admin_get(&admin, "/readyz").await.0, 200);
+
+    let metrics = Arc::new(gantry::ops::Metrics::gateway());
+    let layer = axum::middleware::from_fn_with_state(Arc::clone(&metrics), gantry::ops::record_http);
+    let api = tower::Layer::layer(&layer, gantry::api::app(cluster.gateway.state.clone()));
+    for path in ["/liveness/", "/api/v1/jobs/"] {
+        use tower::ServiceExt;
+        let request = axum::http::Request::get(path).body(axum::body::Body::empty()).unwrap();
+        api.clone().oneshot(request).await.unwrap();
+    }
+    let (_, page) = admin_get(&gantry::ops::router(metrics, cluster.gateway.state.db.clone()), "/metrics").await;
+    assert_eq!(sample(&page, r#"gantry_http_requests_total{method="GET",code="200"}"#), Some(1.0), "{page}");
+    assert_eq!(sample(&page, r#"gantry_http_requests_total{method="GET",code="401"}"#), Some(1.0), "{page}");
+    assert_eq!(sample(&page, r#"gantry_jobs{status="SUCCEEDED"}"#), Some(1.0), "{page}");
 }

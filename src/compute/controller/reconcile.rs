@@ -19,6 +19,7 @@ use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
 use super::build::{PodSettings, build_pod, pod_name};
+use super::leader::{Elector, LeaseSettings};
 use super::status::{Observed, pod_trigger, resource_status};
 use crate::compute::{admit_queued, move_job};
 use crate::crd::{FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus};
@@ -27,6 +28,7 @@ use crate::domain::admission::{Capacity, Limits};
 use crate::domain::lifecycle::{JobStatus, Trigger};
 use crate::domain::logs::LogRouter;
 use crate::events::Publisher;
+use crate::ops::{Metrics, OutcomeLabels};
 use crate::storage::{self, Storage, keys};
 
 /// Settings of `gantry controller`.
@@ -43,6 +45,10 @@ pub struct ControllerSettings {
     pub admission_every: Duration,
     /// `FUNCTIONS_LOGS_SIZE_LIMIT`, for logs archived from the pod.
     pub logs_size_limit: usize,
+    /// Who this replica is (its pod name): the Lease holder and the Events' reporting instance.
+    pub identity: String,
+    /// Leader election; `None` acts at once (a single replica known to be alone).
+    pub leader: Option<LeaseSettings>,
 }
 
 /// What every reconcile may use.
@@ -53,6 +59,7 @@ pub struct Context {
     pub storage: Storage,
     pub publisher: Arc<dyn Publisher>,
     pub settings: ControllerSettings,
+    pub metrics: Arc<Metrics>,
 }
 
 impl Context {
@@ -63,8 +70,9 @@ impl Context {
         publisher: Arc<dyn Publisher>,
         settings: ControllerSettings,
     ) -> Context {
-        let reporter = Reporter { controller: "gantry-controller".into(), instance: std::env::var("POD_NAME").ok() };
-        Context { recorder: Recorder::new(client.clone(), reporter), client, db, storage, publisher, settings }
+        let reporter = Reporter { controller: "gantry-controller".into(), instance: Some(settings.identity.clone()) };
+        let recorder = Recorder::new(client.clone(), reporter);
+        Context { recorder, client, db, storage, publisher, settings, metrics: Arc::new(Metrics::controller()) }
     }
 
     fn jobs(&self) -> Api<FunctionJob> {
@@ -102,14 +110,19 @@ fn database_error(job_id: &str) -> impl FnOnce(db::Error) -> Error + '_ {
 #[tracing::instrument(skip_all, fields(job.id = %job.spec.job_id))]
 pub async fn reconcile(job: Arc<FunctionJob>, ctx: Arc<Context>) -> Result<Action, Error> {
     let job_id = job.spec.job_id.clone();
-    finalizer(&ctx.jobs(), FINALIZER, job, |event| async {
+    let started = std::time::Instant::now();
+    let outcome = finalizer(&ctx.jobs(), FINALIZER, job, |event| async {
         match event {
             Finalizer::Apply(job) => apply(&job, &ctx).await,
             Finalizer::Cleanup(job) => cleanup(&job, &ctx).await,
         }
     })
     .await
-    .map_err(|source| Error::Finalizer { job_id, source: Box::new(source) })
+    .map_err(|source| Error::Finalizer { job_id, source: Box::new(source) });
+    ctx.metrics.reconcile_seconds.observe(started.elapsed().as_secs_f64());
+    let label = OutcomeLabels { outcome: if outcome.is_ok() { "ok" } else { "error" } };
+    ctx.metrics.reconciles.get_or_create(&label).inc();
+    outcome
 }
 
 /// Transient failures retry soon; the resource is reconciled again anyway on every change.
@@ -277,12 +290,13 @@ async fn archive(ctx: &Context, job: &FunctionJob, row: &jobs::JobRow, pod: Opti
     {
         router.push_line(&line);
     }
-    ctx.storage.put_bytes(&keys::job_user_log(job_id), router.user.render().into()).await.map_err(archive_error)?;
+    let user_log = router.user.render();
+    ctx.metrics.archived_bytes.inc_by(user_log.len() as u64);
+    ctx.storage.put_bytes(&keys::job_user_log(job_id), user_log.into()).await.map_err(archive_error)?;
     if router.provider_function() {
-        ctx.storage
-            .put_bytes(&keys::job_provider_log(job_id), router.provider.render().into())
-            .await
-            .map_err(archive_error)?;
+        let provider_log = router.provider.render();
+        ctx.metrics.archived_bytes.inc_by(provider_log.len() as u64);
+        ctx.storage.put_bytes(&keys::job_provider_log(job_id), provider_log.into()).await.map_err(archive_error)?;
     }
     record(ctx, job, false, "LogsArchived", Some("archived from the pod's log".into())).await;
     Ok(true)
@@ -342,11 +356,37 @@ pub async fn admit(ctx: &Context) -> Result<usize, Error> {
         }
     });
     marks.buffer_unordered(16).try_collect::<Vec<()>>().await?;
+    ctx.metrics.admitted.inc_by(admitted.len() as u64);
     Ok(admitted.len())
 }
 
-/// Runs the controller and the admission pass until a shutdown signal.
+/// Runs the controller until a shutdown signal: with leader election, only while this replica
+/// holds the lease (a lost lease stops everything it was doing, and it stands again).
 pub async fn run(ctx: Arc<Context>) {
+    let Some(lease) = ctx.settings.leader.clone() else {
+        lead(ctx).await;
+        return;
+    };
+    let elector = Elector::new(ctx.client.clone(), &ctx.settings.namespace, ctx.settings.identity.clone(), lease);
+    loop {
+        tokio::select! {
+            () = elector.acquire() => {}
+            () = crate::serve::shutdown_signal() => return,
+        }
+        tokio::select! {
+            () = lead(Arc::clone(&ctx)) => {
+                elector.release().await;
+                return;
+            }
+            () = elector.hold() => tracing::warn!("no longer the leader; stopped acting and standing again"),
+        }
+    }
+}
+
+/// The leader's work: the kube-runtime controller and the admission pass, until a shutdown signal.
+async fn lead(ctx: Arc<Context>) {
+    ctx.metrics.leader.set(1);
+    let _leading = Leading(Arc::clone(&ctx.metrics));
     let admission = Arc::clone(&ctx);
     let admitting = tokio::spawn(async move {
         loop {
@@ -356,6 +396,8 @@ pub async fn run(ctx: Arc<Context>) {
             tokio::time::sleep(admission.settings.admission_every).await;
         }
     });
+    // Aborted with the leader's work however that ends (a lost lease drops this future).
+    let _admitting = AbortOnDrop(admitting);
     Controller::new(ctx.jobs(), watcher::Config::default())
         .owns(ctx.pods(), watcher::Config::default().labels(crate::crd::LABEL_JOB_ID))
         .shutdown_on_signal()
@@ -366,5 +408,21 @@ pub async fn run(ctx: Arc<Context>) {
             }
         })
         .await;
-    admitting.abort();
+}
+
+/// Clears the leader gauge however leading ends.
+struct Leading(Arc<Metrics>);
+
+impl Drop for Leading {
+    fn drop(&mut self) {
+        self.0.leader.set(0);
+    }
+}
+
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }

@@ -1,0 +1,194 @@
+//! Operations endpoints of the cluster roles, on an admin port apart from the API (so the API
+//! keeps authenticating every route but its probes): `/metrics` in the Prometheus text format,
+//! `/healthz` (the process answers) and `/readyz` (the database answers).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Instant;
+
+use anyhow::Context as _;
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::db::{Db, jobs};
+use crate::domain::lifecycle::JobStatus;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub outcome: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StatusLabels {
+    pub status: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct HttpLabels {
+    pub method: String,
+    pub code: u16,
+}
+
+fn seconds_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.001, 2.5, 12))
+}
+
+/// Every metric either role exports; each role registers the ones it moves.
+pub struct Metrics {
+    registry: Registry,
+    /// Reconciles by outcome (`ok`, `error`).
+    pub reconciles: Family<OutcomeLabels, Counter>,
+    pub reconcile_seconds: Histogram,
+    /// Queued jobs moved to PENDING by admission passes.
+    pub admitted: Counter,
+    /// Bytes of job logs the controller archived from pod logs (the launcher could not ship them).
+    pub archived_bytes: Counter,
+    /// 1 while this replica holds the leader Lease (or runs without election).
+    pub leader: Gauge,
+    /// API requests by method and answer code.
+    pub http_requests: Family<HttpLabels, Counter>,
+    pub http_seconds: Histogram,
+    /// Jobs by status and the queue depth, read from the database at each scrape.
+    jobs: Family<StatusLabels, Gauge>,
+    queue_depth: Gauge,
+}
+
+impl Metrics {
+    fn unregistered() -> Metrics {
+        Metrics {
+            registry: Registry::with_prefix("gantry"),
+            reconciles: Family::default(),
+            reconcile_seconds: seconds_histogram(),
+            admitted: Counter::default(),
+            archived_bytes: Counter::default(),
+            leader: Gauge::default(),
+            http_requests: Family::default(),
+            http_seconds: seconds_histogram(),
+            jobs: Family::default(),
+            queue_depth: Gauge::default(),
+        }
+    }
+
+    fn register_jobs(&mut self) {
+        self.registry.register("jobs", "Jobs by status", self.jobs.clone());
+        self.registry.register("queue_depth", "Jobs waiting for admission (QUEUED)", self.queue_depth.clone());
+    }
+
+    /// The controller's metrics.
+    pub fn controller() -> Metrics {
+        let mut metrics = Metrics::unregistered();
+        let registry = &mut metrics.registry;
+        registry.register("controller_reconciles", "FunctionJob reconciles by outcome", metrics.reconciles.clone());
+        registry.register(
+            "controller_reconcile_duration_seconds",
+            "Time spent in one reconcile",
+            metrics.reconcile_seconds.clone(),
+        );
+        registry.register("controller_admitted", "Queued jobs admitted to PENDING", metrics.admitted.clone());
+        registry.register(
+            "controller_archived_log_bytes",
+            "Bytes of job logs archived from pod logs",
+            metrics.archived_bytes.clone(),
+        );
+        registry.register("controller_leader", "1 while this replica is the acting leader", metrics.leader.clone());
+        metrics.register_jobs();
+        metrics
+    }
+
+    /// The gateway's metrics.
+    pub fn gateway() -> Metrics {
+        let mut metrics = Metrics::unregistered();
+        let registry = &mut metrics.registry;
+        registry.register("http_requests", "API requests by method and answer code", metrics.http_requests.clone());
+        registry.register(
+            "http_request_duration_seconds",
+            "Time to answer an API request",
+            metrics.http_seconds.clone(),
+        );
+        metrics.register_jobs();
+        metrics
+    }
+
+    /// Reads the job counts, then renders everything in the Prometheus text format.
+    pub async fn render(&self, db: &Db) -> Result<String, crate::db::Error> {
+        let counts = jobs::count_by_status(db).await?;
+        for status in JobStatus::ALL {
+            let count = counts.iter().find(|(s, _)| s == status.as_str()).map_or(0, |(_, n)| *n);
+            self.jobs.get_or_create(&StatusLabels { status: status.as_str() }).set(count);
+            if status == JobStatus::Queued {
+                self.queue_depth.set(count);
+            }
+        }
+        let mut text = String::new();
+        prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("writing to a String");
+        Ok(text)
+    }
+}
+
+#[derive(Clone)]
+struct Ops {
+    metrics: Arc<Metrics>,
+    db: Db,
+}
+
+async fn metrics(State(ops): State<Ops>) -> Response {
+    match ops.metrics.render(&ops.db).await {
+        Ok(text) => ([(header::CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], text).into_response(),
+        Err(error) => {
+            tracing::warn!(error = &error as &dyn std::error::Error, "metrics: database unavailable");
+            (StatusCode::SERVICE_UNAVAILABLE, "the database is unavailable\n").into_response()
+        }
+    }
+}
+
+async fn healthz() -> &'static str {
+    "ok\n"
+}
+
+async fn readyz(State(ops): State<Ops>) -> Response {
+    match ops.db.ping().await {
+        Ok(()) => "ok\n".into_response(),
+        Err(error) => {
+            tracing::warn!(error = &error as &dyn std::error::Error, "readyz: database unavailable");
+            (StatusCode::SERVICE_UNAVAILABLE, "the database is unavailable\n").into_response()
+        }
+    }
+}
+
+/// The admin port's routes.
+pub fn router(metrics: Arc<Metrics>, db: Db) -> Router {
+    Router::new()
+        .route("/metrics", get(self::metrics))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .with_state(Ops { metrics, db })
+}
+
+/// Serves the admin port until the process ends.
+pub async fn serve(listen: SocketAddr, metrics: Arc<Metrics>, db: Db) -> anyhow::Result<()> {
+    let listener = tokio::net::TcpListener::bind(listen)
+        .await
+        .with_context(|| format!("failed to listen on {listen} (admin port)"))?;
+    tracing::info!(address = %listener.local_addr()?, "admin port: /metrics, /healthz, /readyz");
+    axum::serve(listener, router(metrics, db)).await.context("admin server failed")
+}
+
+/// Counts and times every API request (a layer around the gateway's routes).
+pub async fn record_http(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
+    let method = request.method().to_string();
+    let started = Instant::now();
+    let response = next.run(request).await;
+    metrics.http_seconds.observe(started.elapsed().as_secs_f64());
+    metrics.http_requests.get_or_create(&HttpLabels { method, code: response.status().as_u16() }).inc();
+    response
+}
