@@ -6,6 +6,7 @@
 //! and `domain::admission`, shared by all.
 
 pub mod controller;
+pub mod data_area;
 pub mod kube;
 pub mod launch;
 pub mod local;

@@ -1,6 +1,8 @@
 //! Gantry: a job gateway for user-uploaded functions, speaking the qiskit-serverless REST API.
 //! See `ARCHITECTURE.md` in the design folder for the roles and the data flow.
 
+#![recursion_limit = "256"]
+
 pub mod admin;
 pub mod api;
 pub mod artifact;

@@ -31,6 +31,10 @@ pub enum Error {
 pub struct Secret(String);
 
 impl Secret {
+    pub fn new(value: String) -> Secret {
+        Secret(value)
+    }
+
     pub fn expose(&self) -> &str {
         &self.0
     }

@@ -23,11 +23,12 @@ use futures::StreamExt;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
+use super::data_area::{self, Area, GatewayArea, Mirror, StorageArea};
 use crate::artifact::{MemberKind, check_member};
 use crate::domain::logs::{LogRouter, TailBuffer, missing_client_hint};
 use crate::secrets::Secret;
 use crate::storage::access::JobAccess;
-use crate::storage::{self, Storage, StorageArgs, keys};
+use crate::storage::{Storage, StorageArgs, keys};
 
 /// Exit code of the launcher when the function could not be started.
 pub const EXIT_NOT_STARTED: i32 = 2;
@@ -93,6 +94,13 @@ pub struct LaunchArgs {
     /// at the end. Only files directly in the folder, as the files API lists them.
     #[arg(long, env = "GANTRY_DATA_KEY")]
     pub data_key: Option<String>,
+    /// In a pod: the function whose file area `DATA_PATH` mirrors through the gateway's files
+    /// API, with the job's token (`ENV_JOB_GATEWAY_HOST`, `ENV_JOB_GATEWAY_TOKEN`).
+    #[arg(long, env = "GANTRY_DATA_FUNCTION")]
+    pub data_function: Option<String>,
+    /// The provider of that function, for a provider function.
+    #[arg(long, env = "GANTRY_DATA_PROVIDER")]
+    pub data_provider: Option<String>,
     /// The job's scoped storage access (JSON of presigned URLs, from the job's Secret in a pod):
     /// used instead of the storage settings, so the pod holds no storage credentials.
     #[arg(long, env = "GANTRY_JOB_ACCESS")]
@@ -118,6 +126,8 @@ impl LaunchArgs {
             provider_function,
             logs_size_limit,
             data_key,
+            data_function,
+            data_provider,
             access,
             storage,
         } = self;
@@ -140,6 +150,8 @@ impl LaunchArgs {
             provider_function,
             logs_size_limit,
             data_key,
+            data_function,
+            data_provider,
             environment: std::env::vars_os().collect(),
         };
         Ok(run_job(&launch, objects.as_ref(), stop).await)
@@ -190,6 +202,10 @@ pub struct Launch {
     pub logs_size_limit: usize,
     /// The user's file area in storage, mirrored into `DATA_PATH` (see `LaunchArgs::data_key`).
     pub data_key: Option<String>,
+    /// The function whose area `DATA_PATH` mirrors through the gateway (see
+    /// `LaunchArgs::data_function`), and its provider.
+    pub data_function: Option<String>,
+    pub data_provider: Option<String>,
     /// The launcher's environment; the job gets it through `child_environment`, and its
     /// `ARGUMENTS_PATH` and `RESULTS_PATH` say where the arguments go and the result is found.
     pub environment: Vec<(OsString, OsString)>,
@@ -207,12 +223,8 @@ pub enum Error {
     ReadObject { key: String, source: io::Error },
     #[error("failed to save {path}")]
     SaveObject { path: PathBuf, source: io::Error },
-    #[error("failed to list the user's files in {key}")]
-    ListData { key: String, source: storage::Error },
-    #[error("failed to read the user's files in {path}")]
-    ReadData { path: PathBuf, source: io::Error },
-    #[error("failed to remove {key}")]
-    Remove { key: String, source: storage::Error },
+    #[error(transparent)]
+    Data(#[from] data_area::Error),
     #[error("failed to unpack the artifact: {reason}")]
     Unpack { reason: String },
     #[error("failed to find the entrypoint {entrypoint} in the artifact")]
@@ -307,68 +319,14 @@ pub async fn run_job(launch: &Launch, storage: &dyn JobObjects, stop: impl Futur
         Ok(started) => started,
         Err(error) => return record_failure(launch, storage, &error).await,
     };
-    let ending = supervise(launch, child, stop).await;
-    archive(launch, storage, &environment, data.as_ref(), ending).await
-}
-
-/// The user's file area copied into `DATA_PATH`: which files it held, by name, with their size
-/// and modification time once copied, so the end of the job can tell what changed.
-type DataSnapshot = std::collections::HashMap<String, (u64, std::time::SystemTime)>;
-
-/// A plain name of a file directly in the area: what the files API can address.
-fn is_area_name(name: &str) -> bool {
-    crate::domain::names::sanitize_file_name(name).as_deref() == Some(name)
-}
-
-/// Regular files directly in `folder` (links and folders are left out, so a job cannot make the
-/// launcher upload what a link points to), with their size and modification time.
-async fn data_files(folder: &Path) -> Result<DataSnapshot, Error> {
-    let read_error = |source| Error::ReadData { path: folder.to_path_buf(), source };
-    let mut files = DataSnapshot::new();
-    let mut entries = tokio::fs::read_dir(folder).await.map_err(read_error)?;
-    while let Some(entry) = entries.next_entry().await.map_err(read_error)? {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let metadata = tokio::fs::symlink_metadata(entry.path()).await.map_err(read_error)?;
-        if metadata.is_file() && is_area_name(&name) {
-            files.insert(name, (metadata.len(), metadata.modified().map_err(read_error)?));
-        }
-    }
-    Ok(files)
-}
-
-/// Copies the files of the user's area into `DATA_PATH`.
-async fn pull_data(storage: &Storage, key: &str, folder: &Path) -> Result<DataSnapshot, Error> {
-    tokio::fs::create_dir_all(folder).await.map_err(|source| Error::WorkDir { path: folder.to_path_buf(), source })?;
-    let names = storage.list(key).await.map_err(|source| Error::ListData { key: key.to_string(), source })?;
-    for name in names.iter().filter(|name| is_area_name(name)) {
-        // A file deleted since the listing is simply not there.
-        download(storage, &format!("{key}{name}"), &folder.join(name)).await?;
-    }
-    data_files(folder).await
-}
-
-/// Copies back what the job added or changed in `DATA_PATH`, and removes what it deleted.
-async fn push_data(storage: &Storage, key: &str, folder: &Path, before: &DataSnapshot) -> Vec<Error> {
-    let after = match data_files(folder).await {
-        Ok(after) => after,
-        Err(error) => return vec![error],
+    let ending = match &data {
+        Some(mirror) => tokio::select! {
+            ending = supervise(launch, child, stop) => ending,
+            () = mirror.keep_syncing() => unreachable!("syncing never ends"),
+        },
+        None => supervise(launch, child, stop).await,
     };
-    let mut problems = Vec::new();
-    for (name, state) in &after {
-        if before.get(name) != Some(state) {
-            let object = format!("{key}{name}");
-            if let Err(source) = storage.put_file(&object, &folder.join(name)).await {
-                problems.push(Error::Upload { key: object, source: Box::new(source) });
-            }
-        }
-    }
-    for name in before.keys().filter(|name| !after.contains_key(*name)) {
-        let object = format!("{key}{name}");
-        if let Err(source) = storage.delete(&object).await {
-            problems.push(Error::Remove { key: object, source });
-        }
-    }
-    problems
+    archive(launch, storage, &environment, data.as_ref(), ending).await
 }
 
 /// The job's environment: the launcher's minus its own settings (every `GANTRY_*` variable, the
@@ -403,7 +361,7 @@ async fn prepare(
     launch: &Launch,
     storage: &dyn JobObjects,
     environment: &[(OsString, OsString)],
-) -> Result<(String, Option<DataSnapshot>), Error> {
+) -> Result<(String, Option<Mirror>), Error> {
     tokio::fs::create_dir_all(&launch.work_dir)
         .await
         .map_err(|source| Error::WorkDir { path: launch.work_dir.clone(), source })?;
@@ -427,8 +385,16 @@ async fn prepare(
         return Err(entrypoint_missing());
     }
 
-    let data = match (&launch.data_key, environment_path(environment, "DATA_PATH"), storage.shared()) {
-        (Some(key), Some(folder), Some(shared)) => Some(pull_data(shared, key, &folder).await?),
+    let area: Option<Box<dyn Area>> = match (&launch.data_key, storage.shared(), &launch.data_function) {
+        (Some(key), Some(shared), _) => Some(Box::new(StorageArea { storage: shared.clone(), key: key.clone() })),
+        (_, None, Some(function)) => {
+            GatewayArea::from_environment(environment, function, launch.data_provider.as_deref())
+                .map(|area| Box::new(area) as Box<dyn Area>)
+        }
+        _ => None,
+    };
+    let data = match (area, environment_path(environment, "DATA_PATH")) {
+        (Some(area), Some(folder)) => Some(Mirror::pull(area, &folder).await?),
         _ => None,
     };
     if let Some(destination) = environment_path(environment, "ARGUMENTS_PATH") {
@@ -807,7 +773,7 @@ async fn archive(
     launch: &Launch,
     storage: &dyn JobObjects,
     environment: &[(OsString, OsString)],
-    data: Option<&DataSnapshot>,
+    data: Option<&Mirror>,
     ending: Ending,
 ) -> i32 {
     let Ending { status, mut router } = ending;
@@ -821,10 +787,8 @@ async fn archive(
         }
     }
     let mut problems = Vec::new();
-    if let (Some(key), Some(before), Some(folder), Some(shared)) =
-        (&launch.data_key, data, environment_path(environment, "DATA_PATH"), storage.shared())
-    {
-        problems.extend(push_data(shared, key, &folder, before).await);
+    if let Some(mirror) = data {
+        problems.extend(mirror.sync().await.into_iter().map(Error::Data));
     }
     if let Some(results) = environment_path(environment, "RESULTS_PATH")
         && tokio::fs::metadata(&results).await.is_ok_and(|metadata| metadata.is_file())
@@ -907,7 +871,7 @@ async fn write_exit_record(
 }
 
 /// An error with its chain of causes, for the logs and the exit record.
-fn describe(error: &dyn std::error::Error) -> String {
+pub fn describe(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -972,6 +936,8 @@ mod tests {
                 provider_function,
                 logs_size_limit: 4096,
                 data_key: None,
+                data_function: None,
+                data_provider: None,
                 environment: vec![
                     variable("PATH", &std::env::var_os("PATH").unwrap_or_default()),
                     variable("ARGUMENTS_PATH", self.arguments_path().as_os_str()),

@@ -71,13 +71,7 @@ impl JobAccess {
     }
 
     fn client() -> Result<HttpClient, String> {
-        let connector = hyper_rustls::HttpsConnectorBuilder::new()
-            .with_native_roots()
-            .map_err(|e| format!("failed to load the system's root certificates: {e}"))?
-            .https_or_http()
-            .enable_http1()
-            .build();
-        Ok(Client::builder(TokioExecutor::new()).build(connector))
+        http_client()
     }
 
     /// Streams the object `key` into `destination`; false when it does not exist.
@@ -135,10 +129,22 @@ impl JobAccess {
     }
 }
 
-type BoxError = Box<dyn std::error::Error + Send + Sync>;
-type HttpClient = Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, HttpBody>;
-type HttpBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+pub type HttpClient =
+    Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, HttpBody>;
+pub type HttpBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
 
-fn empty() -> HttpBody {
+/// An HTTP(S) client trusting the system's root certificates.
+pub fn http_client() -> Result<HttpClient, String> {
+    let connector = hyper_rustls::HttpsConnectorBuilder::new()
+        .with_native_roots()
+        .map_err(|e| format!("failed to load the system's root certificates: {e}"))?
+        .https_or_http()
+        .enable_http1()
+        .build();
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}
+
+pub fn empty() -> HttpBody {
     http_body_util::Empty::new().map_err(|never| match never {}).boxed()
 }

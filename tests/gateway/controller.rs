@@ -29,7 +29,7 @@ struct Cluster {
     folders: tempfile::TempDir,
 }
 
-fn pod_settings(root: &std::path::Path) -> PodSettings {
+fn pod_settings(root: &std::path::Path, gateway_url: &str) -> PodSettings {
     PodSettings {
         runner_image: "runner:test".into(),
         launcher_image: "gantry:test".into(),
@@ -40,7 +40,7 @@ fn pod_settings(root: &std::path::Path) -> PodSettings {
         image_code_dir: root.join("image/runner").display().to_string(),
         work_dir: root.join("work").display().to_string(),
         data_dir: root.join("data").display().to_string(),
-        gateway_url: "http://127.0.0.1:9".into(),
+        gateway_url: gateway_url.into(),
         qiskit_ibm_url: "https://cloud.ibm.com".into(),
         gpu_resource: "nvidia.com/gpu".into(),
         gpu_placement: Placement::default(),
@@ -97,9 +97,14 @@ impl Cluster {
         });
         tokio::spawn(Arc::clone(&backend).run_sweeps());
         gateway.state.compute = backend;
+        // Served on loopback too: pods reach the files API with the job's token.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let gateway_url = format!("http://{}", listener.local_addr().unwrap());
+        let app = gantry::api::app(gateway.state.clone());
+        tokio::spawn(async move { axum::serve(listener, tower::make::Shared::new(app)).await });
         let settings = ControllerSettings {
             namespace: NAMESPACE.into(),
-            pods: pod_settings(folders.path()),
+            pods: pod_settings(folders.path(), &gateway_url),
             pending_deadline,
             keep_finished_pods: Duration::ZERO,
             limits: Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
@@ -358,8 +363,13 @@ async fn logs_the_launcher_could_not_ship_are_archived_from_the_pod_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_killed_at_any_point_loses_nothing_and_repeats_nothing() {
     let cluster = Cluster::start(Duration::from_secs(600)).await;
-    let main = "import os, time\nwith open(os.path.join(os.environ['DATA_PATH'], 'runs.txt'), 'a') as f:\n    f.write('ran\\n')\nprint('[PUBLIC] working', flush=True)\ntime.sleep(1.5)\nprint('[PUBLIC] done')\n";
-    cluster.upload("fn", main).await;
+    // Each run of the function leaves a line in a file outside any pod.
+    let runs = cluster.folders.path().join("runs.txt");
+    let main = format!(
+        "import time\nwith open({:?}, 'a') as f:\n    f.write('ran\\n')\nprint('[PUBLIC] working', flush=True)\ntime.sleep(1.5)\nprint('[PUBLIC] done')\n",
+        runs.display().to_string()
+    );
+    cluster.upload("fn", &main).await;
     let id = cluster.run("fn", "{}").await;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut restarts = 0;
@@ -377,7 +387,7 @@ async fn a_controller_killed_at_any_point_loses_nothing_and_repeats_nothing() {
     }
     assert!(restarts > 5, "only {restarts} restarts");
     assert_eq!(cluster.statuses(&id).await, ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED"], "each move once");
-    let runs = std::fs::read_to_string(cluster.folders.path().join("data/runs.txt")).unwrap();
+    let runs = std::fs::read_to_string(runs).unwrap();
     assert_eq!(runs, "ran\n", "the function ran in one pod, once");
     let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
     assert_eq!(logs["logs"], "working\ndone\n");
@@ -489,7 +499,7 @@ async fn bench_pods_created_per_second() {
         let folders = tempfile::tempdir().unwrap();
         let settings = ControllerSettings {
             namespace: NAMESPACE.into(),
-            pods: pod_settings(folders.path()),
+            pods: pod_settings(folders.path(), "http://127.0.0.1:9"),
             pending_deadline: Duration::from_secs(600),
             keep_finished_pods: Duration::ZERO,
             limits: Limits { jobs_per_user: usize::MAX, cpu_slots: usize::MAX, gpu_slots: usize::MAX },
@@ -672,4 +682,42 @@ async fn the_admin_port_reports_metrics_and_probes() {
     assert_eq!(sample(&page, r#"gantry_http_requests_total{method="GET",code="200"}"#), Some(1.0), "{page}");
     assert_eq!(sample(&page, r#"gantry_http_requests_total{method="GET",code="401"}"#), Some(1.0), "{page}");
     assert_eq!(sample(&page, r#"gantry_jobs{status="SUCCEEDED"}"#), Some(1.0), "{page}");
+}
+
+/// `DATA_PATH` in a pod is the caller's file area of the function, through the gateway's files
+/// API with the job's token: it holds the user's files at start, files the job writes show in
+/// `files()` while it still runs, and at its end the area matches the folder (a removed file
+/// is gone).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pods_data_path_is_the_users_file_area() {
+    let cluster = Cluster::start(Duration::from_secs(600)).await;
+    let main = "import os, time\nd = os.environ['DATA_PATH']\ntext = open(os.path.join(d, 'input.txt')).read()\nopen(os.path.join(d, 'output.txt'), 'w').write(text.upper())\nos.remove(os.path.join(d, 'old.txt'))\nopen(os.path.join(d, 'progress.txt'), 'w').write('half way')\nprint('[PUBLIC] written', flush=True)\ntime.sleep(6)\n";
+    cluster.upload("fn", main).await;
+    for (name, content) in [("input.txt", "hello"), ("old.txt", "stale")] {
+        let reply = cluster
+            .gateway
+            .post_multipart("/api/v1/files/upload/?function=fn", "alice", &[], &[("file", name, content.as_bytes())])
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.json);
+    }
+    let files = || async {
+        let listing = cluster.gateway.get("/api/v1/files/?function=fn", "alice").await.json;
+        let mut names: Vec<String> =
+            listing["results"].as_array().unwrap().iter().map(|n| n.as_str().unwrap().to_string()).collect();
+        names.sort();
+        names
+    };
+    let id = cluster.run("fn", "{}").await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !files().await.contains(&"progress.txt".to_string()) {
+        assert!(std::time::Instant::now() < deadline, "progress.txt never appeared: {:?}", files().await);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let job = cluster.gateway.get(&format!("/api/v1/jobs/{id}/?with_result=false"), "alice").await.json;
+    assert_eq!(job["status"], "RUNNING", "the file showed while the job ran: {job}");
+    let job = cluster.finished(&id).await;
+    assert_eq!(job["status"], "SUCCEEDED", "{job}");
+    assert_eq!(files().await, ["input.txt", "output.txt", "progress.txt"]);
+    let output = cluster.gateway.get("/api/v1/files/download/?function=fn&file=output.txt", "alice").await;
+    assert_eq!(String::from_utf8_lossy(&output.bytes), "HELLO");
 }

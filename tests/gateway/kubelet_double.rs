@@ -102,8 +102,11 @@ impl Kubelet {
         Ok(resolved)
     }
 
-    fn command(&self, container: &Value, function: &str) -> tokio::process::Command {
+    fn command(&self, container: &Value, function: &str, volumes: &Volumes) -> tokio::process::Command {
         let mut environment = self.environment(container).unwrap_or_default();
+        for (_, value) in environment.iter_mut() {
+            *value = volumes.relocate(container, value);
+        }
         if self.refusing.lock().expect("lock").contains(function) {
             for (_, value) in environment.iter_mut().filter(|(name, _)| name == "GANTRY_JOB_ACCESS") {
                 let mut access: Value = serde_json::from_str(value).expect("the access is JSON");
@@ -117,7 +120,7 @@ impl Kubelet {
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(|w| w.as_str().map(str::to_string))
+            .filter_map(|w| w.as_str().map(|w| volumes.relocate(container, w)))
             .collect();
         let mut command = tokio::process::Command::new(&words[0]);
         command
@@ -172,14 +175,15 @@ impl Kubelet {
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
+        let volumes = Volumes::of(&pod);
         for init in pod["spec"]["initContainers"].as_array().into_iter().flatten() {
-            let status = self.command(init, function).output().await;
+            let status = self.command(init, function, &volumes).output().await;
             eprintln!("kubelet double: init {:?}", status);
             if !status.is_ok_and(|s| s.status.success()) {
                 return self.set_status(&name, json!({"phase": "Failed", "reason": "InitFailed"}));
             }
         }
-        let Ok(mut child) = self.command(&main, function).spawn() else {
+        let Ok(mut child) = self.command(&main, function, &volumes).spawn() else {
             return self.set_status(&name, json!({"phase": "Failed", "message": "the command could not start"}));
         };
         let started = now();
@@ -266,5 +270,48 @@ impl Kubelet {
                                               "reason": if code == 0 { "Completed" } else { "Error" }}}}]
             }),
         );
+    }
+}
+
+/// A pod's `emptyDir` volumes: a fresh folder each, removed with the pod. The processes run in
+/// this machine's file system, so a container's mount paths are rewritten to its pod's folders
+/// wherever they start a value of its command or environment (what a mount namespace does on a
+/// real node): two pods never share their work or data folders.
+struct Volumes {
+    root: tempfile::TempDir,
+    names: Vec<String>,
+}
+
+impl Volumes {
+    fn of(pod: &Value) -> Volumes {
+        let root = tempfile::tempdir().expect("pod volumes folder");
+        let names: Vec<String> = pod["spec"]["volumes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|volume| volume.get("emptyDir").is_some())
+            .filter_map(|volume| volume["name"].as_str().map(str::to_string))
+            .collect();
+        for name in &names {
+            std::fs::create_dir_all(root.path().join(name)).expect("pod volume folder");
+        }
+        Volumes { root, names }
+    }
+
+    /// `text` with a leading mount path of `container` replaced by its volume's folder.
+    fn relocate(&self, container: &Value, text: &str) -> String {
+        for mount in container["volumeMounts"].as_array().into_iter().flatten() {
+            let (Some(name), Some(path)) = (mount["name"].as_str(), mount["mountPath"].as_str()) else { continue };
+            if !self.names.iter().any(|known| known == name) {
+                continue;
+            }
+            let path = path.trim_end_matches('/');
+            if let Some(rest) = text.strip_prefix(path)
+                && (rest.is_empty() || rest.starts_with('/'))
+            {
+                return format!("{}{rest}", self.root.path().join(name).display());
+            }
+        }
+        text.to_string()
     }
 }

@@ -135,6 +135,11 @@ fn environment(job: &FunctionJob, settings: &PodSettings) -> Vec<EnvVar> {
     if spec.function.provider.is_some() {
         env.push(plain_env("GANTRY_PROVIDER_FUNCTION", "true"));
     }
+    // `DATA_PATH` mirrors the caller's file area of this function through the gateway.
+    env.push(plain_env("GANTRY_DATA_FUNCTION", &spec.function.title));
+    if let Some(provider) = &spec.function.provider {
+        env.push(plain_env("GANTRY_DATA_PROVIDER", provider));
+    }
     let size = spec.size.map(|size| format!("{size:?}"));
     let no_function_env = Map::new();
     let job_env = job_environment(&JobEnvironmentInput {
@@ -375,6 +380,7 @@ mod tests {
                         {"name": "GANTRY_JOB_ACCESS", "valueFrom": {"secretKeyRef": {"name": "gantry-job-0f2c0000-0000-4000-8000-000000000001", "key": "access", "optional": true}}},
                         {"name": "GANTRY_ARTIFACT_KEY", "value": "artifacts/p/u.tar"},
                         {"name": "GANTRY_ENTRYPOINT", "value": "main.py"},
+                        {"name": "GANTRY_DATA_FUNCTION", "value": "my fn!"},
                         {"name": "ENV_JOB_GATEWAY_HOST", "value": "http://gantry.gantry.svc:8000"},
                         {"name": "ENV_JOB_GATEWAY_TOKEN", "valueFrom": {"secretKeyRef": {"name": "gantry-job-0f2c0000-0000-4000-8000-000000000001", "key": "token"}}},
                         {"name": "ENV_JOB_ID_GATEWAY", "value": JOB_ID},
