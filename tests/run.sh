@@ -42,3 +42,7 @@ status=0
 if [ "$status" != 0 ]; then
   echo "--- gantry serve log ---"; tail -n 200 "$DATA/serve.log"; exit 1
 fi
+
+step "end to end: the real client against gantry gateway + gantry controller (Kubernetes doubles)"
+GANTRY_TEST_PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" \
+  cargo test --quiet --test gateway e2e_kubernetes -- --ignored 2>&1 | grep -v '^test .* ok$'

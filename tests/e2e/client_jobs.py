@@ -94,17 +94,26 @@ def _():
     while "sleeping" not in (job.logs() or ""):
         assert time.monotonic() < deadline, "the sleeping job never started"
         time.sleep(0.2)
+    # DATA_PATH is the user's file area: at once on local storage, copied back within seconds
+    # where the job's folder is a copy of it (S3 storage, a pod).
+    pid = None
     with tempfile.TemporaryDirectory() as folder:
-        alice.file_download("pid.txt", function, target_name="pid.txt", download_location=folder)
-        with open(os.path.join(folder, "pid.txt"), encoding="utf-8") as handle:
-            pid = int(handle.read())
+        while pid is None:
+            try:
+                alice.file_download("pid.txt", function, target_name="pid.txt", download_location=folder)
+                with open(os.path.join(folder, "pid.txt"), encoding="utf-8") as handle:
+                    pid = int(handle.read())
+            except Exception:  # noqa: BLE001 - not there yet
+                assert time.monotonic() < deadline, "pid.txt never appeared in the user's files"
+                time.sleep(0.5)
     assert os.path.exists(f"/proc/{pid}"), "the job's python process should be running"
     message = job.cancel(service={"channel": "local"})
     assert "stop" in message.lower(), message
     seen = wait(job, 60)
     assert seen[-1] == "CANCELED", seen
     assert not os.path.exists(f"/proc/{pid}") or open(f"/proc/{pid}/stat").read().split(") ")[1].startswith("Z"), "process still running"
-    assert "sleeping" in job.logs()
+    logs = job.logs()
+    assert "sleeping" in logs, repr(logs)
 
 
 @check("jobs(status='DONE') filters")

@@ -23,8 +23,8 @@ pub enum Backend {
 
 /// Default PostgreSQL of the project's machines; CI exports its own `DATABASE_URL`.
 const DEFAULT_DATABASE_URL: &str = "postgres://postgres@127.0.0.1:5432/test";
-const S3_KEY: &str = "gantry-test-key";
-const S3_SECRET: &str = "gantry-test-secret";
+pub const S3_KEY: &str = "gantry-test-key";
+pub const S3_SECRET: &str = "gantry-test-secret";
 
 pub struct Gateway {
     pub state: AppState,
@@ -260,6 +260,19 @@ impl Gateway {
     pub async fn provider(&self, name: &str, registry: Option<&str>, admin: &str) {
         self.admin(AdminCommand::CreateProvider { name: name.into(), registry: registry.map(str::to_string) }).await;
         self.admin(AdminCommand::AddAdmin { provider: name.into(), user: admin.into() }).await;
+    }
+}
+
+impl Gateway {
+    /// The URL of this gateway's own PostgreSQL database (PostgreSQL backend only).
+    pub fn database_url(&self) -> Option<String> {
+        let (admin_url, name) = self.postgres.as_ref()?;
+        Some(format!("{}/{name}", admin_url.rsplit_once('/')?.0))
+    }
+
+    /// The S3 server's endpoint (PostgreSQL + S3 backend only); bucket `gantry`, prefix `test`.
+    pub fn s3_endpoint(&self) -> Option<String> {
+        self.s3_endpoint.clone()
     }
 }
 

@@ -27,8 +27,10 @@
 //! Deviations a test should know about: no admission, schema or CEL validation; strategic merge
 //! patch is a plain merge patch (lists are replaced, never merged by key); server-side apply
 //! merges the applied object without field ownership (fields a manager stops applying are
-//! kept, no conflicts); pods are deleted at once (no grace period: nothing runs them unless a
-//! test plays the kubelet); namespaces need not exist; `dryRun` is refused; owner-reference
+//! kept, no conflicts); pods are deleted gracefully only once bound to a node (`spec.nodeName`,
+//! which the kubelet double sets): marked with `deletionTimestamp` and
+//! `deletionGracePeriodSeconds` until the node removes them, as the real server does; an unbound
+//! pod, or a delete with `gracePeriodSeconds=0`, removes it at once; namespaces need not exist; `dryRun` is refused; owner-reference
 //! garbage collection happens only when a test calls [`ApiServer::collect_garbage`] (in a real
 //! cluster the controller manager does it, not the API server).
 
@@ -254,6 +256,18 @@ impl ApiServer {
 
     /// Removes the object at once, finalizers or not (DELETED event), as a pod vanishing with
     /// its node. Returns its last state.
+    /// Binds a pod to `node` (what the scheduler does): from then on it is deleted gracefully.
+    pub fn bind(&self, namespace: &str, name: &str, node: &str) -> Option<Value> {
+        let mut store = self.lock();
+        let resource = store.resource(Kind::POD.group, Kind::POD.version, Kind::POD.plural)?;
+        store
+            .update(&resource, namespace, name, Target::Main, |mut pod| {
+                pod["spec"]["nodeName"] = json!(node);
+                Ok(pod)
+            })
+            .ok()
+    }
+
     pub fn delete_now(&self, kind: Kind, namespace: &str, name: &str) -> Option<Value> {
         let mut store = self.lock();
         let resource = store.resource(kind.group, kind.version, kind.plural)?;
@@ -274,7 +288,7 @@ impl ApiServer {
             }
             for (resource, key) in orphans {
                 // Deleting removes the object or marks it deleting; either way it is no orphan next round.
-                let _ = store.delete(&resource, &key.namespace, &key.name);
+                let _ = store.delete(&resource, &key.namespace, &key.name, None);
                 collected += 1;
             }
         }
@@ -654,10 +668,24 @@ impl Store {
 
     /// Deletes the object, or only marks it when finalizers hold it. Returns its state and
     /// whether it is gone.
-    fn delete(&mut self, resource: &ResourceDef, namespace: &str, name: &str) -> Result<(Value, bool), ApiError> {
+    fn delete(
+        &mut self,
+        resource: &ResourceDef,
+        namespace: &str,
+        name: &str,
+        grace: Option<i64>,
+    ) -> Result<(Value, bool), ApiError> {
         let key = ObjectKey::new(resource, namespace, name);
         let old = self.objects.get(&key).cloned().ok_or_else(|| ApiError::not_found(resource, name))?;
-        if finalizers(&old).is_empty() {
+        // A pod on a node ends gracefully: the node removes it once its containers stopped.
+        let bound = resource.is_pod() && old["spec"]["nodeName"].as_str().is_some_and(|n| !n.is_empty());
+        let grace = match grace {
+            Some(seconds) => seconds,
+            None if bound => old["spec"]["terminationGracePeriodSeconds"].as_i64().unwrap_or(30),
+            None => 0,
+        };
+        let graceful = bound && grace > 0;
+        if finalizers(&old).is_empty() && !graceful {
             let gone = self.remove(resource, &key).expect("the object was just read");
             return Ok((gone, true));
         }
@@ -669,7 +697,7 @@ impl Store {
         let revision = self.next_revision();
         let meta = metadata_mut(&mut marked);
         meta.insert("deletionTimestamp".into(), json!(now()));
-        meta.insert("deletionGracePeriodSeconds".into(), json!(0));
+        meta.insert("deletionGracePeriodSeconds".into(), json!(if graceful { grace } else { 0 }));
         meta.insert("resourceVersion".into(), json!(revision.to_string()));
         self.objects.insert(key, marked.clone());
         self.record(resource, EventType::Modified, &marked, Some(old));
@@ -1580,7 +1608,13 @@ impl ApiServer {
 
     fn delete_object(&self, path: &ResourcePath, name: &str, request: &ApiRequest) -> Result<Response, ApiError> {
         request.refuse_dry_run()?;
-        let (object, _gone) = self.lock().delete(&path.resource, path.namespace(), name)?;
+        // `gracePeriodSeconds` as a parameter or in the DeleteOptions body.
+        let options: Value = serde_json::from_slice(&request.body).unwrap_or(Value::Null);
+        let grace = request
+            .param("gracePeriodSeconds")
+            .and_then(|seconds| seconds.parse().ok())
+            .or_else(|| options["gracePeriodSeconds"].as_i64());
+        let (object, _gone) = self.lock().delete(&path.resource, path.namespace(), name, grace)?;
         Ok(object_response(StatusCode::OK, &object, request))
     }
 
@@ -1592,7 +1626,7 @@ impl ApiServer {
         for object in store.select(&path.resource, path.namespace.as_deref(), &selector) {
             let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
             let name = object["metadata"]["name"].as_str().unwrap_or_default();
-            deleted.push(store.delete(&path.resource, namespace, name)?.0);
+            deleted.push(store.delete(&path.resource, namespace, name, None)?.0);
         }
         let body = json!({"apiVersion": path.resource.api_version(), "kind": format!("{}List", path.resource.kind),
                           "metadata": {"resourceVersion": store.revision.to_string()}, "items": deleted});

@@ -33,6 +33,8 @@ pub struct Kubelet {
     faults: Arc<Mutex<HashMap<String, Fault>>>,
     /// Functions whose pods find storage refusing their writes.
     refusing: Arc<Mutex<HashSet<String>>>,
+    /// Pods whose containers this node is starting or running.
+    active: Arc<Mutex<HashSet<String>>>,
 }
 
 fn now() -> String {
@@ -42,7 +44,13 @@ fn now() -> String {
 impl Kubelet {
     /// Starts watching `namespace` for new pods.
     pub fn start(api: ApiServer, namespace: &str) -> Kubelet {
-        let kubelet = Kubelet { api, namespace: namespace.into(), faults: Arc::default(), refusing: Arc::default() };
+        let kubelet = Kubelet {
+            api,
+            namespace: namespace.into(),
+            faults: Arc::default(),
+            refusing: Arc::default(),
+            active: Arc::default(),
+        };
         let running = kubelet.clone();
         tokio::spawn(async move { running.run().await });
         kubelet
@@ -65,8 +73,17 @@ impl Kubelet {
             for pod in self.api.list(Kind::POD, &self.namespace) {
                 let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
                 if seen.insert(name.clone()) {
+                    self.active.lock().expect("lock").insert(name.clone());
                     let node = self.clone();
-                    tokio::spawn(async move { node.handle(name, pod).await });
+                    tokio::spawn(async move {
+                        node.handle(&name, pod).await;
+                        node.active.lock().expect("lock").remove(&name);
+                    });
+                } else if !pod["metadata"]["deletionTimestamp"].is_null()
+                    && !self.active.lock().expect("lock").contains(&name)
+                {
+                    // Deleted once its containers stopped: the node confirms with a final delete.
+                    self.api.delete_now(Kind::POD, &self.namespace, &name);
                 }
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -139,15 +156,16 @@ impl Kubelet {
         self.api.get(Kind::POD, &self.namespace, name).is_some_and(|pod| pod["metadata"]["deletionTimestamp"].is_null())
     }
 
-    async fn handle(&self, name: String, pod: Value) {
+    async fn handle(&self, name: &str, pod: Value) {
         let function = pod["metadata"]["labels"][gantry::crd::LABEL_FUNCTION].as_str().unwrap_or_default();
         let fault = self.faults.lock().expect("lock").get(function).cloned();
         let main = pod["spec"]["containers"][0].clone();
         let image = main["image"].as_str().unwrap_or_default().to_string();
         match fault {
             Some(Fault::PullFails) => {
+                self.api.bind(&self.namespace, name, "node-double");
                 return self.set_status(
-                    &name,
+                    name,
                     json!({"phase": "Pending", "containerStatuses": [{
                     "name": "job", "image": image, "imageID": "", "ready": false, "restartCount": 0,
                     "state": {"waiting": {"reason": "ErrImagePull", "message": "pull access denied for the image"}}}]}),
@@ -155,7 +173,7 @@ impl Kubelet {
             }
             Some(Fault::NeverSchedule) => {
                 return self.set_status(
-                    &name,
+                    name,
                     json!({"phase": "Pending", "conditions": [{
                     "type": "PodScheduled", "status": "False", "reason": "Unschedulable",
                     "message": "0/3 nodes are available: 3 Insufficient nvidia.com/gpu"}]}),
@@ -163,14 +181,15 @@ impl Kubelet {
             }
             _ => {}
         }
+        self.api.bind(&self.namespace, name, "node-double");
         while let Err(missing) = self.environment(&main) {
             self.set_status(
-                &name,
+                name,
                 json!({"phase": "Pending", "containerStatuses": [{
                 "name": "job", "image": image, "imageID": "", "ready": false, "restartCount": 0,
                 "state": {"waiting": {"reason": "CreateContainerConfigError", "message": missing}}}]}),
             );
-            if !self.present(&name) {
+            if !self.present(name) {
                 return;
             }
             tokio::time::sleep(Duration::from_millis(100)).await;
@@ -180,18 +199,18 @@ impl Kubelet {
             let status = self.command(init, function, &volumes).output().await;
             eprintln!("kubelet double: init {:?}", status);
             if !status.is_ok_and(|s| s.status.success()) {
-                return self.set_status(&name, json!({"phase": "Failed", "reason": "InitFailed"}));
+                return self.set_status(name, json!({"phase": "Failed", "reason": "InitFailed"}));
             }
         }
         let Ok(mut child) = self.command(&main, function, &volumes).spawn() else {
-            return self.set_status(&name, json!({"phase": "Failed", "message": "the command could not start"}));
+            return self.set_status(name, json!({"phase": "Failed", "message": "the command could not start"}));
         };
         let started = now();
-        self.set_status(&name, json!({"phase": "Running", "startTime": started, "containerStatuses": [{
+        self.set_status(name, json!({"phase": "Running", "startTime": started, "containerStatuses": [{
             "name": "job", "image": image, "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": started}}}]}));
         if fault == Some(Fault::LostWhileRunning) {
             let _ = child.start_kill();
-            self.api.delete_now(Kind::POD, &self.namespace, &name);
+            self.api.delete_now(Kind::POD, &self.namespace, name);
             return;
         }
         let output = Arc::new(Mutex::new(Vec::<u8>::new()));
@@ -224,18 +243,28 @@ impl Kubelet {
                 status = child.wait() => break status.ok().and_then(|s| s.code()),
                 _ = tokio::time::sleep(Duration::from_millis(100)) => {
                     let text = String::from_utf8_lossy(&output.lock().expect("lock")).into_owned();
-                    self.api.set_pod_log(&self.namespace, &name, &text);
+                    self.api.set_pod_log(&self.namespace, name, &text);
                     deadline_exceeded = deadline.is_some_and(|at| std::time::Instant::now() >= at);
-                    if !self.present(&name) || deadline_exceeded {
-                        // Deleted: stop the containers as the kubelet would (SIGTERM, then SIGKILL).
+                    if !self.present(name) || deadline_exceeded {
+                        // Deleted: stop the containers as the kubelet would (SIGTERM, then SIGKILL
+                        // after the grace period).
+                        let grace = self
+                            .api
+                            .get(Kind::POD, &self.namespace, name)
+                            .and_then(|pod| pod["metadata"]["deletionGracePeriodSeconds"].as_u64())
+                            .unwrap_or(10);
                         if let Some(pid) = child.id() {
                             unsafe { libc::kill(pid as i32, libc::SIGTERM) };
                         }
-                        let status = tokio::time::timeout(Duration::from_secs(10), child.wait()).await;
-                        if status.is_err() {
-                            let _ = child.kill().await;
-                        }
-                        break Some(137);
+                        let status = match tokio::time::timeout(Duration::from_secs(grace), child.wait()).await {
+                            Ok(status) => status.ok(),
+                            Err(_) => {
+                                let _ = child.kill().await;
+                                None
+                            }
+                        };
+                        use std::os::unix::process::ExitStatusExt;
+                        break Some(status.and_then(|s| s.code().or(s.signal().map(|n| 128 + n))).unwrap_or(137));
                     }
                 }
             }
@@ -244,24 +273,24 @@ impl Kubelet {
             let _ = pipe.await;
         }
         let text = String::from_utf8_lossy(&output.lock().expect("lock")).into_owned();
-        self.api.set_pod_log(&self.namespace, &name, &text);
+        self.api.set_pod_log(&self.namespace, name, &text);
         let code = exit.unwrap_or(137);
         eprintln!("kubelet double: {name} exited {code}: {text}");
-        if self.api.get(Kind::POD, &self.namespace, &name).is_none() {
+        if self.api.get(Kind::POD, &self.namespace, name).is_none() {
             return;
         }
         let finished = now();
         if deadline_exceeded {
             // As the kubelet: the pod fails with reason DeadlineExceeded.
             self.set_status(
-                &name,
+                name,
                 json!({"phase": "Failed", "reason": "DeadlineExceeded", "startTime": started,
                        "message": "Pod was active on the node longer than the specified deadline"}),
             );
             return;
         }
         self.set_status(
-            &name,
+            name,
             json!({
                 "phase": if code == 0 { "Succeeded" } else { "Failed" },
                 "startTime": started,
@@ -270,6 +299,10 @@ impl Kubelet {
                                               "reason": if code == 0 { "Completed" } else { "Error" }}}}]
             }),
         );
+        if !self.present(name) {
+            // Being deleted and its containers stopped: the node removes it.
+            self.api.delete_now(Kind::POD, &self.namespace, name);
+        }
     }
 }
 

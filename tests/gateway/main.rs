@@ -3,6 +3,7 @@
 mod harness;
 
 mod controller;
+mod e2e_kubernetes;
 mod files;
 mod jobs;
 #[allow(dead_code)]

@@ -1,0 +1,194 @@
+//! The real `qiskit-serverless` client's checks (`tests/e2e/client_foundation.py` and
+//! `client_jobs.py`, the same as against `gantry serve`) against the
+//! real `gantry gateway` and `gantry controller` processes, on a real PostgreSQL and the S3
+//! server, with the Kubernetes API server double served on loopback (reached through a
+//! kubeconfig, as on a cluster) and the kubelet double running each pod's containers.
+//! `tests/run.sh` runs it (`--ignored`): it needs `GANTRY_TEST_PYTHON`, a Python with the client.
+
+use std::path::Path;
+use std::process::Stdio;
+use std::time::Duration;
+
+use base64::Engine;
+
+use crate::harness::{Backend, Gateway, S3_KEY, S3_SECRET};
+use crate::kube_double::ApiServer;
+use crate::kubelet_double::Kubelet;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A `gantry` role as a child process, its output in `log`.
+fn spawn_role(args: &[String], env: &[(&str, String)], log: &Path) -> tokio::process::Child {
+    let output = std::fs::File::create(log).unwrap();
+    tokio::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .env("RUST_LOG", "info")
+        .stdout(output.try_clone().unwrap())
+        .stderr(output)
+        .kill_on_drop(true)
+        .spawn()
+        .expect("gantry starts")
+}
+
+fn tail(path: &Path) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(80)..].join("\n")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by tests/run.sh: needs GANTRY_TEST_PYTHON and the built client"]
+async fn the_real_client_runs_jobs_through_gateway_and_controller() {
+    let python = std::env::var("GANTRY_TEST_PYTHON").expect("GANTRY_TEST_PYTHON: a Python with qiskit-serverless");
+    let resources = Gateway::start(Backend::PostgresS3).await;
+    let database_url = resources.database_url().unwrap();
+    let s3_endpoint = resources.s3_endpoint().unwrap();
+    let folder = tempfile::tempdir().unwrap();
+
+    let api = ApiServer::new();
+    api.install_crd(&gantry::crd::crd_yaml()).await;
+    let address = api.serve().await;
+    let kubeconfig = folder.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig(address)).unwrap();
+    let _kubelet = Kubelet::start(api.clone(), "default");
+
+    let admin = |words: &[&str]| {
+        let status = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .args(["admin", "--database-url", &database_url])
+            .args(words)
+            .stdout(Stdio::null())
+            .status()
+            .unwrap();
+        assert!(status.success(), "gantry admin {words:?}");
+    };
+    admin(&["create-provider", "e2e"]);
+    admin(&["add-admin", "--provider", "e2e", "--user", "e2e-erin"]);
+
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let key = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
+    let shared: Vec<String> = [
+        "--data-dir",
+        &folder.path().join("data").display().to_string(),
+        "--database-url",
+        &database_url,
+        "--storage",
+        "s3://gantry/test",
+        "--s3-endpoint",
+        &s3_endpoint,
+        "--s3-region",
+        "us-east-1",
+        "--s3-path-style",
+        "--namespace",
+        "default",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    let env = [
+        ("KUBECONFIG", kubeconfig.display().to_string()),
+        ("AWS_ACCESS_KEY_ID", S3_KEY.to_string()),
+        ("AWS_SECRET_ACCESS_KEY", S3_SECRET.to_string()),
+    ];
+    let gateway_log = folder.path().join("gateway.log");
+    let mut gateway_args = vec!["gateway".to_string()];
+    gateway_args.extend(shared.iter().cloned());
+    gateway_args.extend(
+        [
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--token-key",
+            &key,
+            "--sweep-seconds",
+            "2",
+        ]
+        .map(str::to_string),
+    );
+    let mut gateway = spawn_role(&gateway_args, &env, &gateway_log);
+    // The pod's paths are its volumes' mount paths: the kubelet double gives each pod its own
+    // folders for them (paths no file of this machine starts with, as a mount would shadow
+    // them). Only the launcher's source and the job's Python are this machine's.
+    let controller_log = folder.path().join("controller.log");
+    let mut controller_args = vec!["controller".to_string()];
+    controller_args.extend(shared.iter().cloned());
+    controller_args.extend(
+        [
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--public-url",
+            &url,
+            "--launcher-source",
+            env!("CARGO_BIN_EXE_gantry"),
+            "--job-python",
+            &python,
+            "--scheduler-tick-ms",
+            "100",
+            "--launcher-dir",
+            "/pod-volume/launcher",
+            "--job-work-dir",
+            "/pod-volume/work",
+            "--job-data-dir",
+            "/pod-volume/data",
+        ]
+        .map(str::to_string),
+    );
+    let mut controller = spawn_role(&controller_args, &env, &controller_log);
+
+    let client = reqwest_free_get(&url);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !client().await {
+        assert!(std::time::Instant::now() < deadline, "gantry gateway never became ready:\n{}", tail(&gateway_log));
+        assert!(gateway.try_wait().unwrap().is_none(), "gantry gateway exited:\n{}", tail(&gateway_log));
+        assert!(controller.try_wait().unwrap().is_none(), "gantry controller exited:\n{}", tail(&controller_log));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    for script in ["tests/e2e/client_foundation.py", "tests/e2e/client_jobs.py"] {
+        let checks = tokio::process::Command::new(&python)
+            .arg(script)
+            .arg(&url)
+            .output()
+            .await
+            .expect("the client checks start");
+        println!("{script}:\n{}", String::from_utf8_lossy(&checks.stdout));
+        assert!(
+            checks.status.success(),
+            "{script}:\n{}{}\n--- gateway ---\n{}\n--- controller ---\n{}",
+            String::from_utf8_lossy(&checks.stdout),
+            String::from_utf8_lossy(&checks.stderr),
+            tail(&gateway_log),
+            tail(&controller_log)
+        );
+    }
+    // Every job was a FunctionJob with its pod, and every pod is gone once its job finished.
+    let resources = api.list(crate::kube_double::Kind::FUNCTION_JOB, "default");
+    assert!(resources.len() >= 5, "{resources:?}");
+    for resource in &resources {
+        assert!(resource["status"]["podName"].is_string(), "{resource}");
+    }
+    let _ = gateway.kill().await;
+    let _ = controller.kill().await;
+}
+
+/// A readiness probe of the gateway at `url`, without an HTTP client crate.
+fn reqwest_free_get(url: &str) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
+    let address = url.trim_start_matches("http://").to_string();
+    move || {
+        let address = address.clone();
+        Box::pin(async move {
+            use tokio::io::{AsyncReadExt, AsyncWriteExt};
+            let Ok(mut stream) = tokio::net::TcpStream::connect(&address).await else { return false };
+            let request = format!("GET /readiness/ HTTP/1.1\r\nHost: {address}\r\nConnection: close\r\n\r\n");
+            if stream.write_all(request.as_bytes()).await.is_err() {
+                return false;
+            }
+            let mut answer = String::new();
+            let _ = stream.read_to_string(&mut answer).await;
+            answer.starts_with("HTTP/1.1 200")
+        })
+    }
+}
