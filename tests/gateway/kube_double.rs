@@ -715,8 +715,24 @@ impl Store {
         Some(gone)
     }
 
-    /// A written CRD (re)registers the resource types it declares.
+    /// A written CRD (re)registers the resource types it declares; a written `events.k8s.io`
+    /// Event shows in the core `v1` Event view too (one storage, two APIs, as on a real
+    /// server), where `kubectl describe` finds it.
     fn after_write(&mut self, resource: &ResourceDef, object: &Value) {
+        if resource.group == "events.k8s.io" && resource.plural == "events" {
+            if let Some(core) = self.resource("", "v1", "events") {
+                let view = core_event(object);
+                let key = ObjectKey::new(
+                    &core,
+                    object["metadata"]["namespace"].as_str().unwrap_or_default(),
+                    &field_text(object, "metadata.name"),
+                );
+                let previous = self.objects.insert(key, view.clone());
+                let event_type = if previous.is_some() { EventType::Modified } else { EventType::Added };
+                self.record(&core, event_type, &view, previous);
+            }
+            return;
+        }
         if !resource.is_crd() {
             return;
         }
@@ -729,6 +745,17 @@ impl Store {
 
     /// A deleted CRD takes its resource type and all its objects with it.
     fn after_remove(&mut self, resource: &ResourceDef, object: &Value) {
+        if resource.group == "events.k8s.io" && resource.plural == "events" {
+            if let Some(core) = self.resource("", "v1", "events") {
+                let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();
+                if let Some(old) =
+                    self.objects.remove(&ObjectKey::new(&core, namespace, &field_text(object, "metadata.name")))
+                {
+                    self.record(&core, EventType::Deleted, &core_event(object), Some(old));
+                }
+            }
+            return;
+        }
         if !resource.is_crd() {
             return;
         }
@@ -854,6 +881,35 @@ fn check_identity(resource: &ResourceDef, name: &str, old: &Value, requested: &V
         }
         _ => Ok(()),
     }
+}
+
+/// The core `v1` view of an `events.k8s.io/v1` Event (the field mapping of the real server).
+fn core_event(event: &Value) -> Value {
+    let series = &event["series"];
+    let last = if series.is_object() { series["lastObservedTime"].clone() } else { event["eventTime"].clone() };
+    let to_seconds = |time: &Value| {
+        time.as_str()
+            .map(|t| json!(format!("{}Z", t.split('.').next().unwrap_or(t).trim_end_matches('Z'))))
+            .unwrap_or(Value::Null)
+    };
+    json!({
+        "apiVersion": "v1",
+        "kind": "Event",
+        "metadata": event["metadata"],
+        "involvedObject": event["regarding"],
+        "related": event["related"],
+        "reason": event["reason"],
+        "message": event["note"],
+        "type": event["type"],
+        "action": event["action"],
+        "eventTime": event["eventTime"],
+        "firstTimestamp": to_seconds(&event["eventTime"]),
+        "lastTimestamp": to_seconds(&last),
+        "count": series["count"].as_i64().unwrap_or(1),
+        "source": {"component": event["reportingController"]},
+        "reportingComponent": event["reportingController"],
+        "reportingInstance": event["reportingInstance"],
+    })
 }
 
 /// A write to `/status`: the stored object with only its status replaced.

@@ -362,4 +362,25 @@ async fn kubectl_gets_function_jobs_with_their_printer_columns() {
     assert_eq!(row[..4], ["j1", "RUNNING", "hello", "alice"], "{table}");
     assert_eq!(run(&["get", "fj", "-o", "jsonpath={.items[*].spec.user}"]).await, "alice");
     assert_eq!(run(&["get", "functionjobs", "j1", "-o", "jsonpath={.status.phase}"]).await, "RUNNING");
+
+    // An Event recorded the way the controller records moves shows in `describe`.
+    let recorder = kube::runtime::events::Recorder::new(
+        server.client(),
+        kube::runtime::events::Reporter { controller: "gantry-controller".into(), instance: Some("c-1".into()) },
+    );
+    let resource = jobs.get("j1").await.expect("get");
+    let event = kube::runtime::events::Event {
+        type_: kube::runtime::events::EventType::Normal,
+        reason: "RUNNING".into(),
+        note: Some("the pod is running".into()),
+        action: "Reconcile".into(),
+        secondary: None,
+    };
+    recorder.publish(&event, &resource.object_ref(&())).await.expect("publish the event");
+    let described = run(&["describe", "fj", "j1"]).await;
+    assert!(described.contains("Name:") && described.contains("j1"), "{described}");
+    assert!(described.contains("Phase:") && described.contains("RUNNING"), "{described}");
+    let events = described.split("Events:").nth(1).unwrap_or_default();
+    assert!(events.contains("Normal") && events.contains("gantry-controller"), "{described}");
+    assert!(events.contains("the pod is running"), "{described}");
 }
