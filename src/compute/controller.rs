@@ -103,6 +103,9 @@ pub struct ControllerArgs {
     /// Milliseconds between admission passes.
     #[arg(long, env = "GANTRY_SCHEDULER_TICK_MS", default_value_t = 500)]
     pub scheduler_tick_ms: u64,
+    /// Reconciles running at once (bounds memory and API load with many jobs).
+    #[arg(long, env = "GANTRY_RECONCILE_CONCURRENCY", default_value_t = 64)]
+    pub reconcile_concurrency: u16,
     /// Largest size in bytes of each log archived from a pod.
     #[arg(long, env = "FUNCTIONS_LOGS_SIZE_LIMIT", default_value_t = 52_428_800)]
     pub logs_size_limit: usize,
@@ -167,6 +170,7 @@ impl ControllerArgs {
             keep_finished_pods: Duration::from_secs(self.keep_finished_pods_seconds),
             limits: self.limits.limits(),
             admission_every: Duration::from_millis(self.scheduler_tick_ms.max(10)),
+            concurrency: self.reconcile_concurrency.max(1),
             logs_size_limit: self.logs_size_limit,
             identity: self.identity.clone().unwrap_or_else(default_identity),
             leader: self.leader_election.then(|| LeaseSettings {

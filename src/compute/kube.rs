@@ -137,6 +137,9 @@ impl KubeBackend {
         let spec = function_job_spec(&job, &launch, &self.settings.default_resources, self.settings.timeout);
         let mut resource = FunctionJob::new(job_id, spec.clone());
         resource.metadata.labels = Some(labels(&spec));
+        // Born with the controller's finalizer: the controller need not add it (one write and
+        // one reconcile less per job), and the archive is settled before the resource goes.
+        resource.metadata.finalizers = Some(vec![crate::crd::FINALIZER.to_string()]);
         // The Secret first, so no pod of this job ever starts without it.
         let request_env: Map<String, Value> = serde_json::from_str(&launch.env_vars).unwrap_or_default();
         let token = match request_env.get("token").and_then(Value::as_str) {

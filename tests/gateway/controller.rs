@@ -109,6 +109,7 @@ impl Cluster {
             keep_finished_pods: Duration::ZERO,
             limits: Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
             admission_every: Duration::from_millis(50),
+            concurrency: 16,
             logs_size_limit: 1024 * 1024,
             identity: "controller-test".into(),
             leader: None,
@@ -432,10 +433,10 @@ async fn a_container_image_function_runs_in_its_image() {
 }
 
 /// Benchmark, not a test (run by `bench/controller.sh`): pods created per second by the
-/// controller with 1,000 and 10,000 queued jobs (each with its FunctionJob) against the
-/// in-process API server double and a real PostgreSQL, the run-to-pod latency of one job on an
-/// idle controller, and the test process's memory high-water mark (controller, API double and
-/// test together: an upper bound for the controller).
+/// controller (`gantry controller`, its own process) with 1,000 and 10,000 queued jobs (each
+/// with its FunctionJob) against the API server double served on loopback and a real
+/// PostgreSQL, the run-to-pod latency of one job on an idle controller, and the controller
+/// process's peak and current memory.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run bench/controller.sh"]
 async fn bench_pods_created_per_second() {
@@ -489,33 +490,43 @@ async fn bench_pods_created_per_second() {
                         stop_requested: false,
                         secret_name: gantry::compute::controller::build::secret_name(&id),
                     };
-                    resources.create(&Default::default(), &FunctionJob::new(&id, spec)).await.unwrap();
+                    // As the gateway creates it: with the controller's finalizer.
+                    let mut resource = FunctionJob::new(&id, spec);
+                    resource.metadata.finalizers = Some(vec![gantry::crd::FINALIZER.to_string()]);
+                    resources.create(&Default::default(), &resource).await.unwrap();
                     ids.push(id);
                 }
                 ids
             }
         };
         queue(jobs_count).await;
-        let folders = tempfile::tempdir().unwrap();
-        let settings = ControllerSettings {
-            namespace: NAMESPACE.into(),
-            pods: pod_settings(folders.path(), "http://127.0.0.1:9"),
-            pending_deadline: Duration::from_secs(600),
-            keep_finished_pods: Duration::ZERO,
-            limits: Limits { jobs_per_user: usize::MAX, cpu_slots: usize::MAX, gpu_slots: usize::MAX },
-            admission_every: Duration::from_millis(10),
-            logs_size_limit: 1024 * 1024,
-            identity: "controller-bench".into(),
-            leader: None,
-        };
+        // The controller is its own process (this build's `gantry controller`), against the
+        // double served on loopback, so its memory is its own.
+        let folder = tempfile::tempdir().unwrap();
+        let address = api.serve().await;
+        let kubeconfig = folder.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, api.kubeconfig(address)).unwrap();
+        let (mut args, mut env) = crate::e2e_kubernetes::role_settings(&gateway, folder.path(), &kubeconfig);
+        args.insert(0, "controller".into());
+        args.extend(
+            ["--leader-election", "false", "--scheduler-tick-ms", "10", "--admin-listen", "127.0.0.1:0"]
+                .map(str::to_string),
+        );
+        for limit in ["LIMITS_JOBS_PER_USER", "LIMITS_MAX_CLUSTERS", "LIMITS_MAX_GPU_CLUSTERS"] {
+            env.push((limit, "1000000000".into()));
+        }
         // Pods are counted as the API server creates them (polling lists would load the process).
         let mut changes = api.subscribe();
         let started = std::time::Instant::now();
-        let controller = start_controller(&gateway, &api, &settings);
+        let log = folder.path().join("controller.log");
+        let mut controller = crate::e2e_kubernetes::spawn_role(&args, &env, &log);
+        let pid = controller.id().expect("the controller runs");
         let mut created = 0;
         while created < jobs_count {
-            match tokio::time::timeout(Duration::from_secs(600), changes.recv()).await.expect("pods keep being created")
-            {
+            let change = tokio::time::timeout(Duration::from_secs(120), changes.recv()).await;
+            let change =
+                change.unwrap_or_else(|_| panic!("pods stopped being created:\n{}", crate::e2e_kubernetes::tail(&log)));
+            match change {
                 Ok(change) => {
                     if change.plural == "pods" && change.event_type == crate::kube_double::EventType::Added {
                         created += 1;
@@ -536,19 +547,23 @@ async fn bench_pods_created_per_second() {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let latency = before.elapsed();
-        let high_water = std::fs::read_to_string("/proc/self/status")
-            .unwrap_or_default()
-            .lines()
-            .find(|line| line.starts_with("VmHWM"))
-            .map(|line| line.split_whitespace().nth(1).unwrap_or("0").parse::<u64>().unwrap_or(0) / 1024)
-            .unwrap_or(0);
+        let memory = |field: &str| {
+            std::fs::read_to_string(format!("/proc/{pid}/status"))
+                .unwrap_or_default()
+                .lines()
+                .find(|line| line.starts_with(field))
+                .map(|line| line.split_whitespace().nth(1).unwrap_or("0").parse::<u64>().unwrap_or(0) / 1024)
+                .unwrap_or(0)
+        };
         println!(
-            "BENCH queued={jobs_count} pods_per_second={:.0} all_pods_seconds={:.2} run_to_pod_ms={} process_peak_mib={high_water}",
+            "BENCH queued={jobs_count} pods_per_second={:.0} all_pods_seconds={:.2} run_to_pod_ms={} controller_peak_mib={} controller_now_mib={}",
             jobs_count as f64 / elapsed.as_secs_f64(),
             elapsed.as_secs_f64(),
-            latency.as_millis()
+            latency.as_millis(),
+            memory("VmHWM"),
+            memory("VmRSS"),
         );
-        controller.abort();
+        let _ = controller.kill().await;
     }
 }
 

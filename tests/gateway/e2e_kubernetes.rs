@@ -15,12 +15,12 @@ use crate::harness::{Backend, Gateway, S3_KEY, S3_SECRET};
 use crate::kube_double::ApiServer;
 use crate::kubelet_double::Kubelet;
 
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
 }
 
 /// A `gantry` role as a child process, its output in `log`.
-fn spawn_role(args: &[String], env: &[(&str, String)], log: &Path) -> tokio::process::Child {
+pub fn spawn_role(args: &[String], env: &[(&str, String)], log: &Path) -> tokio::process::Child {
     let output = std::fs::File::create(log).unwrap();
     tokio::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
         .args(args)
@@ -33,7 +33,7 @@ fn spawn_role(args: &[String], env: &[(&str, String)], log: &Path) -> tokio::pro
         .expect("gantry starts")
 }
 
-fn tail(path: &Path) -> String {
+pub fn tail(path: &Path) -> String {
     let text = std::fs::read_to_string(path).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(80)..].join("\n")
@@ -45,7 +45,6 @@ async fn the_real_client_runs_jobs_through_gateway_and_controller() {
     let python = std::env::var("GANTRY_TEST_PYTHON").expect("GANTRY_TEST_PYTHON: a Python with qiskit-serverless");
     let resources = Gateway::start(Backend::PostgresS3).await;
     let database_url = resources.database_url().unwrap();
-    let s3_endpoint = resources.s3_endpoint().unwrap();
     let folder = tempfile::tempdir().unwrap();
 
     let api = ApiServer::new();
@@ -70,28 +69,7 @@ async fn the_real_client_runs_jobs_through_gateway_and_controller() {
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let key = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
-    let shared: Vec<String> = [
-        "--data-dir",
-        &folder.path().join("data").display().to_string(),
-        "--database-url",
-        &database_url,
-        "--storage",
-        "s3://gantry/test",
-        "--s3-endpoint",
-        &s3_endpoint,
-        "--s3-region",
-        "us-east-1",
-        "--s3-path-style",
-        "--namespace",
-        "default",
-    ]
-    .map(str::to_string)
-    .to_vec();
-    let env = [
-        ("KUBECONFIG", kubeconfig.display().to_string()),
-        ("AWS_ACCESS_KEY_ID", S3_KEY.to_string()),
-        ("AWS_SECRET_ACCESS_KEY", S3_SECRET.to_string()),
-    ];
+    let (shared, env) = role_settings(&resources, folder.path(), &kubeconfig);
     let gateway_log = folder.path().join("gateway.log");
     let mut gateway_args = vec!["gateway".to_string()];
     gateway_args.extend(shared.iter().cloned());
@@ -172,6 +150,38 @@ async fn the_real_client_runs_jobs_through_gateway_and_controller() {
     }
     let _ = gateway.kill().await;
     let _ = controller.kill().await;
+}
+
+/// The database, storage and cluster flags and environment both roles take, for `resources`'
+/// database and S3 server and the cluster behind `kubeconfig`.
+pub fn role_settings(
+    resources: &Gateway,
+    folder: &Path,
+    kubeconfig: &Path,
+) -> (Vec<String>, Vec<(&'static str, String)>) {
+    let args = [
+        "--data-dir",
+        &folder.join("data").display().to_string(),
+        "--database-url",
+        &resources.database_url().unwrap(),
+        "--storage",
+        "s3://gantry/test",
+        "--s3-endpoint",
+        &resources.s3_endpoint().unwrap(),
+        "--s3-region",
+        "us-east-1",
+        "--s3-path-style",
+        "--namespace",
+        "default",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    let env = vec![
+        ("KUBECONFIG", kubeconfig.display().to_string()),
+        ("AWS_ACCESS_KEY_ID", S3_KEY.to_string()),
+        ("AWS_SECRET_ACCESS_KEY", S3_SECRET.to_string()),
+    ];
+    (args, env)
 }
 
 /// A readiness probe of the gateway at `url`, without an HTTP client crate.

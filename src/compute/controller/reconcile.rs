@@ -10,9 +10,9 @@ use std::time::Duration;
 
 use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{DeleteParams, LogParams, Patch, PatchParams};
-use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::api::{DeleteParams, LogParams, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
 use kube::runtime::watcher;
 use kube::{Api, Resource, ResourceExt};
@@ -43,6 +43,8 @@ pub struct ControllerSettings {
     pub limits: Limits,
     /// How often queued jobs are considered for admission.
     pub admission_every: Duration,
+    /// Reconciles running at once (bounds memory and API load with many jobs).
+    pub concurrency: u16,
     /// `FUNCTIONS_LOGS_SIZE_LIMIT`, for logs archived from the pod.
     pub logs_size_limit: usize,
     /// Who this replica is (its pod name): the Lease holder and the Events' reporting instance.
@@ -54,7 +56,6 @@ pub struct ControllerSettings {
 /// What every reconcile may use.
 pub struct Context {
     pub client: kube::Client,
-    pub recorder: Recorder,
     pub db: Db,
     pub storage: Storage,
     pub publisher: Arc<dyn Publisher>,
@@ -70,9 +71,7 @@ impl Context {
         publisher: Arc<dyn Publisher>,
         settings: ControllerSettings,
     ) -> Context {
-        let reporter = Reporter { controller: "gantry-controller".into(), instance: Some(settings.identity.clone()) };
-        let recorder = Recorder::new(client.clone(), reporter);
-        Context { recorder, client, db, storage, publisher, settings, metrics: Arc::new(Metrics::controller()) }
+        Context { client, db, storage, publisher, settings, metrics: Arc::new(Metrics::controller()) }
     }
 
     fn jobs(&self) -> Api<FunctionJob> {
@@ -131,15 +130,30 @@ pub fn error_policy(_job: Arc<FunctionJob>, error: &Error, _ctx: Arc<Context>) -
     Action::requeue(Duration::from_secs(5))
 }
 
+/// Records a Kubernetes Event about the resource (what `kubectl describe fj` shows). Each is
+/// its own object: a job's moves happen once each, so there is nothing to aggregate, and no
+/// cache of past events is kept (kube's `Recorder` scans and locks one on every publish).
 async fn record(ctx: &Context, job: &FunctionJob, warning: bool, reason: &str, note: Option<String>) {
+    use k8s_openapi::api::events::v1::Event;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
     let event = Event {
-        type_: if warning { EventType::Warning } else { EventType::Normal },
-        reason: reason.into(),
-        note,
-        action: "Reconcile".into(),
-        secondary: None,
+        metadata: ObjectMeta {
+            name: Some(format!("{}.{}", job.name_any(), &uuid::Uuid::new_v4().simple().to_string()[..16])),
+            namespace: Some(ctx.settings.namespace.clone()),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(k8s_openapi::jiff::Timestamp::now())),
+        type_: Some(if warning { "Warning" } else { "Normal" }.into()),
+        reason: Some(reason.into()),
+        note: note.map(|note| note.chars().take(1024).collect()),
+        action: Some("Reconcile".into()),
+        regarding: Some(job.object_ref(&())),
+        reporting_controller: Some("gantry-controller".into()),
+        reporting_instance: Some(ctx.settings.identity.clone()),
+        ..Default::default()
     };
-    if let Err(error) = ctx.recorder.publish(&event, &job.object_ref(&())).await {
+    let events: Api<Event> = Api::namespaced(ctx.client.clone(), &ctx.settings.namespace);
+    if let Err(error) = events.create(&PostParams::default(), &event).await {
         tracing::warn!(error = &error as &dyn std::error::Error, "failed to publish a Kubernetes event");
     }
 }
@@ -162,9 +176,14 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
         ctx.jobs().delete(&job.name_any(), &DeleteParams::default()).await.map_err(kube_error("delete", job_id))?;
         return Ok(Action::await_change());
     };
-    let pod = ctx.pods().get_opt(&pod_name(job_id)).await.map_err(kube_error("read the pod", job_id))?;
     let previous = job.status.clone().unwrap_or_default();
     let mut status = row.status();
+    // A queued job has no pod yet (pods are made only once admitted): no need to look.
+    let pod = if status == JobStatus::Queued && previous.pod_name.is_none() {
+        None
+    } else {
+        ctx.pods().get_opt(&pod_name(job_id)).await.map_err(kube_error("read the pod", job_id))?
+    };
     let mut message = previous.message.clone();
     let pod_created = previous.pod_name.is_some() || pod.is_some();
 
@@ -328,8 +347,8 @@ async fn cleanup(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
 }
 
 /// One admission pass: queued jobs that fit the limits across the cluster move to PENDING, and
-/// their resources are told so (the status write triggers their reconcile, which creates the pod).
-pub async fn admit(ctx: &Context) -> Result<usize, Error> {
+/// each is handed to the controller's queue (`admitted`), whose reconcile starts its pod.
+pub async fn admit(ctx: &Context, admitted: &Admitted) -> Result<usize, Error> {
     let mut capacity = Capacity::default();
     for (author, gpu, count) in jobs::in_flight_load(&ctx.db).await.map_err(database_error(""))? {
         let count = usize::try_from(count).unwrap_or(0);
@@ -340,25 +359,18 @@ pub async fn admit(ctx: &Context) -> Result<usize, Error> {
             capacity.running_cpu += count;
         }
     }
-    let admitted =
+    let moved =
         admit_queued(&ctx.db, &ctx.publisher, &capacity, ctx.settings.limits).await.map_err(database_error(""))?;
-    let jobs = ctx.jobs();
-    let patch = json!({"status": {"phase": "PENDING"}});
-    let marks = futures::stream::iter(admitted.iter().cloned()).map(|job_id| {
-        let (jobs, patch) = (jobs.clone(), patch.clone());
-        async move {
-            match jobs.patch_status(&job_id, &PatchParams::default(), &Patch::Merge(&patch)).await {
-                Ok(_) => Ok(()),
-                // No resource yet: the gateway's sweep creates it, and its reconcile starts the pod.
-                Err(kube::Error::Api(status)) if status.code == 404 => Ok(()),
-                Err(source) => Err(Error::Kube { operation: "mark admitted", job_id, source }),
-            }
-        }
-    });
-    marks.buffer_unordered(16).try_collect::<Vec<()>>().await?;
-    ctx.metrics.admitted.inc_by(admitted.len() as u64);
-    Ok(admitted.len())
+    for job_id in &moved {
+        // A job whose resource does not exist yet starts when the gateway's sweep creates it.
+        let _ = admitted.unbounded_send(ObjectRef::new(job_id).within(&ctx.settings.namespace));
+    }
+    ctx.metrics.admitted.inc_by(moved.len() as u64);
+    Ok(moved.len())
 }
+
+/// Where admission passes hand admitted jobs to the controller.
+pub type Admitted = futures::channel::mpsc::UnboundedSender<ObjectRef<FunctionJob>>;
 
 /// Runs the controller until a shutdown signal: with leader election, only while this replica
 /// holds the lease (a lost lease stops everything it was doing, and it stands again).
@@ -388,9 +400,10 @@ async fn lead(ctx: Arc<Context>) {
     ctx.metrics.leader.set(1);
     let _leading = Leading(Arc::clone(&ctx.metrics));
     let admission = Arc::clone(&ctx);
+    let (admitted, to_reconcile) = futures::channel::mpsc::unbounded();
     let admitting = tokio::spawn(async move {
         loop {
-            if let Err(error) = admit(&admission).await {
+            if let Err(error) = admit(&admission, &admitted).await {
                 tracing::error!(error = &error as &dyn std::error::Error, "admission pass failed");
             }
             tokio::time::sleep(admission.settings.admission_every).await;
@@ -400,6 +413,8 @@ async fn lead(ctx: Arc<Context>) {
     let _admitting = AbortOnDrop(admitting);
     Controller::new(ctx.jobs(), watcher::Config::default())
         .owns(ctx.pods(), watcher::Config::default().labels(crate::crd::LABEL_JOB_ID))
+        .reconcile_on(to_reconcile)
+        .with_config(controller::Config::default().concurrency(ctx.settings.concurrency))
         .shutdown_on_signal()
         .run(reconcile, error_policy, Arc::clone(&ctx))
         .for_each(|outcome| async move {
