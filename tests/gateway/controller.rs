@@ -563,6 +563,30 @@ async fn bench_pods_created_per_second() {
             memory("VmHWM"),
             memory("VmRSS"),
         );
+        // What the controller asked of the API server, per job (the queueing's creates excluded).
+        let mut calls: std::collections::BTreeMap<String, usize> = Default::default();
+        for (method, path) in api.requests() {
+            let path = path.split('?').next().unwrap_or_default();
+            let segments: Vec<&str> = path.split('/').collect();
+            let kind = match segments.iter().position(|s| *s == "namespaces") {
+                Some(i) => segments[i + 2..]
+                    .iter()
+                    .take(3)
+                    .enumerate()
+                    .filter(|(n, _)| *n != 1)
+                    .map(|(_, s)| *s)
+                    .collect::<Vec<_>>()
+                    .join("/"),
+                None => segments.last().copied().unwrap_or_default().to_string(),
+            };
+            *calls.entry(format!("{method} {kind}")).or_default() += 1;
+        }
+        let per_job: Vec<String> = calls
+            .iter()
+            .filter(|(_, count)| **count > jobs_count / 2)
+            .map(|(call, count)| format!("{call}={:.2}", *count as f64 / (jobs_count + 1) as f64))
+            .collect();
+        println!("BENCH queued={jobs_count} api_calls_per_job: {}", per_job.join(" "));
         let _ = controller.kill().await;
     }
 }

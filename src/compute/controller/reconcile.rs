@@ -12,9 +12,10 @@ use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::{DeleteParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
-use kube::runtime::reflector::ObjectRef;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use kube::runtime::watcher;
+use kube::runtime::reflector::{self, ObjectRef};
+use kube::runtime::watcher::{self, watcher};
+use kube::runtime::{WatchStreamExt, predicates};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
@@ -61,6 +62,9 @@ pub struct Context {
     pub publisher: Arc<dyn Publisher>,
     pub settings: ControllerSettings,
     pub metrics: Arc<Metrics>,
+    /// A hash of the status this process last wrote to each resource: the resource in the
+    /// controller's cache may not show that write yet, and writing it again is a wasted call.
+    written: std::sync::Mutex<std::collections::HashMap<String, u64>>,
 }
 
 impl Context {
@@ -71,7 +75,8 @@ impl Context {
         publisher: Arc<dyn Publisher>,
         settings: ControllerSettings,
     ) -> Context {
-        Context { client, db, storage, publisher, settings, metrics: Arc::new(Metrics::controller()) }
+        let metrics = Arc::new(Metrics::controller());
+        Context { client, db, storage, publisher, settings, metrics, written: Default::default() }
     }
 
     fn jobs(&self) -> Api<FunctionJob> {
@@ -179,7 +184,7 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
     let previous = job.status.clone().unwrap_or_default();
     let mut status = row.status();
     // A queued job has no pod yet (pods are made only once admitted): no need to look.
-    let pod = if status == JobStatus::Queued && previous.pod_name.is_none() {
+    let mut pod = if status == JobStatus::Queued && previous.pod_name.is_none() {
         None
     } else {
         ctx.pods().get_opt(&pod_name(job_id)).await.map_err(kube_error("read the pod", job_id))?
@@ -199,10 +204,13 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
         }
     } else if status == JobStatus::Pending && !pod_created {
         let desired = build_pod(job, &ctx.settings.pods);
-        ctx.pods()
+        let created = ctx
+            .pods()
             .patch(&pod_name(job_id), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&desired))
             .await
             .map_err(kube_error("create the pod", job_id))?;
+        // The status written below already names it.
+        pod = Some(created);
         record(ctx, job, false, "PodCreated", Some(format!("pod {} created", pod_name(job_id)))).await;
     } else if pod_created {
         if row.stop_requested
@@ -261,22 +269,46 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
     if job.status.as_ref() != Some(&desired) {
         write_status(ctx, job, &desired).await?;
     }
+    if status.is_terminal() && logs_archived && pod.is_none() {
+        // Nothing will change any more.
+        ctx.forget(job);
+    }
     Ok(match status {
         JobStatus::Queued => Action::await_change(),
-        JobStatus::Pending => Action::requeue(Duration::from_secs(15)),
+        // Pod changes wake it; the timer only catches a pod pending past the deadline.
+        JobStatus::Pending => {
+            Action::requeue((ctx.settings.pending_deadline / 4).clamp(Duration::from_secs(1), Duration::from_secs(60)))
+        }
         JobStatus::Running => Action::requeue(Duration::from_secs(60)),
         _ if pod.is_some() => Action::requeue(keep.max(Duration::from_secs(1))),
         _ => Action::await_change(),
     })
 }
 
+/// Writes the resource's status, unless this process wrote exactly that last time.
 async fn write_status(ctx: &Context, job: &FunctionJob, status: &FunctionJobStatus) -> Result<(), Error> {
+    use std::hash::{Hash, Hasher};
     let patch = json!({"status": status});
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    patch.to_string().hash(&mut hasher);
+    let hash = hasher.finish();
+    // By uid: a resource deleted and made again is a new one.
+    let key = job.uid().unwrap_or_default();
+    if ctx.written.lock().unwrap_or_else(|p| p.into_inner()).get(&key) == Some(&hash) {
+        return Ok(());
+    }
     ctx.jobs()
         .patch_status(&job.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
         .await
         .map_err(kube_error("write the status", &job.spec.job_id))?;
+    ctx.written.lock().unwrap_or_else(|p| p.into_inner()).insert(key, hash);
     Ok(())
+}
+
+impl Context {
+    fn forget(&self, job: &FunctionJob) {
+        self.written.lock().unwrap_or_else(|p| p.into_inner()).remove(&job.uid().unwrap_or_default());
+    }
 }
 
 /// Makes sure the finished job's logs are in storage: the launcher ships them (its exit record
@@ -343,6 +375,7 @@ async fn cleanup(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
             .await
             .map_err(kube_error("delete the pod", job_id))?;
     }
+    ctx.forget(job);
     Ok(Action::await_change())
 }
 
@@ -411,7 +444,15 @@ async fn lead(ctx: Arc<Context>) {
     });
     // Aborted with the leader's work however that ends (a lost lease drops this future).
     let _admitting = AbortOnDrop(admitting);
-    Controller::new(ctx.jobs(), watcher::Config::default())
+    // Only changes of a resource's generation (spec, deletion) start a reconcile, not the
+    // controller's own status writes; pods, admissions and timers start the rest.
+    let (reader, writer) = reflector::store();
+    let resources = watcher(ctx.jobs(), watcher::Config::default())
+        .default_backoff()
+        .reflect(writer)
+        .applied_objects()
+        .predicate_filter(predicates::generation, Default::default());
+    Controller::for_stream(resources, reader)
         .owns(ctx.pods(), watcher::Config::default().labels(crate::crd::LABEL_JOB_ID))
         .reconcile_on(to_reconcile)
         .with_config(controller::Config::default().concurrency(ctx.settings.concurrency))
