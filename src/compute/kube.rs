@@ -202,31 +202,31 @@ impl KubeBackend {
     }
 
     /// One drift sweep: non-terminal jobs without a resource get one; resources whose job row
-    /// is gone are deleted.
+    /// is gone are deleted (see `drift`).
     pub async fn sweep(&self) -> Result<(), Error> {
         let listed = self.jobs_api().list(&ListParams::default()).await.map_err(|source| Error::Kube {
             operation: "list FunctionJobs",
             job_id: String::new(),
             source,
         })?;
-        let present: HashSet<String> = listed.items.iter().map(|r| r.spec.job_id.clone()).collect();
-        let active =
-            jobs::active_ids(&self.db).await.map_err(|source| Error::Database { job_id: String::new(), source })?;
-        for job_id in active.iter().filter(|id| !present.contains(*id)) {
+        let database = |source| Error::Database { job_id: String::new(), source };
+        let active: HashSet<String> = jobs::active_ids(&self.db).await.map_err(database)?.into_iter().collect();
+        let resources: Vec<(String, String)> =
+            listed.items.iter().map(|r| (r.name_any(), r.spec.job_id.clone())).collect();
+        // Only resources of jobs that are not active can have lost their row.
+        let unsure: Vec<String> =
+            resources.iter().map(|(_, id)| id.clone()).filter(|id| !active.contains(id)).collect();
+        let existing = jobs::existing_ids(&self.db, &unsure).await.map_err(database)?;
+        let repairs = drift(&active, &resources, &existing);
+        for job_id in &repairs.create {
             tracing::warn!(job.id = %job_id, "job has no FunctionJob; creating it");
             if let Err(error) = self.ensure_resources(job_id).await {
                 tracing::error!(error = &error as &dyn std::error::Error, "failed to repair a job's FunctionJob");
             }
         }
-        for resource in listed.items {
-            let exists = jobs::find(&self.db, &resource.spec.job_id)
-                .await
-                .map_err(|source| Error::Database { job_id: resource.spec.job_id.clone(), source })?
-                .is_some();
-            if !exists {
-                tracing::warn!(job.id = %resource.spec.job_id, "FunctionJob without a job row; deleting it");
-                let _ = self.jobs_api().delete(&resource.name_any(), &DeleteParams::default()).await;
-            }
+        for name in &repairs.delete {
+            tracing::warn!(resource = %name, "FunctionJob without a job row; deleting it");
+            let _ = self.jobs_api().delete(name, &DeleteParams::default()).await;
         }
         Ok(())
     }
@@ -240,6 +240,30 @@ impl KubeBackend {
             tokio::time::sleep(self.settings.sweep_every).await;
         }
     }
+}
+
+/// What a drift sweep repairs.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Repairs {
+    /// Active jobs without a resource: create theirs.
+    pub create: Vec<String>,
+    /// Resources (by name) whose job row is gone: delete them.
+    pub delete: Vec<String>,
+}
+
+/// The drift decision, pure: `active` are the non-terminal jobs, `resources` the listed
+/// `(name, job id)` pairs, `existing` the job ids among them known to have a row (besides the
+/// active ones). Terminal jobs keep their resource; nothing else is touched.
+pub fn drift(active: &HashSet<String>, resources: &[(String, String)], existing: &HashSet<String>) -> Repairs {
+    let present: HashSet<&str> = resources.iter().map(|(_, id)| id.as_str()).collect();
+    let mut create: Vec<String> = active.iter().filter(|id| !present.contains(id.as_str())).cloned().collect();
+    create.sort();
+    let delete = resources
+        .iter()
+        .filter(|(_, id)| !active.contains(id) && !existing.contains(id))
+        .map(|(name, _)| name.clone())
+        .collect();
+    Repairs { create, delete }
 }
 
 #[async_trait::async_trait]
@@ -284,5 +308,35 @@ impl Compute for KubeBackend {
             tracing::error!(error = &error as &dyn std::error::Error, "drift sweep failed");
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn set(ids: &[&str]) -> HashSet<String> {
+        ids.iter().map(|id| id.to_string()).collect()
+    }
+
+    fn listed(ids: &[&str]) -> Vec<(String, String)> {
+        ids.iter().map(|id| (id.to_string(), id.to_string())).collect()
+    }
+
+    #[test]
+    fn an_active_job_without_its_resource_gets_one() {
+        let repairs = drift(&set(&["b", "a", "c"]), &listed(&["c"]), &set(&[]));
+        assert_eq!(repairs, Repairs { create: vec!["a".into(), "b".into()], delete: vec![] });
+    }
+
+    #[test]
+    fn a_resource_whose_job_row_is_gone_is_deleted_and_finished_jobs_keep_theirs() {
+        let repairs = drift(&set(&["a"]), &listed(&["a", "finished", "gone"]), &set(&["finished"]));
+        assert_eq!(repairs, Repairs { create: vec![], delete: vec!["gone".into()] });
+    }
+
+    #[test]
+    fn nothing_to_repair_when_all_match() {
+        assert_eq!(drift(&set(&["a"]), &listed(&["a"]), &set(&[])), Repairs::default());
     }
 }

@@ -1,6 +1,8 @@
 //! Jobs, their events and runtime jobs. Every status move is one transaction that writes the job
 //! and its `STATUS_CHANGE` event together, conditioned on the status it moves from.
 
+use std::collections::HashSet;
+
 use super::{Db, Error, new_id, now_micros, on_db, query_error};
 use crate::domain::admission::QueuedJob;
 use crate::domain::lifecycle::{JobStatus, Move};
@@ -544,6 +546,26 @@ pub async fn active_ids(db: &Db) -> Result<Vec<String>, Error> {
         .fetch_all(pool)
         .await)
     .map_err(query_error("list active jobs"))
+}
+
+/// Which of `ids` name a job row, asked in batches (the drift sweep's question about its
+/// resources).
+pub async fn existing_ids(db: &Db, ids: &[String]) -> Result<HashSet<String>, Error> {
+    let mut found = HashSet::new();
+    for batch in ids.chunks(500) {
+        let rows: Vec<String> = on_db!(db, pool => {
+            let mut query = sqlx::QueryBuilder::new("SELECT id FROM jobs WHERE id IN (");
+            let mut separated = query.separated(", ");
+            for id in batch {
+                separated.push_bind(id);
+            }
+            separated.push_unseparated(")");
+            query.build_query_scalar::<String>().fetch_all(pool).await
+        })
+        .map_err(query_error("find jobs by id"))?;
+        found.extend(rows);
+    }
+    Ok(found)
 }
 
 /// Pending and running jobs counted per author and kind (GPU or not): the load admission works

@@ -19,7 +19,27 @@ both_backends!(
     provider_job_listing_and_logs,
     a_cancelled_run_never_leaves_a_transaction_open,
     text_fields_are_trimmed_like_the_reference,
+    existing_ids_finds_exactly_the_jobs_with_rows,
 );
+
+/// The drift sweep's batch question (more ids than one batch holds).
+async fn existing_ids_finds_exactly_the_jobs_with_rows(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
+    let mut real = Vec::new();
+    for _ in 0..3 {
+        let reply = run(&gateway, "alice", "fn", "{}").await;
+        assert_eq!(reply.status, 200, "{}", reply.json);
+        real.push(reply.json["id"].as_str().unwrap().to_string());
+    }
+    let mut asked: Vec<String> = (0..1200).map(|_| gantry::db::new_id()).collect();
+    asked.insert(7, real[0].clone());
+    asked.insert(600, real[1].clone());
+    asked.push(real[2].clone());
+    let found = gantry::db::jobs::existing_ids(&gateway.state.db, &asked).await.unwrap();
+    assert_eq!(found, real.iter().cloned().collect());
+    assert!(gantry::db::jobs::existing_ids(&gateway.state.db, &[]).await.unwrap().is_empty());
+}
 
 async fn text_fields_are_trimmed_like_the_reference(backend: Backend) {
     let gateway = Gateway::start(backend).await;
