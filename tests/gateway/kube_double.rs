@@ -999,7 +999,9 @@ impl PatchBody {
                 Ok(PatchBody::Merge(parse_json(body)?))
             }
             "application/json-patch+json" => Ok(PatchBody::Json(parse_json(body)?)),
-            "application/apply-patch+yaml" => serde_yaml::from_slice(body)
+            // Clients send JSON, which is YAML too: read it as JSON first (much cheaper).
+            "application/apply-patch+yaml" => serde_json::from_slice(body)
+                .or_else(|_| serde_yaml::from_slice(body))
                 .map(PatchBody::Apply)
                 .map_err(|e| ApiError::bad_request(&format!("the apply body is not YAML: {e}"))),
             other => {
