@@ -18,6 +18,7 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use tokio::io::AsyncWriteExt;
 
+use super::launch::JobObjects;
 use crate::secrets::Secret;
 use crate::storage::Storage;
 use crate::storage::access::{self, BoxError};
@@ -71,14 +72,7 @@ impl Area for StorageArea {
     }
 
     async fn fetch(&self, name: &str, destination: &Path) -> Result<bool, BoxError> {
-        let Some(object) = self.storage.get(&format!("{}{name}", self.key)).await? else { return Ok(false) };
-        let mut file = tokio::fs::File::create(destination).await?;
-        let mut body = object.body;
-        while let Some(chunk) = body.next().await {
-            file.write_all(&chunk?).await?;
-        }
-        file.flush().await?;
-        Ok(true)
+        JobObjects::fetch(&self.storage, &format!("{}{name}", self.key), destination).await
     }
 
     async fn store(&self, name: &str, path: &Path) -> Result<(), BoxError> {
