@@ -93,6 +93,9 @@ pub struct GatewayArea {
     pub token: Secret,
     pub function: String,
     pub provider: Option<String>,
+    /// One client for the job's life (the periodic sync would otherwise load the system's
+    /// root certificates every few seconds).
+    client: std::sync::OnceLock<access::HttpClient>,
 }
 
 fn http_error(what: &str, status: u16, body: &[u8]) -> BoxError {
@@ -118,6 +121,7 @@ impl GatewayArea {
             token: Secret::new(variable("ENV_JOB_GATEWAY_TOKEN")?),
             function: function.to_string(),
             provider: provider.map(str::to_string),
+            client: std::sync::OnceLock::new(),
         })
     }
 
@@ -136,7 +140,14 @@ impl GatewayArea {
     ) -> Result<hyper::Response<hyper::body::Incoming>, BoxError> {
         let request =
             request.header(hyper::header::AUTHORIZATION, format!("Bearer {}", self.token.expose())).body(body)?;
-        Ok(access::http_client()?.request(request).await?)
+        let client = match self.client.get() {
+            Some(client) => client,
+            None => {
+                let client = access::http_client()?;
+                self.client.get_or_init(|| client)
+            }
+        };
+        Ok(client.request(request).await?)
     }
 
     async fn read_body(response: hyper::Response<hyper::body::Incoming>) -> Result<Bytes, BoxError> {
