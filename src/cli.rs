@@ -33,6 +33,9 @@ pub enum Command {
     Launch(crate::compute::launch::LaunchArgs),
     /// Print the FunctionJob CustomResourceDefinition (YAML) for `kubectl apply -f -`.
     Crd,
+    /// Print the Kubernetes permissions each role uses (JSON: group, resource, verbs, scope),
+    /// what the Helm chart's Roles grant.
+    Rbac,
     /// Copy this executable to DESTINATION (executable): what a job pod's init container runs to
     /// give the job's image the launcher.
     PlaceLauncher { destination: std::path::PathBuf },

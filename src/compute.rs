@@ -10,6 +10,7 @@ pub mod data_area;
 pub mod kube;
 pub mod launch;
 pub mod local;
+pub mod rbac;
 
 use std::sync::Arc;
 

@@ -28,6 +28,10 @@ async fn main() -> anyhow::Result<()> {
             print!("{}", gantry::crd::crd_yaml());
             Ok(())
         }
+        Command::Rbac => {
+            println!("{:#}", gantry::compute::rbac::document());
+            Ok(())
+        }
         Command::Launch(args) => {
             let code = args.run().await?;
             std::process::exit(code);

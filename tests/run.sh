@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # The test command: formatting, lints, unit tests, the gateway suite on SQLite+local and on
 # PostgreSQL+S3, and the end-to-end checks with the real Python client against `gantry serve`
-# (functions, files, and jobs executed by a Python that has the client installed).
+# (functions, files, and jobs executed by a Python that has the client installed), the same
+# against `gantry gateway` + `gantry controller` with the Kubernetes doubles, the Helm chart's
+# offline checks, and the container images built and run with podman (installed if missing).
 # Needs DATABASE_URL (a PostgreSQL superuser; default postgres://postgres@127.0.0.1:5432/test)
 # and GANTRY_TEST_PYTHON (a Python with qiskit-serverless 0.37.0); `.ci/run` provides both.
 set -euo pipefail
@@ -46,3 +48,9 @@ fi
 step "end to end: the real client against gantry gateway + gantry controller (Kubernetes doubles)"
 GANTRY_TEST_PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" \
   cargo test --quiet --test gateway e2e_kubernetes -- --ignored 2>&1 | grep -v '^test .* ok$'
+
+step "Helm chart: strict lint, rendering, Kubernetes schemas, RBAC = gantry rbac, values table"
+GANTRY_BIN=target/debug/gantry tests/helm/run.sh
+
+step "container images: build with podman and run (gantry, the runner with the real client)"
+GANTRY_BIN=target/debug/gantry tests/images.sh

@@ -33,6 +33,17 @@ fn parse_map(text: &str) -> Result<BTreeMap<String, String>, String> {
         .collect()
 }
 
+/// Tolerations given as one JSON list (`[{"key": ..., "operator": ..., "effect": ...}]`).
+#[derive(Debug, Clone, Default)]
+pub struct Tolerations(pub Vec<k8s_openapi::api::core::v1::Toleration>);
+
+fn parse_tolerations(text: &str) -> Result<Tolerations, String> {
+    if text.trim().is_empty() {
+        return Ok(Tolerations::default());
+    }
+    serde_json::from_str(text).map(Tolerations).map_err(|error| format!("not a JSON list of tolerations: {error}"))
+}
+
 #[derive(Debug, Args)]
 pub struct ControllerArgs {
     #[command(flatten)]
@@ -80,6 +91,13 @@ pub struct ControllerArgs {
     /// Node selector of CPU jobs (`key=value,...`).
     #[arg(long, env = "GANTRY_CPU_NODE_SELECTOR", default_value = "", value_parser = parse_map)]
     pub cpu_node_selector: BTreeMap<String, String>,
+    /// Tolerations of GPU jobs' pods: a JSON list, e.g.
+    /// `[{"key":"nvidia.com/gpu","operator":"Exists","effect":"NoSchedule"}]`.
+    #[arg(long, env = "GANTRY_GPU_TOLERATIONS", default_value = "", value_parser = parse_tolerations)]
+    pub gpu_tolerations: Tolerations,
+    /// Tolerations of CPU jobs' pods: a JSON list.
+    #[arg(long, env = "GANTRY_CPU_TOLERATIONS", default_value = "", value_parser = parse_tolerations)]
+    pub cpu_tolerations: Tolerations,
     /// Priority class of GPU jobs.
     #[arg(long, env = "GANTRY_GPU_PRIORITY_CLASS")]
     pub gpu_priority_class: Option<String>,
@@ -154,12 +172,12 @@ impl ControllerArgs {
                 gpu_resource: self.gpu_resource.clone(),
                 gpu_placement: Placement {
                     node_selector: self.gpu_node_selector.clone(),
-                    tolerations: Vec::new(),
+                    tolerations: self.gpu_tolerations.0.clone(),
                     priority_class: self.gpu_priority_class.clone(),
                 },
                 cpu_placement: Placement {
                     node_selector: self.cpu_node_selector.clone(),
-                    tolerations: Vec::new(),
+                    tolerations: self.cpu_tolerations.0.clone(),
                     priority_class: self.cpu_priority_class.clone(),
                 },
                 image_pull_secrets: self.image_pull_secrets.clone(),
@@ -205,5 +223,21 @@ impl ControllerArgs {
             () = reconcile::run(context) => Ok(()),
             admin = admin => admin.context("admin server stopped")?,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tolerations_are_a_json_list_and_bad_ones_are_named() {
+        let parsed = parse_tolerations(r#"[{"key":"nvidia.com/gpu","operator":"Exists","effect":"NoSchedule"}]"#);
+        let parsed = parsed.unwrap().0;
+        assert_eq!(parsed.len(), 1);
+        assert_eq!(parsed[0].key.as_deref(), Some("nvidia.com/gpu"));
+        assert!(parse_tolerations("").unwrap().0.is_empty());
+        let error = parse_tolerations("gpu=true").unwrap_err();
+        assert!(error.starts_with("not a JSON list of tolerations"), "{error}");
     }
 }

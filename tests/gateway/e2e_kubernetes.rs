@@ -50,8 +50,13 @@ async fn the_real_client_runs_jobs_through_gateway_and_controller() {
     let api = ApiServer::new();
     api.install_crd(&gantry::crd::crd_yaml()).await;
     let address = api.serve().await;
-    let kubeconfig = folder.path().join("kubeconfig");
-    std::fs::write(&kubeconfig, api.kubeconfig(address)).unwrap();
+    // Each role has its own credentials, so its requests can be checked against its RBAC rules.
+    let kubeconfig = |role: &str| {
+        let path = folder.path().join(format!("kubeconfig-{role}"));
+        std::fs::write(&path, api.kubeconfig_with_token(address, Some(role))).unwrap();
+        path
+    };
+    let (gateway_kubeconfig, controller_kubeconfig) = (kubeconfig("gateway"), kubeconfig("controller"));
     let _kubelet = Kubelet::start(api.clone(), "default");
 
     let admin = |words: &[&str]| {
@@ -69,7 +74,7 @@ async fn the_real_client_runs_jobs_through_gateway_and_controller() {
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let key = base64::engine::general_purpose::STANDARD.encode([7u8; 32]);
-    let (shared, env) = role_settings(&resources, folder.path(), &kubeconfig);
+    let (shared, env) = role_settings(&resources, folder.path(), &gateway_kubeconfig);
     let gateway_log = folder.path().join("gateway.log");
     let mut gateway_args = vec!["gateway".to_string()];
     gateway_args.extend(shared.iter().cloned());
@@ -114,7 +119,8 @@ async fn the_real_client_runs_jobs_through_gateway_and_controller() {
         ]
         .map(str::to_string),
     );
-    let mut controller = spawn_role(&controller_args, &env, &controller_log);
+    let (_, controller_env) = role_settings(&resources, folder.path(), &controller_kubeconfig);
+    let mut controller = spawn_role(&controller_args, &controller_env, &controller_log);
 
     let client = reqwest_free_get(&url);
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
@@ -147,6 +153,25 @@ async fn the_real_client_runs_jobs_through_gateway_and_controller() {
     assert!(resources.len() >= 5, "{resources:?}");
     for resource in &resources {
         assert!(resource["status"]["podName"].is_string(), "{resource}");
+    }
+    // Each role asked only what its exported rules (`gantry rbac`, the chart's Roles) grant.
+    let mut asked = std::collections::BTreeSet::new();
+    for (token, method, path) in api.requests_by_token() {
+        let rules = match token.as_str() {
+            "gateway" => gantry::compute::rbac::GATEWAY,
+            "controller" => gantry::compute::rbac::CONTROLLER,
+            other => panic!("a request with an unknown token {other}: {method} {path}"),
+        };
+        if let Some((group, resource, verb)) = crate::kube_double::rbac_attributes(&method, &path) {
+            assert!(
+                gantry::compute::rbac::allows(rules, &group, &resource, verb),
+                "the {token} asked {verb} on {group}/{resource} ({method} {path}), which its RBAC rules do not grant"
+            );
+            asked.insert((token, group, resource, verb));
+        }
+    }
+    for (role, resource, verb) in [("gateway", "functionjobs", "patch"), ("controller", "pods", "watch")] {
+        assert!(asked.iter().any(|(t, _, r, v)| t == role && r == resource && *v == verb), "{asked:?}");
     }
     let _ = gateway.kill().await;
     let _ = controller.kill().await;

@@ -173,10 +173,17 @@ impl ApiServer {
 
     /// A kubeconfig for the served double: plain HTTP, namespace `default`, no credentials.
     pub fn kubeconfig(&self, address: SocketAddr) -> String {
+        self.kubeconfig_with_token(address, None)
+    }
+
+    /// A kubeconfig for the served double whose user sends `token` as a bearer token (the
+    /// double accepts any; [`ApiServer::requests_by_token`] tells the clients apart).
+    pub fn kubeconfig_with_token(&self, address: SocketAddr, token: Option<&str>) -> String {
+        let user = token.map(|token| format!("\n    token: {token}")).unwrap_or_else(|| " {}".into());
         format!(
             "apiVersion: v1\nkind: Config\nclusters:\n- name: double\n  cluster:\n    server: http://{address}\n\
              contexts:\n- name: double\n  context:\n    cluster: double\n    namespace: default\n    user: double\n\
-             current-context: double\nusers:\n- name: double\n  user: {{}}\n"
+             current-context: double\nusers:\n- name: double\n  user:{user}\n"
         )
     }
 
@@ -226,7 +233,17 @@ impl ApiServer {
 
     /// Every request received so far, as (method, path and query).
     pub fn requests(&self) -> Vec<(String, String)> {
-        self.lock().requests.clone()
+        self.lock().requests.iter().map(|(method, path, _)| (method.clone(), path.clone())).collect()
+    }
+
+    /// Every request made with a bearer token, as (token, method, path and query): who asked
+    /// what, for checking each client's requests against its RBAC rules.
+    pub fn requests_by_token(&self) -> Vec<(String, String, String)> {
+        self.lock()
+            .requests
+            .iter()
+            .filter_map(|(method, path, token)| Some((token.clone()?, method.clone(), path.clone())))
+            .collect()
     }
 
     /// The stored object, if any (`namespace` is empty for cluster-scoped kinds).
@@ -530,7 +547,8 @@ struct Store {
     compacted_through: u64,
     changes: broadcast::Sender<Change>,
     faults: Vec<Fault>,
-    requests: Vec<(String, String)>,
+    /// (method, path and query, bearer token if any) of every request.
+    requests: Vec<(String, String, Option<String>)>,
     pod_logs: HashMap<(String, String), String>,
 }
 
@@ -1515,7 +1533,13 @@ async fn handle(State(server): State<ApiServer>, request: Request) -> Response {
     let path_and_query = parts.uri.path_and_query().map(|pq| pq.as_str().to_string()).unwrap_or_default();
     let fault = {
         let mut store = server.lock();
-        store.requests.push((parts.method.to_string(), path_and_query.clone()));
+        let token = parts
+            .headers
+            .get(header::AUTHORIZATION)
+            .and_then(|value| value.to_str().ok())
+            .and_then(|value| value.strip_prefix("Bearer "))
+            .map(str::to_string);
+        store.requests.push((parts.method.to_string(), path_and_query.clone(), token));
         store.take_fault(parts.method.as_str(), &path_and_query)
     };
     if let Some(code) = fault {
@@ -1922,4 +1946,44 @@ fn table_cell(column: &PrinterColumn, object: &Value) -> Value {
         s => format!("{}d", s / 86_400),
     };
     json!(age)
+}
+
+/// What a request asks in RBAC's terms, as the real API server's authorizer sees it:
+/// (API group, resource or `resource/subresource`, verb). `None` for discovery and other
+/// non-resource paths, which every authenticated client may read.
+pub fn rbac_attributes(method: &str, path_and_query: &str) -> Option<(String, String, &'static str)> {
+    let (path, query) = path_and_query.split_once('?').unwrap_or((path_and_query, ""));
+    let segments: Vec<&str> = path.trim_matches('/').split('/').collect();
+    let (group, rest) = match segments.as_slice() {
+        ["api", _version, rest @ ..] => ("", rest),
+        ["apis", group, _version, rest @ ..] => (*group, rest),
+        _ => return None,
+    };
+    let rest = match rest {
+        ["namespaces", _namespace, rest @ ..] if !rest.is_empty() => rest,
+        rest => rest,
+    };
+    let (resource, name, subresource) = match rest {
+        [] => return None,
+        [resource] => (*resource, None, None),
+        [resource, name] => (*resource, Some(*name), None),
+        [resource, name, subresource, ..] => (*resource, Some(*name), Some(*subresource)),
+    };
+    let watch = query.split('&').any(|pair| pair == "watch=true" || pair == "watch=1");
+    let verb = match (method, name) {
+        ("GET", _) if watch => "watch",
+        ("GET", Some(_)) => "get",
+        ("GET", None) => "list",
+        ("POST", _) => "create",
+        ("PUT", _) => "update",
+        ("PATCH", _) => "patch",
+        ("DELETE", Some(_)) => "delete",
+        ("DELETE", None) => "deletecollection",
+        _ => return None,
+    };
+    let resource = match subresource {
+        Some(subresource) => format!("{resource}/{subresource}"),
+        None => resource.to_string(),
+    };
+    Some((group.to_string(), resource, verb))
 }

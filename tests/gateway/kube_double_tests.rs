@@ -384,3 +384,41 @@ async fn kubectl_gets_function_jobs_with_their_printer_columns() {
     assert!(events.contains("Normal") && events.contains("gantry-controller"), "{described}");
     assert!(events.contains("the pod is running"), "{described}");
 }
+
+#[test]
+fn requests_map_to_rbac_attributes_as_the_authorizer_sees_them() {
+    use crate::kube_double::rbac_attributes;
+    let cases = [
+        ("GET", "/api/v1/namespaces/default/pods/p1", Some(("", "pods", "get"))),
+        ("GET", "/api/v1/namespaces/default/pods?labelSelector=x", Some(("", "pods", "list"))),
+        ("GET", "/api/v1/namespaces/default/pods?watch=true&resourceVersion=4", Some(("", "pods", "watch"))),
+        ("GET", "/api/v1/namespaces/default/pods/p1/log?container=job", Some(("", "pods/log", "get"))),
+        (
+            "PATCH",
+            "/apis/gantry.dev/v1alpha1/namespaces/default/functionjobs/j/status",
+            Some(("gantry.dev", "functionjobs/status", "patch")),
+        ),
+        ("POST", "/apis/events.k8s.io/v1/namespaces/default/events", Some(("events.k8s.io", "events", "create"))),
+        (
+            "PUT",
+            "/apis/coordination.k8s.io/v1/namespaces/default/leases/l",
+            Some(("coordination.k8s.io", "leases", "update")),
+        ),
+        ("DELETE", "/api/v1/namespaces/default/secrets", Some(("", "secrets", "deletecollection"))),
+        (
+            "GET",
+            "/apis/apiextensions.k8s.io/v1/customresourcedefinitions/x.y",
+            Some(("apiextensions.k8s.io", "customresourcedefinitions", "get")),
+        ),
+        ("GET", "/apis/gantry.dev/v1alpha1/functionjobs", Some(("gantry.dev", "functionjobs", "list"))),
+        ("GET", "/api/v1/namespaces/default", Some(("", "namespaces", "get"))),
+        ("GET", "/apis", None),
+        ("GET", "/api/v1", None),
+        ("GET", "/version", None),
+    ];
+    for (method, path, expected) in cases {
+        let got = rbac_attributes(method, path);
+        let got = got.as_ref().map(|(g, r, v)| (g.as_str(), r.as_str(), *v));
+        assert_eq!(got, expected, "{method} {path}");
+    }
+}
