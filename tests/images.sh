@@ -183,10 +183,21 @@ PY
 }
 oci_config "$GANTRY_IMAGE" "$T/gantry-config.json"
 oci_config "$RUNNER_IMAGE" "$T/runner-config.json"
-results=$(python3 - "$T/gantry-config.json" "$T/runner-config.json" "$VERSION" <<'PY'
+# What the chart assumes of the images (charts/gantry/values.yaml): the binary's path (the
+# roles' command and the job pods' launcher source) and the user its pods run as.
+chart_value() { awk -v section="$1" -v key="$2" '
+  /^[^ #]/ { in_section = ($0 ~ "^" section ":") }
+  in_section && $1 == key ":" { gsub(/"/, "", $2); print $2; exit }' charts/gantry/values.yaml; }
+CHART_BINARY=$(chart_value image binaryPath)
+CHART_LAUNCHER=$(chart_value jobs launcherSource)
+CHART_UID=$(chart_value podSecurityContext runAsUser)
+CHART_JOB_UID=$(chart_value jobs user)
+results=$(python3 - "$T/gantry-config.json" "$T/runner-config.json" "$VERSION" \
+  "$CHART_BINARY" "$CHART_LAUNCHER" "$CHART_UID" "$CHART_JOB_UID" <<'PY'
 import json, sys
 gantry, runner = (json.load(open(path))["config"] for path in sys.argv[1:3])
 version = sys.argv[3]
+chart_binary, chart_launcher, chart_uid, chart_job_uid = sys.argv[4:8]
 def check(ok, what, seen):
     print(f"{'ok   ' if ok else 'FAIL '} {what}" + ("" if ok else f" (seen: {seen!r})"))
 def labels(config, title):
@@ -202,6 +213,13 @@ check(set(gantry.get("ExposedPorts") or {}) == {"8000/tcp", "9090/tcp"}, "gantry
 ok, found = labels(gantry, "gantry")
 check(ok, f"gantry image config: OCI labels title/description/source/licenses/version={version}", found)
 check(runner.get("User") == "65532:65532", "runner image config: User 65532:65532", runner.get("User"))
+binary = (gantry.get("Entrypoint") or [""])[0]
+check(binary == chart_binary == chart_launcher,
+      f"the chart's image.binaryPath and jobs.launcherSource are the image's binary ({binary})",
+      (chart_binary, chart_launcher))
+check(gantry.get("User", "").split(":")[0] == chart_uid and runner.get("User", "").split(":")[0] == chart_job_uid,
+      f"the chart's podSecurityContext.runAsUser ({chart_uid}) and jobs.user ({chart_job_uid}) are the images' users",
+      (gantry.get("User"), runner.get("User")))
 check(runner.get("WorkingDir") == "/work", "runner image config: WorkingDir /work", runner.get("WorkingDir"))
 path = next((e for e in runner.get("Env", []) if e.startswith("PATH=")), "")
 check(path.startswith("PATH=/opt/venv/bin:"), "runner image config: the venv first on PATH", path)
