@@ -25,15 +25,13 @@ pub use crate::state::{AppState, DEFAULT_UPLOAD_MIME_TYPES, GatewayConfig};
 
 use std::path::PathBuf;
 
-use crate::auth::AuthMechanism;
 use crate::secrets::Secret;
 
 /// The API's settings, shared by `gantry serve` and `gantry gateway`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ApiArgs {
-    /// How bearer tokens are checked.
-    #[arg(long, env = "SETTINGS_AUTH_MECHANISM", value_enum, default_value = "mock_token")]
-    pub auth_mechanism: AuthMechanism,
+    #[command(flatten)]
+    pub auth: crate::auth::AuthArgs,
     /// Largest request body in MB; larger bodies get a 413.
     #[arg(long, env = "MAX_REQUEST_BODY_SIZE_MB", default_value_t = 50)]
     pub max_request_body_size_mb: u64,
@@ -53,19 +51,6 @@ pub struct ApiArgs {
 }
 
 impl ApiArgs {
-    /// Refuses the mechanisms that are not built.
-    pub fn check_auth(&self) -> anyhow::Result<()> {
-        if self.auth_mechanism != AuthMechanism::MockToken {
-            anyhow::bail!(
-                "SETTINGS_AUTH_MECHANISM={} is not built yet; this version of Gantry supports mock_token only",
-                clap::ValueEnum::to_possible_value(&self.auth_mechanism)
-                    .map(|v| v.get_name().to_string())
-                    .unwrap_or_default()
-            );
-        }
-        Ok(())
-    }
-
     pub fn config(&self, spool_dir: PathBuf, active_jobs_per_user: i64) -> GatewayConfig {
         GatewayConfig {
             max_body_bytes: self.max_request_body_size_mb * 1024 * 1024,

@@ -1,18 +1,36 @@
-//! Authentication: the `Caller` extractor turns `Authorization: Bearer <token>` into a user.
+//! Authentication: the `Caller` extractor turns `Authorization: Bearer <token>` into a user,
+//! with the mechanism `SETTINGS_AUTH_MECHANISM` names:
 //!
-//! `mock_token` (the embedded default) accepts any token and maps each distinct token to its own
-//! user, named by the token itself, so several people (or tests) can share a small installation
-//! and an operator can manage them with `gantry admin` by that name. It is for development and
-//! trusted networks only: whoever knows a name can act as that user.
+//! - `mock_token` (the embedded default) accepts any token and maps each distinct token to its
+//!   own user, named by the token itself, so several people (or tests) can share a small
+//!   installation and an operator can manage them with `gantry admin` by that name. It is for
+//!   development and trusted networks only: whoever knows a name can act as that user.
+//! - `custom_token` asks an external endpoint who the token is (`custom`).
+//! - `oidc` verifies JWTs of an OpenID Connect provider (`oidc`).
+//!
+//! Verdicts of the upstream checks are cached by the SHA-256 of the token (`cache`); upstream
+//! calls have a deadline and hold no lock, so a slow service delays only the requests that wait
+//! for it. Tokens are never logged.
+
+pub mod cache;
+pub mod custom;
+pub mod oidc;
+pub mod upstream;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use axum::extract::FromRequestParts;
 use axum::http::header;
 use axum::http::request::Parts;
 
+use serde_json::Value;
+
 use crate::db;
 use crate::domain::names::is_valid_user_name;
 use crate::error::ApiError;
 use crate::state::AppState;
+use cache::{VerdictCache, credential_key};
 
 /// How tokens are checked (`SETTINGS_AUTH_MECHANISM`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -20,13 +38,191 @@ pub enum AuthMechanism {
     /// Any token; each distinct token is its own user, named by the token.
     #[value(name = "mock_token")]
     MockToken,
-    /// Tokens checked against an external API (not built yet).
+    /// Tokens checked by an external HTTP endpoint (`--custom-token-url`).
     #[value(name = "custom_token")]
     CustomToken,
     /// IBM Quantum platform identity service (not built yet).
     #[value(name = "runtime_platform")]
     RuntimePlatform,
+    /// JWTs of an OpenID Connect provider (`--oidc-issuer`, `--oidc-audience`).
+    #[value(name = "oidc")]
+    Oidc,
 }
+
+/// How callers are authenticated: the mechanism and its settings.
+#[derive(Debug, Clone, clap::Args)]
+pub struct AuthArgs {
+    /// How bearer tokens are checked.
+    #[arg(long, env = "SETTINGS_AUTH_MECHANISM", value_enum, default_value = "mock_token")]
+    pub auth_mechanism: AuthMechanism,
+    /// custom_token: the endpoint asked who a token is (`GET`, `Authorization: Bearer <token>`).
+    #[arg(long, env = "GANTRY_CUSTOM_TOKEN_URL")]
+    pub custom_token_url: Option<String>,
+    /// custom_token: where the user's id is in the endpoint's JSON answer (dotted path).
+    #[arg(long, env = "GANTRY_CUSTOM_TOKEN_USER_FIELD", default_value = "id")]
+    pub custom_token_user_field: String,
+    /// custom_token: where the user's groups are in the answer; when set, the user's groups are
+    /// set to them on every request.
+    #[arg(long, env = "GANTRY_CUSTOM_TOKEN_GROUPS_FIELD")]
+    pub custom_token_groups_field: Option<String>,
+    /// oidc: the issuer URL, exactly as tokens name it in `iss`.
+    #[arg(long, env = "GANTRY_OIDC_ISSUER")]
+    pub oidc_issuer: Option<String>,
+    /// oidc: the audience tokens must be issued for (`aud`).
+    #[arg(long, env = "GANTRY_OIDC_AUDIENCE")]
+    pub oidc_audience: Option<String>,
+    /// oidc: the claim naming the user.
+    #[arg(long, env = "GANTRY_OIDC_USER_CLAIM", default_value = "sub")]
+    pub oidc_user_claim: String,
+    /// oidc: the claim listing the user's groups; when set, the user's groups are set to them on
+    /// every request.
+    #[arg(long, env = "GANTRY_OIDC_GROUPS_CLAIM")]
+    pub oidc_groups_claim: Option<String>,
+    /// oidc: shortest seconds between two fetches of the provider's keys caused by tokens
+    /// signed with a key not seen yet (a rotation).
+    #[arg(long, env = "GANTRY_OIDC_KEY_REFRESH_SECONDS", default_value_t = 10)]
+    pub oidc_key_refresh_seconds: u64,
+    /// Seconds a verified token's identity is reused without asking upstream again.
+    #[arg(long, env = "IAM_IBM_CLOUD_CACHE_TTL", default_value_t = 60)]
+    pub auth_cache_ttl_seconds: u64,
+    /// Seconds an upstream authentication call may take.
+    #[arg(long, env = "GANTRY_AUTH_TIMEOUT_SECONDS", default_value_t = 5)]
+    pub auth_timeout_seconds: u64,
+}
+
+impl AuthArgs {
+    /// The authenticator these settings describe; refuses incomplete settings and the
+    /// mechanisms that are not built.
+    pub fn authenticator(&self) -> anyhow::Result<Authenticator> {
+        let upstream = || upstream::Upstream::new(Duration::from_secs(self.auth_timeout_seconds.max(1)));
+        let required = |value: &Option<String>, what: &str| {
+            value
+                .clone()
+                .filter(|v| !v.trim().is_empty())
+                .ok_or_else(|| anyhow::anyhow!("SETTINGS_AUTH_MECHANISM={} needs {what}", self.mechanism_name()))
+        };
+        let check = match self.auth_mechanism {
+            AuthMechanism::MockToken => Check::Mock,
+            AuthMechanism::CustomToken => Check::Custom(custom::CustomToken {
+                url: required(&self.custom_token_url, "--custom-token-url (GANTRY_CUSTOM_TOKEN_URL)")?,
+                user_field: self.custom_token_user_field.clone(),
+                groups_field: self.custom_token_groups_field.clone(),
+                upstream: upstream()?,
+            }),
+            AuthMechanism::Oidc => Check::Oidc(oidc::Oidc::new(
+                required(&self.oidc_issuer, "--oidc-issuer (GANTRY_OIDC_ISSUER)")?,
+                required(&self.oidc_audience, "--oidc-audience (GANTRY_OIDC_AUDIENCE)")?,
+                self.oidc_user_claim.clone(),
+                self.oidc_groups_claim.clone(),
+                upstream()?,
+                Duration::from_secs(self.oidc_key_refresh_seconds),
+            )),
+            AuthMechanism::RuntimePlatform => anyhow::bail!(
+                "SETTINGS_AUTH_MECHANISM=runtime_platform is not built yet; use mock_token, custom_token or oidc"
+            ),
+        };
+        Ok(Authenticator { check, verdicts: VerdictCache::new(Duration::from_secs(self.auth_cache_ttl_seconds)) })
+    }
+
+    pub fn mechanism_name(&self) -> String {
+        clap::ValueEnum::to_possible_value(&self.auth_mechanism).map(|v| v.get_name().to_string()).unwrap_or_default()
+    }
+}
+
+/// Who a credential is, as the mechanism tells it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Identity {
+    pub username: String,
+    /// The user's groups, when the mechanism owns group membership.
+    pub groups: Option<Vec<String>>,
+}
+
+/// Why a credential was refused.
+#[derive(Debug)]
+pub enum Rejection {
+    /// Not a credential the mechanism accepts.
+    Invalid,
+    /// Accepted, but not usable (no user id where configured): the message says why.
+    Unusable(String),
+    /// The service that vouches for credentials failed: the message says how.
+    Unavailable(String),
+}
+
+/// The value at a dotted path of a JSON object (`user.id`); a key that itself contains dots
+/// (a URL-shaped claim name) is found whole first.
+pub fn field<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
+    if let Some(found) = value.get(path) {
+        return Some(found);
+    }
+    path.split('.').try_fold(value, |value, key| value.get(key))
+}
+
+enum Check {
+    Mock,
+    Custom(custom::CustomToken),
+    Oidc(oidc::Oidc),
+}
+
+/// The configured mechanism with its cache of verdicts.
+pub struct Authenticator {
+    check: Check,
+    verdicts: VerdictCache<Identity>,
+}
+
+impl Authenticator {
+    /// `mock_token`, as `gantry serve` starts by default and the tests use.
+    pub fn mock() -> Authenticator {
+        Authenticator { check: Check::Mock, verdicts: VerdictCache::new(Duration::ZERO) }
+    }
+
+    /// Who `token` is.
+    pub async fn identify(&self, token: &str) -> Result<Identity, ApiError> {
+        let key = credential_key(token);
+        if let Some(identity) = self.verdicts.get(&key) {
+            return Ok(identity);
+        }
+        let verdict = match &self.check {
+            Check::Mock => return Ok(Identity { username: token.to_string(), groups: None }),
+            Check::Custom(custom) => custom.verify(token).await.map(|identity| (identity, None)),
+            Check::Oidc(oidc) => oidc.verify(token).await.map(|(identity, expires)| {
+                // Kept no longer than the token lives.
+                let left = expires.map(|at| {
+                    let now = SystemTime::now().duration_since(UNIX_EPOCH).unwrap_or_default().as_secs();
+                    Instant::now() + Duration::from_secs(at.saturating_sub(now))
+                });
+                (identity, left)
+            }),
+        };
+        let (identity, not_after) = verdict.map_err(|rejection| {
+            ApiError::Unauthorized(match rejection {
+                Rejection::Invalid => "Authorization token is not valid.".into(),
+                Rejection::Unusable(why) | Rejection::Unavailable(why) => why,
+            })
+        })?;
+        if !is_valid_user_name(&identity.username) {
+            return Err(ApiError::Unauthorized(format!(
+                "Authorization token is not valid: its user id '{}' is not 1-150 characters of letters, digits, '_', '.', '@' or '-'.",
+                identity.username.chars().take(150).collect::<String>()
+            )));
+        }
+        self.verdicts.put(key, identity.clone(), not_after);
+        Ok(identity)
+    }
+}
+
+impl std::fmt::Debug for Authenticator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mechanism = match self.check {
+            Check::Mock => "mock_token",
+            Check::Custom(_) => "custom_token",
+            Check::Oidc(_) => "oidc",
+        };
+        f.debug_struct("Authenticator").field("mechanism", &mechanism).finish_non_exhaustive()
+    }
+}
+
+/// Shared by every request.
+pub type SharedAuthenticator = Arc<Authenticator>;
 
 /// The authenticated user of a request.
 #[derive(Clone)]
@@ -56,17 +252,20 @@ impl FromRequestParts<AppState> for Caller {
         let header_value = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
         let token = token_from_header(header_value)
             .ok_or_else(|| ApiError::Unauthorized("Authorization token was not provided.".into()))?;
-        // mock_token is the only mechanism `gantry` starts with (see `cli`).
-        if !is_valid_user_name(token) {
+        if matches!(state.auth.check, Check::Mock) && !is_valid_user_name(token) {
             return Err(ApiError::Unauthorized(
                 "Authorization token is not valid. With mock_token it must be 1-150 characters of letters, digits, '_', '.', '@' or '-'.".into(),
             ));
         }
-        let user = db::users::ensure(&state.db, token).await?;
+        let identity = state.auth.identify(token).await?;
+        let user = db::users::ensure(&state.db, &identity.username).await?;
         if !user.is_active {
             return Err(ApiError::Unauthorized(
                 "Your user was deactivated. Please contact IBM support for reactivation.".into(),
             ));
+        }
+        if let Some(groups) = &identity.groups {
+            db::users::set_groups(&state.db, &user.id, groups).await?;
         }
         Ok(Caller { user_id: user.id, username: user.username, token: token.to_string() })
     }
@@ -75,6 +274,37 @@ impl FromRequestParts<AppState> for Caller {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn settings(words: &[&str]) -> anyhow::Result<Authenticator> {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            auth: AuthArgs,
+        }
+        let cli = <Cli as clap::Parser>::try_parse_from(std::iter::once("gantry").chain(words.iter().copied()))?;
+        cli.auth.authenticator()
+    }
+
+    #[test]
+    fn incomplete_settings_and_unbuilt_mechanisms_are_refused_by_name() {
+        let error = settings(&["--auth-mechanism", "custom_token"]).unwrap_err().to_string();
+        assert!(error.contains("needs --custom-token-url (GANTRY_CUSTOM_TOKEN_URL)"), "{error}");
+        let error = settings(&["--auth-mechanism", "oidc", "--oidc-issuer", "https://idp"]).unwrap_err().to_string();
+        assert!(error.contains("needs --oidc-audience (GANTRY_OIDC_AUDIENCE)"), "{error}");
+        let error = settings(&["--auth-mechanism", "runtime_platform"]).unwrap_err().to_string();
+        assert!(error.contains("runtime_platform is not built yet"), "{error}");
+        assert!(settings(&[]).is_ok());
+    }
+
+    #[test]
+    fn fields_are_dotted_paths_or_whole_keys() {
+        let answer = serde_json::json!({"user": {"id": 7}, "https://example.com/groups": ["a"]});
+        assert_eq!(field(&answer, "user.id"), Some(&serde_json::json!(7)));
+        assert_eq!(field(&answer, "https://example.com/groups"), Some(&serde_json::json!(["a"])));
+        assert_eq!(field(&answer, "user.name"), None);
+        let identity = Identity::from_claims(&answer, "user.id", Some("https://example.com/groups"), "x").unwrap();
+        assert_eq!(identity, Identity { username: "7".into(), groups: Some(vec!["a".into()]) });
+    }
 
     #[test]
     fn the_token_is_the_last_word_of_the_header() {

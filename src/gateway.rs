@@ -106,7 +106,7 @@ impl GatewayArgs {
             logs_size_limit,
             sweep_seconds,
         } = self;
-        api.check_auth()?;
+        let auth = Arc::new(api.auth.authenticator()?);
         let storage = storage.open(&database.data_dir)?;
         require_shared_backends("gateway", &database, &storage)?;
         let Some(token_key) = &api.token_key else {
@@ -145,7 +145,7 @@ impl GatewayArgs {
         let config = api.config(std::env::temp_dir().join("gantry-spool"), active_jobs_per_user);
         let metrics = Arc::new(crate::ops::Metrics::gateway());
         let admin = tokio::spawn(crate::ops::serve(admin_listen, Arc::clone(&metrics), db.clone()));
-        let state = AppState { db, storage, config: Arc::new(config), compute: backend, publisher, tokens };
+        let state = AppState { db, storage, config: Arc::new(config), compute: backend, publisher, tokens, auth };
         tokio::select! {
             served = serve_http(listener, state, Some(metrics)) => served,
             admin = admin => admin.context("admin server stopped")?,

@@ -94,7 +94,7 @@ pub fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
 impl ServeArgs {
     pub async fn run(self) -> anyhow::Result<()> {
         let Self { listen, database, storage, api, jobs } = self;
-        api.check_auth()?;
+        let auth = Arc::new(api.auth.authenticator()?);
         let db = database.open().await?;
         let storage_settings = storage;
         let storage = storage_settings.open(&database.data_dir)?;
@@ -109,10 +109,11 @@ impl ServeArgs {
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("failed to listen on {listen}"))?;
         let address = listener.local_addr()?;
         println!(
-            "gantry listening on http://{address} (database: {} {}, storage: {}, auth: mock_token)",
+            "gantry listening on http://{address} (database: {} {}, storage: {}, auth: {})",
             db.backend_name(),
             db::redact(&database.url()),
-            storage.backend_name()
+            storage.backend_name(),
+            api.auth.mechanism_name()
         );
         let publisher: Arc<dyn crate::events::Publisher> = Arc::new(crate::events::LogPublisher);
         let work_root = absolute(&database.data_dir.join("jobs"))?;
@@ -148,7 +149,7 @@ impl ServeArgs {
                 Arc::new(Queue { db: db.clone(), publisher: publisher.clone() })
             }
         };
-        let state = AppState { db, storage, config: Arc::new(config), compute, publisher, tokens };
+        let state = AppState { db, storage, config: Arc::new(config), compute, publisher, tokens, auth };
         serve_http(listener, state, None).await
     }
 }

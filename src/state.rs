@@ -48,4 +48,6 @@ pub struct AppState {
     pub tokens: TokenCipher,
     /// Where job status moves are published.
     pub publisher: Arc<dyn crate::events::Publisher>,
+    /// Who callers are (`SETTINGS_AUTH_MECHANISM`).
+    pub auth: Arc<crate::auth::Authenticator>,
 }

@@ -107,6 +107,7 @@ impl Gateway {
                 config: Arc::new(config),
                 publisher,
                 tokens: gantry::secrets::TokenCipher::generate().0,
+                auth: Arc::new(gantry::auth::Authenticator::mock()),
             },
             s3_endpoint,
             runner_task: None,

@@ -2,6 +2,7 @@
 
 mod harness;
 
+mod auth;
 mod controller;
 mod e2e_kubernetes;
 mod files;

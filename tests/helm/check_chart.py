@@ -605,6 +605,7 @@ for name, values in {
     "an unknown top-level key (gatway)": {"gatway": {"replicas": 2}},
     "an unknown nested key (gateway.replica)": {"gateway": {"replica": 2}},
     "an unknown auth mechanism": {"auth": {"mechanism": "oauth"}},
+    "a setting that is not an authentication variable": {"auth": {"settings": {"DATABASE_URL": "x"}}},
     "a root job user (jobs.user: 0)": {"jobs": {"user": 0}},
 }.items():
 

@@ -1,0 +1,73 @@
+//! Calls to the services that vouch for credentials (a token endpoint, an identity provider):
+//! GET with a deadline, the answer's body read whole (these answers are small) and capped.
+
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Limited};
+use hyper::{Request, StatusCode, header};
+
+use crate::storage::access::{HttpClient, empty, http_client};
+
+/// Largest answer read from an upstream service.
+const MAX_ANSWER_BYTES: usize = 1024 * 1024;
+
+/// What went wrong reaching a service, in words fit for the caller's error message (never the
+/// credential, never the service's body).
+#[derive(Debug, thiserror::Error)]
+pub enum UpstreamError {
+    #[error("did not answer within {0} s")]
+    Timeout(u64),
+    #[error("could not be reached")]
+    Unreachable,
+    #[error("answered {0}")]
+    Status(StatusCode),
+    #[error("gave an answer that could not be read")]
+    Unreadable,
+}
+
+#[derive(Clone)]
+pub struct Upstream {
+    client: HttpClient,
+    timeout: Duration,
+}
+
+impl Upstream {
+    pub fn new(timeout: Duration) -> anyhow::Result<Upstream> {
+        let client = http_client().map_err(anyhow::Error::msg)?;
+        Ok(Upstream { client, timeout })
+    }
+
+    /// GETs `url` (with `authorization` as the header's value, if any): the status and body.
+    pub async fn get(&self, url: &str, authorization: Option<&str>) -> Result<(StatusCode, Bytes), UpstreamError> {
+        let mut request = Request::get(url).header(header::ACCEPT, "application/json");
+        if let Some(value) = authorization {
+            request = request.header(header::AUTHORIZATION, value);
+        }
+        let request = request.body(empty()).map_err(|_| UpstreamError::Unreachable)?;
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|error| {
+                tracing::warn!(url, error = &error as &dyn std::error::Error, "authentication service unreachable");
+                UpstreamError::Unreachable
+            })?;
+            let status = response.status();
+            let body = Limited::new(response.into_body(), MAX_ANSWER_BYTES)
+                .collect()
+                .await
+                .map_err(|_| UpstreamError::Unreadable)?
+                .to_bytes();
+            Ok((status, body))
+        };
+        tokio::time::timeout(self.timeout, exchange)
+            .await
+            .unwrap_or(Err(UpstreamError::Timeout(self.timeout.as_secs())))
+    }
+
+    /// GETs `url` and parses a 200 answer as JSON; any other status is an error.
+    pub async fn get_json(&self, url: &str) -> Result<serde_json::Value, UpstreamError> {
+        match self.get(url, None).await? {
+            (StatusCode::OK, body) => serde_json::from_slice(&body).map_err(|_| UpstreamError::Unreadable),
+            (status, _) => Err(UpstreamError::Status(status)),
+        }
+    }
+}

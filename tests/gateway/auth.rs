@@ -1,0 +1,265 @@
+//! `custom_token` and `oidc` against fake token and identity services on loopback (axum),
+//! with real RS256-signed JWTs: who the caller is, groups from the service, what is refused
+//! and how, the cache (no second upstream call), a slow service that blocks nobody else, key
+//! rotation, and an unreachable provider.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::routing::get;
+use clap::Parser;
+use jsonwebtoken::{Algorithm, EncodingKey, Header};
+use serde_json::{Value, json};
+
+use crate::both_backends;
+use crate::harness::{Backend, Gateway};
+
+both_backends!(custom_token_asks_the_token_service, oidc_verifies_the_providers_tokens);
+
+/// The fake services: a token endpoint (`/whoami`) and an OpenID provider (discovery, JWKS).
+#[derive(Clone)]
+struct Fake {
+    base: String,
+    calls: Arc<AtomicUsize>,
+    jwks: Arc<Mutex<Value>>,
+}
+
+impl Fake {
+    async fn start() -> Fake {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let base = format!("http://{}", listener.local_addr().unwrap());
+        let fake = Fake { base, calls: Arc::default(), jwks: Arc::new(Mutex::new(jwks(&["a"]))) };
+        let app = Router::new()
+            .route("/whoami", get(whoami))
+            .route("/.well-known/openid-configuration", get(discovery))
+            .route(
+                "/jwks",
+                get(|State(fake): State<Fake>| async move {
+                    fake.calls.fetch_add(1, Ordering::SeqCst);
+                    axum::Json(fake.jwks.lock().unwrap().clone())
+                }),
+            )
+            .with_state(fake.clone());
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        fake
+    }
+
+    fn calls(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+async fn whoami(State(fake): State<Fake>, headers: HeaderMap) -> (StatusCode, axum::Json<Value>) {
+    fake.calls.fetch_add(1, Ordering::SeqCst);
+    let token = headers.get("authorization").and_then(|v| v.to_str().ok()).unwrap_or_default();
+    match token.strip_prefix("Bearer ").unwrap_or_default() {
+        "carol-1" | "carol-2" => {
+            (StatusCode::OK, axum::Json(json!({"user": {"id": "carol"}, "groups": ["team-a", "team-b"]})))
+        }
+        "dave" => (StatusCode::OK, axum::Json(json!({"user": {"id": "dave"}}))),
+        "no-id" => (StatusCode::OK, axum::Json(json!({"user": {}}))),
+        "broken" => (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(json!({"error": "boom"}))),
+        "slow" => {
+            tokio::time::sleep(Duration::from_secs(4)).await;
+            (StatusCode::OK, axum::Json(json!({"user": {"id": "slowpoke"}})))
+        }
+        _ => (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "unknown token"}))),
+    }
+}
+
+async fn discovery(State(fake): State<Fake>) -> axum::Json<Value> {
+    axum::Json(json!({"issuer": fake.base, "jwks_uri": format!("{}/jwks", fake.base)}))
+}
+
+fn key_file(name: &str, extension: &str) -> Vec<u8> {
+    std::fs::read(format!("{}/tests/gateway/keys/oidc-test-{name}.{extension}", env!("CARGO_MANIFEST_DIR"))).unwrap()
+}
+
+/// The public keys `names` as a JWKS, each with its name as key id.
+fn jwks(names: &[&str]) -> Value {
+    let keys: Vec<Value> = names
+        .iter()
+        .map(|name| {
+            let modulus = String::from_utf8(key_file(name, "n")).unwrap();
+            json!({"kty": "RSA", "kid": name, "use": "sig", "alg": "RS256", "n": modulus.trim(), "e": "AQAB"})
+        })
+        .collect();
+    json!({"keys": keys})
+}
+
+/// A JWT signed with the private key `signer`, naming `kid` in its header.
+fn jwt(signer: &str, kid: &str, claims: Value) -> String {
+    let mut header = Header::new(Algorithm::RS256);
+    header.kid = Some(kid.into());
+    jsonwebtoken::encode(&header, &claims, &EncodingKey::from_rsa_pem(&key_file(signer, "pem")).unwrap()).unwrap()
+}
+
+fn now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_secs()
+}
+
+/// The authenticator the command line `words` configures, as `gantry serve` would build it.
+fn authenticator(words: &[&str]) -> Arc<gantry::auth::Authenticator> {
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        auth: gantry::auth::AuthArgs,
+    }
+    let cli = Cli::try_parse_from(std::iter::once("gantry").chain(words.iter().copied())).unwrap();
+    Arc::new(cli.auth.authenticator().unwrap())
+}
+
+async fn groups_of(gateway: &Gateway, username: &str) -> Vec<String> {
+    let user = gantry::db::users::find_by_username(&gateway.state.db, username).await.unwrap().unwrap();
+    gantry::db::users::group_names(&gateway.state.db, &user.id).await.unwrap()
+}
+
+async fn custom_token_asks_the_token_service(backend: Backend) {
+    let fake = Fake::start().await;
+    let mut gateway = Gateway::start(backend).await;
+    let url = format!("{}/whoami", fake.base);
+    gateway.state.auth = authenticator(&[
+        "--auth-mechanism",
+        "custom_token",
+        "--custom-token-url",
+        &url,
+        "--custom-token-user-field",
+        "user.id",
+        "--custom-token-groups-field",
+        "groups",
+        "--auth-timeout-seconds",
+        "2",
+    ]);
+    let jobs = "/api/v1/jobs/";
+
+    // The service names the user and their groups; the user's groups become exactly those.
+    let reply = gateway.get(jobs, "carol-1").await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    assert_eq!(groups_of(&gateway, "carol").await, ["team-a", "team-b"]);
+    assert_eq!(fake.calls(), 1);
+    // The verdict is cached: no second call for the same token; another token is asked.
+    assert_eq!(gateway.get(jobs, "carol-1").await.status, 200);
+    assert_eq!(fake.calls(), 1);
+    assert_eq!(gateway.get(jobs, "carol-2").await.status, 200);
+    assert_eq!(fake.calls(), 2);
+
+    // Refused tokens, and a service failing: 401 with a message saying which.
+    let reply = gateway.get(jobs, "mallory").await;
+    assert_eq!(
+        (reply.status.as_u16(), reply.json.clone()),
+        (401, json!({"detail": "Authorization token is not valid."}))
+    );
+    let reply = gateway.get(jobs, "broken").await;
+    assert_eq!(reply.status, 401);
+    let detail = reply.json["detail"].as_str().unwrap();
+    assert!(detail.contains("the token service answered 500 Internal Server Error"), "{detail}");
+    let reply = gateway.get(jobs, "no-id").await;
+    assert_eq!(reply.status, 401);
+    assert!(reply.json["detail"].as_str().unwrap().contains("no user id at 'user.id'"), "{}", reply.json);
+
+    // A slow service times out, and meanwhile other callers are served.
+    let slow = {
+        let gateway_state = gateway.state.clone();
+        tokio::spawn(async move {
+            let request = axum::http::Request::get(jobs)
+                .header("authorization", "Bearer slow")
+                .body(axum::body::Body::empty())
+                .unwrap();
+            let response = tower::ServiceExt::oneshot(gantry::api::app(gateway_state), request).await.unwrap();
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX).await.unwrap();
+            (status, String::from_utf8_lossy(&body).into_owned())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(gateway.get(jobs, "dave").await.status, 200);
+    assert!(!slow.is_finished(), "the slow service's answer should still be awaited");
+    let (status, body) = slow.await.unwrap();
+    assert_eq!(status, 401);
+    assert!(body.contains("the token service did not answer within 2 s"), "{body}");
+    // Without a groups field in the answer, the user's groups are none.
+    assert!(groups_of(&gateway, "dave").await.is_empty());
+
+    // A deactivated user is refused even with a cached verdict.
+    gantry::db::users::set_active(&gateway.state.db, "carol", false).await.unwrap();
+    let reply = gateway.get(jobs, "carol-1").await;
+    assert_eq!(
+        (reply.status.as_u16(), reply.json),
+        (401, json!({"detail": "Your user was deactivated. Please contact IBM support for reactivation."}))
+    );
+}
+
+async fn oidc_verifies_the_providers_tokens(backend: Backend) {
+    let fake = Fake::start().await;
+    let mut gateway = Gateway::start(backend).await;
+    let args = [
+        "--auth-mechanism",
+        "oidc",
+        "--oidc-issuer",
+        &fake.base,
+        "--oidc-audience",
+        "gantry",
+        "--oidc-user-claim",
+        "preferred_username",
+        "--oidc-groups-claim",
+        "groups",
+        "--oidc-key-refresh-seconds",
+        "0",
+    ];
+    gateway.state.auth = authenticator(&args);
+    let jobs = "/api/v1/jobs/";
+    let claims = |user: &str, audience: &str, expires: u64| {
+        json!({"iss": fake.base, "aud": audience, "exp": expires, "iat": now(), "sub": "0001",
+               "preferred_username": user, "groups": ["physics"]})
+    };
+    let invalid = json!({"detail": "Authorization token is not valid."});
+
+    let token = jwt("a", "a", claims("erin", "gantry", now() + 300));
+    let reply = gateway.get(jobs, &token).await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    assert_eq!(groups_of(&gateway, "erin").await, ["physics"]);
+    let fetched = fake.calls();
+    assert_eq!(gateway.get(jobs, &token).await.status, 200);
+    assert_eq!(fake.calls(), fetched, "a known token and key need no call");
+
+    for (what, token) in [
+        ("expired", jwt("a", "a", claims("erin", "gantry", now() - 120))),
+        ("another audience", jwt("a", "a", claims("erin", "other-app", now() + 300))),
+        ("signed with another key", jwt("b", "a", claims("erin", "gantry", now() + 300))),
+        (
+            "another issuer",
+            jwt(
+                "a",
+                "a",
+                json!({"iss": "https://elsewhere", "aud": "gantry", "exp": now() + 300, "preferred_username": "erin"}),
+            ),
+        ),
+        ("not a JWT", "erin".to_string()),
+    ] {
+        let reply = gateway.get(jobs, &token).await;
+        assert_eq!((reply.status.as_u16(), &reply.json), (401, &invalid), "{what}");
+    }
+
+    // The provider rotates to key b: a token signed with it makes the keys be fetched again.
+    *fake.jwks.lock().unwrap() = jwks(&["b"]);
+    let rotated = jwt("b", "b", claims("frank", "gantry", now() + 300));
+    assert_eq!(gateway.get(jobs, &rotated).await.status, 200);
+    assert!(fake.calls() > fetched);
+
+    // A provider that cannot be reached: 401 saying so, never a 500.
+    let closed = format!("http://127.0.0.1:{}", crate::e2e_kubernetes::free_port());
+    let mut unreachable = args.to_vec();
+    unreachable[3] = &closed;
+    gateway.state.auth = authenticator(&unreachable);
+    let reply = gateway.get(jobs, &jwt("a", "a", claims("erin", "gantry", now() + 300))).await;
+    assert_eq!(reply.status, 401);
+    assert!(
+        reply.json["detail"].as_str().unwrap().contains("the identity provider could not be reached"),
+        "{}",
+        reply.json
+    );
+}
