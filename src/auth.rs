@@ -14,7 +14,9 @@
 
 pub mod cache;
 pub mod custom;
+pub mod jwks;
 pub mod oidc;
+pub mod platform;
 pub mod upstream;
 
 use std::sync::Arc;
@@ -41,7 +43,7 @@ pub enum AuthMechanism {
     /// Tokens checked by an external HTTP endpoint (`--custom-token-url`).
     #[value(name = "custom_token")]
     CustomToken,
-    /// IBM Quantum platform identity service (not built yet).
+    /// IBM Cloud API keys (IAM), instance plans and access groups.
     #[value(name = "runtime_platform")]
     RuntimePlatform,
     /// JWTs of an OpenID Connect provider (`--oidc-issuer`, `--oidc-audience`).
@@ -82,6 +84,23 @@ pub struct AuthArgs {
     /// signed with a key not seen yet (a rotation).
     #[arg(long, env = "GANTRY_OIDC_KEY_REFRESH_SECONDS", default_value_t = 10)]
     pub oidc_key_refresh_seconds: u64,
+    /// runtime_platform: IAM's base URL (API key exchange, keys, access groups).
+    #[arg(long, env = "IAM_IBM_CLOUD_BASE_URL", default_value = "https://iam.cloud.ibm.com")]
+    pub iam_url: String,
+    /// runtime_platform: the resource controller's base URL (instance plans).
+    #[arg(
+        long,
+        env = "RESOURCE_CONTROLLER_IBM_CLOUD_BASE_URL",
+        default_value = "https://resource-controller.cloud.ibm.com"
+    )]
+    pub resource_controller_url: String,
+    /// runtime_platform: resource plan ids entitled to use the service (comma-separated).
+    #[arg(long, env = "RESOURCE_PLANS_ID_ALLOWED", value_delimiter = ',')]
+    pub resource_plans_allowed: Vec<String>,
+    /// runtime_platform: the token the `local` channel accepts (as the user `mockuser`); unset,
+    /// the `local` channel is refused.
+    #[arg(long, env = "SETTINGS_AUTH_MOCK_TOKEN")]
+    pub mock_token: Option<crate::secrets::Secret>,
     /// Seconds a verified token's identity is reused without asking upstream again.
     #[arg(long, env = "IAM_IBM_CLOUD_CACHE_TTL", default_value_t = 60)]
     pub auth_cache_ttl_seconds: u64,
@@ -103,23 +122,41 @@ impl AuthArgs {
         };
         let check = match self.auth_mechanism {
             AuthMechanism::MockToken => Check::Mock,
-            AuthMechanism::CustomToken => Check::Custom(custom::CustomToken {
+            AuthMechanism::CustomToken => Check::Custom(Box::new(custom::CustomToken {
                 url: required(&self.custom_token_url, "--custom-token-url (GANTRY_CUSTOM_TOKEN_URL)")?,
                 user_field: self.custom_token_user_field.clone(),
                 groups_field: self.custom_token_groups_field.clone(),
                 upstream: upstream()?,
-            }),
-            AuthMechanism::Oidc => Check::Oidc(oidc::Oidc::new(
+            })),
+            AuthMechanism::Oidc => Check::Oidc(Box::new(oidc::Oidc::new(
                 required(&self.oidc_issuer, "--oidc-issuer (GANTRY_OIDC_ISSUER)")?,
                 required(&self.oidc_audience, "--oidc-audience (GANTRY_OIDC_AUDIENCE)")?,
                 self.oidc_user_claim.clone(),
                 self.oidc_groups_claim.clone(),
                 upstream()?,
                 Duration::from_secs(self.oidc_key_refresh_seconds),
-            )),
-            AuthMechanism::RuntimePlatform => anyhow::bail!(
-                "SETTINGS_AUTH_MECHANISM=runtime_platform is not built yet; use mock_token, custom_token or oidc"
-            ),
+            ))),
+            AuthMechanism::RuntimePlatform => {
+                let plans: Vec<String> = self
+                    .resource_plans_allowed
+                    .iter()
+                    .map(|p| p.trim().to_string())
+                    .filter(|p| !p.is_empty())
+                    .collect();
+                if plans.is_empty() {
+                    anyhow::bail!(
+                        "SETTINGS_AUTH_MECHANISM=runtime_platform needs --resource-plans-allowed (RESOURCE_PLANS_ID_ALLOWED): no instance would be entitled"
+                    );
+                }
+                Check::Platform(Box::new(platform::Platform::new(
+                    self.iam_url.clone(),
+                    self.resource_controller_url.clone(),
+                    plans,
+                    self.mock_token.as_ref().map(|token| token.expose().to_string()),
+                    upstream()?,
+                    Duration::from_secs(self.auth_cache_ttl_seconds),
+                )))
+            }
         };
         Ok(Authenticator { check, verdicts: VerdictCache::new(Duration::from_secs(self.auth_cache_ttl_seconds)) })
     }
@@ -159,8 +196,9 @@ pub fn field<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
 
 enum Check {
     Mock,
-    Custom(custom::CustomToken),
-    Oidc(oidc::Oidc),
+    Custom(Box<custom::CustomToken>),
+    Oidc(Box<oidc::Oidc>),
+    Platform(Box<platform::Platform>),
 }
 
 /// The configured mechanism with its cache of verdicts.
@@ -175,14 +213,19 @@ impl Authenticator {
         Authenticator { check: Check::Mock, verdicts: VerdictCache::new(Duration::ZERO) }
     }
 
-    /// Who `token` is.
-    pub async fn identify(&self, token: &str) -> Result<Identity, ApiError> {
+    /// Who `token` is; `runtime_platform` also reads the request's channel and instance
+    /// (`Service-Channel`, `Service-CRN`).
+    pub async fn identify(&self, token: &str, channel: Option<&str>, crn: Option<&str>) -> Result<Identity, ApiError> {
+        if let Check::Platform(platform) = &self.check {
+            // It keeps its own caches: its verdict depends on the instance too.
+            return platform.verify(token, channel, crn).await.map_err(unauthorized);
+        }
         let key = credential_key(token);
         if let Some(identity) = self.verdicts.get(&key) {
             return Ok(identity);
         }
         let verdict = match &self.check {
-            Check::Mock => return Ok(Identity { username: token.to_string(), groups: None }),
+            Check::Mock | Check::Platform(_) => return Ok(Identity { username: token.to_string(), groups: None }),
             Check::Custom(custom) => custom.verify(token).await.map(|identity| (identity, None)),
             Check::Oidc(oidc) => oidc.verify(token).await.map(|(identity, expires)| {
                 // Kept no longer than the token lives.
@@ -193,12 +236,7 @@ impl Authenticator {
                 (identity, left)
             }),
         };
-        let (identity, not_after) = verdict.map_err(|rejection| {
-            ApiError::Unauthorized(match rejection {
-                Rejection::Invalid => "Authorization token is not valid.".into(),
-                Rejection::Unusable(why) | Rejection::Unavailable(why) => why,
-            })
-        })?;
+        let (identity, not_after) = verdict.map_err(unauthorized)?;
         if !is_valid_user_name(&identity.username) {
             return Err(ApiError::Unauthorized(format!(
                 "Authorization token is not valid: its user id '{}' is not 1-150 characters of letters, digits, '_', '.', '@' or '-'.",
@@ -210,12 +248,20 @@ impl Authenticator {
     }
 }
 
+fn unauthorized(rejection: Rejection) -> ApiError {
+    ApiError::Unauthorized(match rejection {
+        Rejection::Invalid => "Authorization token is not valid.".into(),
+        Rejection::Unusable(why) | Rejection::Unavailable(why) => why,
+    })
+}
+
 impl std::fmt::Debug for Authenticator {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let mechanism = match self.check {
             Check::Mock => "mock_token",
             Check::Custom(_) => "custom_token",
             Check::Oidc(_) => "oidc",
+            Check::Platform(_) => "runtime_platform",
         };
         f.debug_struct("Authenticator").field("mechanism", &mechanism).finish_non_exhaustive()
     }
@@ -257,7 +303,8 @@ impl FromRequestParts<AppState> for Caller {
                 "Authorization token is not valid. With mock_token it must be 1-150 characters of letters, digits, '_', '.', '@' or '-'.".into(),
             ));
         }
-        let identity = state.auth.identify(token).await?;
+        let header_text = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+        let identity = state.auth.identify(token, header_text("service-channel"), header_text("service-crn")).await?;
         let user = db::users::ensure(&state.db, &identity.username).await?;
         if !user.is_active {
             return Err(ApiError::Unauthorized(
@@ -292,7 +339,7 @@ mod tests {
         let error = settings(&["--auth-mechanism", "oidc", "--oidc-issuer", "https://idp"]).unwrap_err().to_string();
         assert!(error.contains("needs --oidc-audience (GANTRY_OIDC_AUDIENCE)"), "{error}");
         let error = settings(&["--auth-mechanism", "runtime_platform"]).unwrap_err().to_string();
-        assert!(error.contains("runtime_platform is not built yet"), "{error}");
+        assert!(error.contains("needs --resource-plans-allowed (RESOURCE_PLANS_ID_ALLOWED)"), "{error}");
         assert!(settings(&[]).is_ok());
     }
 

@@ -5,13 +5,13 @@
 //! (asymmetric algorithms only), issuer, audience, expiry and not-before are checked; the user
 //! and groups come from configurable claims.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use jsonwebtoken::jwk::JwkSet;
-use jsonwebtoken::{Algorithm, DecodingKey, Validation, decode, decode_header};
+use jsonwebtoken::{Validation, decode, decode_header};
 use serde_json::Value;
 
-use super::upstream::{Upstream, UpstreamError};
+use super::jwks::{KeyCache, KeySource, asymmetric};
+use super::upstream::Upstream;
 use super::{Identity, Rejection};
 
 /// Clock skew tolerated on `exp` and `nbf`.
@@ -23,17 +23,7 @@ pub struct Oidc {
     pub audience: String,
     pub user_claim: String,
     pub groups_claim: Option<String>,
-    pub upstream: Upstream,
-    /// Shortest time between two fetches of the keys caused by unknown key ids.
-    refresh_every: Duration,
-    keys: tokio::sync::RwLock<Keys>,
-    /// Held while the keys are fetched, so concurrent requests make one fetch.
-    refreshing: tokio::sync::Mutex<()>,
-}
-
-struct Keys {
-    set: JwkSet,
-    fetched: Option<Instant>,
+    keys: KeyCache,
 }
 
 impl Oidc {
@@ -45,36 +35,22 @@ impl Oidc {
         upstream: Upstream,
         refresh_every: Duration,
     ) -> Oidc {
-        Oidc {
-            issuer,
-            audience,
-            user_claim,
-            groups_claim,
-            upstream,
-            refresh_every,
-            keys: tokio::sync::RwLock::new(Keys { set: JwkSet { keys: Vec::new() }, fetched: None }),
-            refreshing: tokio::sync::Mutex::new(()),
-        }
+        let keys = KeyCache::new(KeySource::Discovery(issuer.clone()), upstream, refresh_every);
+        Oidc { issuer, audience, user_claim, groups_claim, keys }
     }
 
     /// The token's identity and when the token expires.
     pub async fn verify(&self, token: &str) -> Result<(Identity, Option<u64>), Rejection> {
         let header = decode_header(token).map_err(|_| Rejection::Invalid)?;
-        if !matches!(
-            header.alg,
-            Algorithm::RS256
-                | Algorithm::RS384
-                | Algorithm::RS512
-                | Algorithm::PS256
-                | Algorithm::PS384
-                | Algorithm::PS512
-                | Algorithm::ES256
-                | Algorithm::ES384
-                | Algorithm::EdDSA
-        ) {
+        if !asymmetric(header.alg) {
             return Err(Rejection::Invalid);
         }
-        let key = self.key(header.kid.as_deref()).await?.ok_or(Rejection::Invalid)?;
+        let key = self.keys.key(header.kid.as_deref()).await.map_err(|error| {
+            Rejection::Unavailable(format!(
+                "We couldn't verify your token at this time: the identity provider {error}. Please try again later."
+            ))
+        })?;
+        let key = key.ok_or(Rejection::Invalid)?;
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);
@@ -85,47 +61,5 @@ impl Oidc {
         let identity = Identity::from_claims(&claims, &self.user_claim, self.groups_claim.as_deref(), "The token")
             .map_err(Rejection::Unusable)?;
         Ok((identity, claims.get("exp").and_then(Value::as_u64)))
-    }
-
-    /// The key `kid` names (the only key when the token names none), fetching the keys again
-    /// when it is not known yet.
-    async fn key(&self, kid: Option<&str>) -> Result<Option<DecodingKey>, Rejection> {
-        if let Some(key) = self.known_key(kid).await {
-            return Ok(Some(key));
-        }
-        let _one_fetch = self.refreshing.lock().await;
-        // Another request may have fetched them meanwhile.
-        if let Some(key) = self.known_key(kid).await {
-            return Ok(Some(key));
-        }
-        let recently = self.keys.read().await.fetched.is_some_and(|at| at.elapsed() < self.refresh_every);
-        if recently {
-            return Ok(None);
-        }
-        let set = self.fetch_keys().await.map_err(|error| {
-            Rejection::Unavailable(format!(
-                "We couldn't verify your token at this time: the identity provider {error}. Please try again later."
-            ))
-        })?;
-        *self.keys.write().await = Keys { set, fetched: Some(Instant::now()) };
-        Ok(self.known_key(kid).await)
-    }
-
-    async fn known_key(&self, kid: Option<&str>) -> Option<DecodingKey> {
-        let keys = self.keys.read().await;
-        let jwk = match kid {
-            Some(kid) => keys.set.find(kid),
-            None if keys.set.keys.len() == 1 => keys.set.keys.first(),
-            None => None,
-        }?;
-        DecodingKey::from_jwk(jwk).ok()
-    }
-
-    async fn fetch_keys(&self) -> Result<JwkSet, UpstreamError> {
-        let discovery_url = format!("{}/.well-known/openid-configuration", self.issuer.trim_end_matches('/'));
-        let discovery = self.upstream.get_json(&discovery_url).await?;
-        let jwks_uri = discovery.get("jwks_uri").and_then(Value::as_str).ok_or(UpstreamError::Unreadable)?;
-        let keys = self.upstream.get_json(jwks_uri).await?;
-        serde_json::from_value(keys).map_err(|_| UpstreamError::Unreadable)
     }
 }

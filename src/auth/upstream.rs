@@ -40,11 +40,34 @@ impl Upstream {
 
     /// GETs `url` (with `authorization` as the header's value, if any): the status and body.
     pub async fn get(&self, url: &str, authorization: Option<&str>) -> Result<(StatusCode, Bytes), UpstreamError> {
-        let mut request = Request::get(url).header(header::ACCEPT, "application/json");
+        self.exchange(url, authorization, None).await
+    }
+
+    /// POSTs the form `fields` to `url`: the status and body.
+    pub async fn post_form(&self, url: &str, fields: &[(&str, &str)]) -> Result<(StatusCode, Bytes), UpstreamError> {
+        let form = serde_urlencoded::to_string(fields).map_err(|_| UpstreamError::Unreadable)?;
+        self.exchange(url, None, Some(form)).await
+    }
+
+    async fn exchange(
+        &self,
+        url: &str,
+        authorization: Option<&str>,
+        form: Option<String>,
+    ) -> Result<(StatusCode, Bytes), UpstreamError> {
+        let method = if form.is_some() { hyper::Method::POST } else { hyper::Method::GET };
+        let mut request = Request::builder().method(method).uri(url).header(header::ACCEPT, "application/json");
         if let Some(value) = authorization {
             request = request.header(header::AUTHORIZATION, value);
         }
-        let request = request.body(empty()).map_err(|_| UpstreamError::Unreachable)?;
+        let body = match form {
+            Some(form) => {
+                request = request.header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
+                http_body_util::Full::new(Bytes::from(form)).map_err(|never| match never {}).boxed()
+            }
+            None => empty(),
+        };
+        let request = request.body(body).map_err(|_| UpstreamError::Unreachable)?;
         let exchange = async {
             let response = self.client.request(request).await.map_err(|error| {
                 tracing::warn!(url, error = &error as &dyn std::error::Error, "authentication service unreachable");
@@ -65,7 +88,16 @@ impl Upstream {
 
     /// GETs `url` and parses a 200 answer as JSON; any other status is an error.
     pub async fn get_json(&self, url: &str) -> Result<serde_json::Value, UpstreamError> {
-        match self.get(url, None).await? {
+        self.get_json_as(url, None).await
+    }
+
+    /// GETs `url` with `authorization` and parses a 200 answer as JSON.
+    pub async fn get_json_as(
+        &self,
+        url: &str,
+        authorization: Option<&str>,
+    ) -> Result<serde_json::Value, UpstreamError> {
+        match self.get(url, authorization).await? {
             (StatusCode::OK, body) => serde_json::from_slice(&body).map_err(|_| UpstreamError::Unreadable),
             (status, _) => Err(UpstreamError::Status(status)),
         }

@@ -18,7 +18,11 @@ use serde_json::{Value, json};
 use crate::both_backends;
 use crate::harness::{Backend, Gateway};
 
-both_backends!(custom_token_asks_the_token_service, oidc_verifies_the_providers_tokens);
+both_backends!(
+    custom_token_asks_the_token_service,
+    oidc_verifies_the_providers_tokens,
+    runtime_platform_checks_keys_plans_and_channels
+);
 
 /// The fake services: a token endpoint (`/whoami`) and an OpenID provider (discovery, JWKS).
 #[derive(Clone)]
@@ -35,6 +39,16 @@ impl Fake {
         let fake = Fake { base, calls: Arc::default(), jwks: Arc::new(Mutex::new(jwks(&["a"]))) };
         let app = Router::new()
             .route("/whoami", get(whoami))
+            .route("/identity/token", axum::routing::post(iam_token))
+            .route(
+                "/identity/keys",
+                get(|State(fake): State<Fake>| async move {
+                    fake.calls.fetch_add(1, Ordering::SeqCst);
+                    axum::Json(fake.jwks.lock().unwrap().clone())
+                }),
+            )
+            .route("/v2/groups", get(access_groups))
+            .route("/v2/resource_instances/{crn}", get(resource_instance))
             .route("/.well-known/openid-configuration", get(discovery))
             .route(
                 "/jwks",
@@ -68,6 +82,53 @@ async fn whoami(State(fake): State<Fake>, headers: HeaderMap) -> (StatusCode, ax
             (StatusCode::OK, axum::Json(json!({"user": {"id": "slowpoke"}})))
         }
         _ => (StatusCode::UNAUTHORIZED, axum::Json(json!({"error": "unknown token"}))),
+    }
+}
+
+/// IAM's API key exchange: known keys get a signed access token.
+async fn iam_token(
+    State(fake): State<Fake>,
+    axum::Form(form): axum::Form<std::collections::HashMap<String, String>>,
+) -> (StatusCode, axum::Json<Value>) {
+    fake.calls.fetch_add(1, Ordering::SeqCst);
+    assert_eq!(form.get("grant_type").map(String::as_str), Some("urn:ibm:params:oauth:grant-type:apikey"));
+    let claims = |iam_id: &str, expires: u64| json!({"iam_id": iam_id, "account": {"bss": "acct-1"}, "iat": now() - 5, "exp": expires, "sub": "x"});
+    let token = match form.get("apikey").map(String::as_str).unwrap_or_default() {
+        "key-alice" | "key-alice-2" => jwt("a", "a", claims("IBMid-alice", now() + 3600)),
+        "key-bob" => jwt("a", "a", claims("IBMid-bob", now() + 3600)),
+        "key-expired" => jwt("a", "a", claims("IBMid-alice", now() - 600)),
+        "key-forged" => jwt("b", "a", claims("IBMid-alice", now() + 3600)),
+        "key-iam-down" => return (StatusCode::BAD_GATEWAY, axum::Json(json!({}))),
+        _ => return (StatusCode::BAD_REQUEST, axum::Json(json!({"errorCode": "BXNIM0415E"}))),
+    };
+    (StatusCode::OK, axum::Json(json!({"access_token": token, "token_type": "Bearer", "expires_in": 3600})))
+}
+
+async fn access_groups(
+    State(fake): State<Fake>,
+    axum::extract::Query(query): axum::extract::Query<std::collections::HashMap<String, String>>,
+    headers: HeaderMap,
+) -> (StatusCode, axum::Json<Value>) {
+    fake.calls.fetch_add(1, Ordering::SeqCst);
+    assert!(headers.get("authorization").unwrap().to_str().unwrap().starts_with("Bearer ey"));
+    assert_eq!(query.get("account_id").map(String::as_str), Some("acct-1"));
+    let groups = json!({"groups": [{"id": "AccessGroup-physics", "name": "physics"},
+                                    {"id": "AccessGroup-public", "name": "Public Access"}]});
+    (StatusCode::OK, axum::Json(groups))
+}
+
+const CRN_OK: &str = "crn:v1:bluemix:public:quantum-computing:us-east:a/acct-1:instance-ok::";
+const CRN_FREE: &str = "crn:v1:bluemix:public:quantum-computing:us-east:a/acct-1:instance-free::";
+
+async fn resource_instance(
+    State(fake): State<Fake>,
+    axum::extract::Path(crn): axum::extract::Path<String>,
+) -> (StatusCode, axum::Json<Value>) {
+    fake.calls.fetch_add(1, Ordering::SeqCst);
+    match crn.as_str() {
+        CRN_OK => (StatusCode::OK, axum::Json(json!({"crn": crn, "resource_plan_id": "plan-premium"}))),
+        CRN_FREE => (StatusCode::OK, axum::Json(json!({"crn": crn, "resource_plan_id": "internal-plan-lite-7"}))),
+        _ => (StatusCode::NOT_FOUND, axum::Json(json!({"message": "not found"}))),
     }
 }
 
@@ -261,5 +322,85 @@ async fn oidc_verifies_the_providers_tokens(backend: Backend) {
         reply.json["detail"].as_str().unwrap().contains("the identity provider could not be reached"),
         "{}",
         reply.json
+    );
+}
+
+/// A request as the client sends it on an IBM channel.
+async fn platform_get(gateway: &Gateway, key: &str, channel: Option<&str>, crn: Option<&str>) -> (u16, Value) {
+    let mut request = axum::http::Request::get("/api/v1/jobs/").header("authorization", format!("Bearer {key}"));
+    if let Some(channel) = channel {
+        request = request.header("service-channel", channel);
+    }
+    if let Some(crn) = crn {
+        request = request.header("service-crn", crn);
+    }
+    let reply = gateway.send(request.body(axum::body::Body::empty()).unwrap()).await;
+    (reply.status.as_u16(), reply.json)
+}
+
+async fn runtime_platform_checks_keys_plans_and_channels(backend: Backend) {
+    use gantry::auth::platform::{IAM_PROBLEM, NOT_AUTHENTICATED, NOT_ENTITLED, REVIEW_CRN, WRONG_CHANNEL};
+    let fake = Fake::start().await;
+    let mut gateway = Gateway::start(backend).await;
+    gateway.state.auth = authenticator(&[
+        "--auth-mechanism",
+        "runtime_platform",
+        "--iam-url",
+        &fake.base,
+        "--resource-controller-url",
+        &fake.base,
+        "--resource-plans-allowed",
+        "plan-standard,plan-premium",
+        "--mock-token",
+        "awesome_token",
+    ]);
+    let detail = |text: &str| json!({"detail": text});
+    let platform = Some("ibm_quantum_platform");
+
+    // A valid key on an entitled instance: the user is the IAM id, the groups the account's
+    // access groups but Public Access.
+    assert_eq!(platform_get(&gateway, "key-alice", platform, Some(CRN_OK)).await.0, 200);
+    assert_eq!(groups_of(&gateway, "IBMid-alice").await, ["AccessGroup-physics"]);
+    // Cached: the same key and instance make no upstream call; no channel header with a CRN
+    // is the quantum platform, and ibm_cloud is accepted too.
+    let calls = fake.calls();
+    assert_eq!(platform_get(&gateway, "key-alice", None, Some(CRN_OK)).await.0, 200);
+    assert_eq!(platform_get(&gateway, "key-alice", Some("ibm_cloud"), Some(CRN_OK)).await.0, 200);
+    assert_eq!(fake.calls(), calls);
+    // Another key is exchanged again.
+    assert_eq!(platform_get(&gateway, "key-alice-2", platform, Some(CRN_OK)).await.0, 200);
+    assert!(fake.calls() > calls);
+
+    // Each refusal with the reference's message.
+    assert_eq!(
+        platform_get(&gateway, "key-alice", Some("ibm_quantum"), Some(CRN_OK)).await,
+        (401, detail(WRONG_CHANNEL))
+    );
+    let (status, body) = platform_get(&gateway, "key-alice", platform, Some(CRN_FREE)).await;
+    assert_eq!((status, &body), (401, &detail(NOT_ENTITLED)));
+    assert!(!body.to_string().contains("internal-plan-lite-7"), "no internal plan id is revealed");
+    let unknown = "crn:v1:bluemix:public:quantum-computing:eu-de:a/acct-1:nope::";
+    assert_eq!(platform_get(&gateway, "key-alice", platform, Some(unknown)).await, (401, detail(REVIEW_CRN)));
+    assert_eq!(platform_get(&gateway, "key-bob", platform, None).await, (401, detail(REVIEW_CRN)));
+    for key in ["key-unknown", "key-expired", "key-forged"] {
+        assert_eq!(
+            platform_get(&gateway, key, platform, Some(CRN_OK)).await,
+            (401, detail(NOT_AUTHENTICATED)),
+            "{key}"
+        );
+    }
+    assert_eq!(platform_get(&gateway, "key-iam-down", platform, Some(CRN_OK)).await, (401, detail(IAM_PROBLEM)));
+
+    // The local channel is the reference's mock check: the mock token is the user mockuser.
+    assert_eq!(platform_get(&gateway, "awesome_token", Some("local"), None).await.0, 200);
+    assert!(gantry::db::users::find_by_username(&gateway.state.db, "mockuser").await.unwrap().is_some());
+    let invalid = detail("Authorization token is not valid.");
+    assert_eq!(platform_get(&gateway, "key-alice", Some("local"), None).await, (401, invalid));
+
+    // A deactivated user is refused.
+    gantry::db::users::set_active(&gateway.state.db, "IBMid-alice", false).await.unwrap();
+    assert_eq!(
+        platform_get(&gateway, "key-alice", platform, Some(CRN_OK)).await,
+        (401, detail("Your user was deactivated. Please contact IBM support for reactivation."))
     );
 }
