@@ -31,6 +31,10 @@ pub const SECRET_TOKEN_KEY: &str = "token";
 pub const SECRET_ENV_PREFIX: &str = "env.";
 /// Key in the job's Secret holding the job's scoped storage access (presigned URLs).
 pub const SECRET_ACCESS_KEY: &str = "access";
+/// Key of the job's Secret holding the caller's channel (`Service-Channel`), when not `local`.
+pub const SECRET_CHANNEL_KEY: &str = "channel";
+/// Key of the job's Secret holding the caller's instance (`Service-CRN`), when sent.
+pub const SECRET_INSTANCE_KEY: &str = "instance";
 
 /// What the job runs (the function, as code or image), with which resources and limits, for
 /// whom, and whether a stop was requested. Written by the gateway; identity fields are immutable.

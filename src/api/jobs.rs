@@ -125,10 +125,14 @@ pub async fn run_program(
     }
     check_arguments(&state, &program, arguments.clone()).await?;
     let header_text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
+    let instance = header_text("service-crn");
+    // No channel with an instance is the quantum platform (as the platform check decides).
+    let channel = header_text("service-channel")
+        .unwrap_or_else(|| if instance.is_some() { "ibm_quantum_platform" } else { "local" }.into());
     let request_env = json!({
         "token": state.tokens.seal(&caller.token),
-        "channel": header_text("service-channel").unwrap_or_else(|| "local".into()),
-        "instance": header_text("service-crn"),
+        "channel": channel,
+        "instance": instance,
     });
     let job = NewJob {
         id: db::new_id(),

@@ -93,6 +93,10 @@ pub struct GatewayArea {
     pub token: Secret,
     pub function: String,
     pub provider: Option<String>,
+    /// The caller's channel and instance (`QISKIT_IBM_CHANNEL`, `ENV_JOB_GATEWAY_INSTANCE`),
+    /// sent as the client sends them, so the gateway authenticates the job as its caller.
+    pub channel: Option<String>,
+    pub instance: Option<String>,
     /// One client for the job's life (the periodic sync would otherwise load the system's
     /// root certificates every few seconds).
     client: std::sync::OnceLock<access::HttpClient>,
@@ -121,6 +125,8 @@ impl GatewayArea {
             token: Secret::new(variable("ENV_JOB_GATEWAY_TOKEN")?),
             function: function.to_string(),
             provider: provider.map(str::to_string),
+            channel: variable("QISKIT_IBM_CHANNEL"),
+            instance: variable("ENV_JOB_GATEWAY_INSTANCE"),
             client: std::sync::OnceLock::new(),
         })
     }
@@ -138,8 +144,14 @@ impl GatewayArea {
         request: hyper::http::request::Builder,
         body: access::HttpBody,
     ) -> Result<hyper::Response<hyper::body::Incoming>, BoxError> {
-        let request =
-            request.header(hyper::header::AUTHORIZATION, format!("Bearer {}", self.token.expose())).body(body)?;
+        let mut request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {}", self.token.expose()));
+        if let Some(channel) = &self.channel {
+            request = request.header("Service-Channel", channel);
+        }
+        if let Some(instance) = &self.instance {
+            request = request.header("Service-CRN", instance);
+        }
+        let request = request.body(body)?;
         let client = match self.client.get() {
             Some(client) => client,
             None => {

@@ -163,6 +163,13 @@ impl KubeBackend {
             (SECRET_TOKEN_KEY.to_string(), ByteString(token.into_bytes())),
             (SECRET_ACCESS_KEY.to_string(), ByteString(access)),
         ]);
+        // The job calls back on the caller's channel and instance (runtime_platform checks them).
+        for (key, field) in [(crate::crd::SECRET_CHANNEL_KEY, "channel"), (crate::crd::SECRET_INSTANCE_KEY, "instance")]
+        {
+            if let Some(text) = request_env.get(field).and_then(Value::as_str) {
+                data.insert(key.to_string(), ByteString(text.as_bytes().to_vec()));
+            }
+        }
         let function_env: Map<String, Value> =
             launch.function_env_vars.as_deref().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
         for (name, value) in function_env.iter().filter(|(name, _)| is_env_name(name)) {

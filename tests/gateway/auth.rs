@@ -21,7 +21,8 @@ use crate::harness::{Backend, Gateway};
 both_backends!(
     custom_token_asks_the_token_service,
     oidc_verifies_the_providers_tokens,
-    runtime_platform_checks_keys_plans_and_channels
+    runtime_platform_checks_keys_plans_and_channels,
+    a_job_calls_back_as_its_caller_under_runtime_platform
 );
 
 /// The fake services: a token endpoint (`/whoami`) and an OpenID provider (discovery, JWKS).
@@ -403,4 +404,76 @@ async fn runtime_platform_checks_keys_plans_and_channels(backend: Backend) {
         platform_get(&gateway, "key-alice", platform, Some(CRN_OK)).await,
         (401, detail("Your user was deactivated. Please contact IBM support for reactivation."))
     );
+}
+
+/// Sends `method uri` as a client on the quantum platform channel with instance `CRN_OK`.
+async fn as_platform_client(
+    gateway: &Gateway,
+    method: &str,
+    uri: &str,
+    key: &str,
+    content_type: Option<&str>,
+    body: Vec<u8>,
+) -> crate::harness::Reply {
+    let mut request = axum::http::Request::builder()
+        .method(method)
+        .uri(uri)
+        .header("authorization", format!("Bearer {key}"))
+        .header("service-channel", "ibm_quantum_platform")
+        .header("service-crn", CRN_OK);
+    if let Some(content_type) = content_type {
+        request = request.header("content-type", content_type);
+    }
+    gateway.send(request.body(axum::body::Body::from(body)).unwrap()).await
+}
+
+/// The job's own calls back (the real client's `update_status`) carry the caller's channel and
+/// instance, so they authenticate under runtime_platform as the caller.
+async fn a_job_calls_back_as_its_caller_under_runtime_platform(backend: Backend) {
+    let fake = Fake::start().await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let mut gateway = Gateway::start(backend).await.with_runner(|config| config.gateway_host = url.clone()).await;
+    gateway.state.auth = authenticator(&[
+        "--auth-mechanism",
+        "runtime_platform",
+        "--iam-url",
+        &fake.base,
+        "--resource-controller-url",
+        &fake.base,
+        "--resource-plans-allowed",
+        "plan-premium",
+    ]);
+    tokio::spawn(gantry::serve::serve_http(listener, gateway.state.clone(), None));
+
+    let main = b"from qiskit_serverless import save_result, update_status\n\
+save_result({\"updated\": bool(update_status(\"MAPPING\"))})\n";
+    let artifact = crate::harness::tar_of(&[("main.py", main)]);
+    let (content_type, body) = crate::harness::multipart(
+        &[("title", "calls-back"), ("entrypoint", "main.py")],
+        &[("artifact", "artifact.tar", &artifact)],
+    );
+    let uploaded =
+        as_platform_client(&gateway, "POST", "/api/v1/programs/upload/", "key-alice", Some(&content_type), body).await;
+    assert_eq!(uploaded.status, 200, "{}", uploaded.json);
+    let run = json!({"title": "calls-back", "arguments": "{}", "config": {}}).to_string().into_bytes();
+    let ran =
+        as_platform_client(&gateway, "POST", "/api/v1/programs/run/", "key-alice", Some("application/json"), run).await;
+    assert_eq!(ran.status, 200, "{}", ran.json);
+    let job_id = ran.json["id"].as_str().unwrap().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let job = loop {
+        let job =
+            as_platform_client(&gateway, "GET", &format!("/api/v1/jobs/{job_id}/"), "key-alice", None, Vec::new())
+                .await
+                .json;
+        if matches!(job["status"].as_str(), Some("SUCCEEDED" | "FAILED" | "STOPPED")) {
+            break job;
+        }
+        assert!(std::time::Instant::now() < deadline, "the job did not finish: {job}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(job["status"], "SUCCEEDED", "{job}");
+    let result: Value = serde_json::from_str(job["result"].as_str().unwrap_or("{}")).unwrap_or_default();
+    assert_eq!(result, json!({"updated": true}), "the job's update_status call was refused: {job}");
 }

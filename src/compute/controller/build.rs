@@ -142,6 +142,10 @@ fn environment(job: &FunctionJob, settings: &PodSettings) -> Vec<EnvVar> {
     }
     let size = spec.size.map(|size| format!("{size:?}"));
     let no_function_env = Map::new();
+    // The caller's instance (CRN), when it sent one: the Secret has it then.
+    for name in ["QISKIT_IBM_INSTANCE", "ENV_JOB_GATEWAY_INSTANCE"] {
+        env.push(secret_env(name, secret, crate::crd::SECRET_INSTANCE_KEY, true));
+    }
     let job_env = job_environment(&JobEnvironmentInput {
         job_id: &spec.job_id,
         gateway_host: &settings.gateway_url,
@@ -154,9 +158,11 @@ fn environment(job: &FunctionJob, settings: &PodSettings) -> Vec<EnvVar> {
         function_env: &no_function_env,
     });
     for (name, value) in job_env {
-        env.push(match TOKEN_VARIABLES.contains(&name.as_str()) {
-            true => secret_env(&name, secret, SECRET_TOKEN_KEY, false),
-            false => plain_env(&name, value),
+        env.push(match name.as_str() {
+            name if TOKEN_VARIABLES.contains(&name) => secret_env(name, secret, SECRET_TOKEN_KEY, false),
+            // The caller's channel, from the Secret (absent from Secrets of an older gateway).
+            "QISKIT_IBM_CHANNEL" => secret_env(name.as_str(), secret, crate::crd::SECRET_CHANNEL_KEY, true),
+            _ => plain_env(&name, value),
         });
     }
     // The function's own variables last: they may override the ones above.
@@ -381,6 +387,8 @@ mod tests {
                         {"name": "GANTRY_ARTIFACT_KEY", "value": "artifacts/p/u.tar"},
                         {"name": "GANTRY_ENTRYPOINT", "value": "main.py"},
                         {"name": "GANTRY_DATA_FUNCTION", "value": "my fn!"},
+                        {"name": "QISKIT_IBM_INSTANCE", "valueFrom": {"secretKeyRef": {"name": "gantry-job-0f2c0000-0000-4000-8000-000000000001", "key": "instance", "optional": true}}},
+                        {"name": "ENV_JOB_GATEWAY_INSTANCE", "valueFrom": {"secretKeyRef": {"name": "gantry-job-0f2c0000-0000-4000-8000-000000000001", "key": "instance", "optional": true}}},
                         {"name": "ENV_JOB_GATEWAY_HOST", "value": "http://gantry.gantry.svc:8000"},
                         {"name": "ENV_JOB_GATEWAY_TOKEN", "valueFrom": {"secretKeyRef": {"name": "gantry-job-0f2c0000-0000-4000-8000-000000000001", "key": "token"}}},
                         {"name": "ENV_JOB_ID_GATEWAY", "value": JOB_ID},
@@ -391,7 +399,7 @@ mod tests {
                         {"name": "ARGUMENTS_PATH", "value": format!("/data/arguments/{JOB_ID}.json")},
                         {"name": "RESULTS_PATH", "value": format!("/data/results/{JOB_ID}.json")},
                         {"name": "QISKIT_IBM_TOKEN", "valueFrom": {"secretKeyRef": {"name": "gantry-job-0f2c0000-0000-4000-8000-000000000001", "key": "token"}}},
-                        {"name": "QISKIT_IBM_CHANNEL", "value": "local"},
+                        {"name": "QISKIT_IBM_CHANNEL", "valueFrom": {"secretKeyRef": {"name": "gantry-job-0f2c0000-0000-4000-8000-000000000001", "key": "channel", "optional": true}}},
                         {"name": "QISKIT_IBM_URL", "value": "https://cloud.ibm.com"},
                         {"name": "ENV_JOB_FUNCTION_SIZE", "value": "M"},
                         {"name": "MY_SETTING", "valueFrom": {"secretKeyRef": {"name": "gantry-job-0f2c0000-0000-4000-8000-000000000001", "key": "env.MY_SETTING"}}}
