@@ -45,9 +45,9 @@ if [ "$status" != 0 ]; then
   echo "--- gantry serve log ---"; tail -n 200 "$DATA/serve.log"; exit 1
 fi
 
-step "end to end: the real client against gantry gateway + gantry controller (Kubernetes doubles)"
+step "end to end: the real client against gateway + controller (Kubernetes doubles), and with runtime_platform"
 GANTRY_TEST_PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" \
-  cargo test --quiet --test gateway e2e_kubernetes -- --ignored 2>&1 | grep -v '^test .* ok$'
+  cargo test --quiet --test gateway -- --ignored e2e_kubernetes the_real_client_authenticates 2>&1 | grep -v '^test .* ok$'
 
 step "Helm chart: strict lint, rendering, Kubernetes schemas, RBAC = gantry rbac, values table"
 GANTRY_BIN=target/debug/gantry tests/helm/run.sh

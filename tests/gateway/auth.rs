@@ -477,3 +477,61 @@ save_result({\"updated\": bool(update_status(\"MAPPING\"))})\n";
     let result: Value = serde_json::from_str(job["result"].as_str().unwrap_or("{}")).unwrap_or_default();
     assert_eq!(result, json!({"updated": true}), "the job's update_status call was refused: {job}");
 }
+
+/// The real client (`tests/e2e/client_platform.py`) against a `gantry serve` process with
+/// runtime_platform, IAM and the resource controller faked here.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by tests/run.sh: needs GANTRY_TEST_PYTHON and the built client"]
+async fn the_real_client_authenticates_with_runtime_platform() {
+    let python = std::env::var("GANTRY_TEST_PYTHON").expect("GANTRY_TEST_PYTHON: a Python with qiskit-serverless");
+    let fake = Fake::start().await;
+    let folder = tempfile::tempdir().unwrap();
+    let port = crate::e2e_kubernetes::free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let log = folder.path().join("serve.log");
+    let args: Vec<String> = [
+        "serve",
+        "--listen",
+        &format!("127.0.0.1:{port}"),
+        "--data-dir",
+        &folder.path().join("data").display().to_string(),
+        "--python",
+        &python,
+        "--auth-mechanism",
+        "runtime_platform",
+        "--iam-url",
+        &fake.base,
+        "--resource-controller-url",
+        &fake.base,
+        "--resource-plans-allowed",
+        "plan-premium",
+    ]
+    .map(str::to_string)
+    .to_vec();
+    let mut serve = crate::e2e_kubernetes::spawn_role(&args, &[], &log);
+    let ready = crate::e2e_kubernetes::reqwest_free_get(&url);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !ready().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "gantry serve never became ready:\n{}",
+            crate::e2e_kubernetes::tail(&log)
+        );
+        assert!(serve.try_wait().unwrap().is_none(), "gantry serve exited:\n{}", crate::e2e_kubernetes::tail(&log));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let checks = tokio::process::Command::new(&python)
+        .args(["tests/e2e/client_platform.py", &url, "key-alice", CRN_OK, CRN_FREE])
+        .output()
+        .await
+        .expect("the client checks start");
+    println!("{}", String::from_utf8_lossy(&checks.stdout));
+    assert!(
+        checks.status.success(),
+        "{}{}\n--- gantry serve ---\n{}",
+        String::from_utf8_lossy(&checks.stdout),
+        String::from_utf8_lossy(&checks.stderr),
+        crate::e2e_kubernetes::tail(&log)
+    );
+    let _ = serve.kill().await;
+}

@@ -210,7 +210,7 @@ pub fn role_settings(
 }
 
 /// A readiness probe of the gateway at `url`, without an HTTP client crate.
-fn reqwest_free_get(url: &str) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
+pub fn reqwest_free_get(url: &str) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
     let address = url.trim_start_matches("http://").to_string();
     move || {
         let address = address.clone();
