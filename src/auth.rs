@@ -30,6 +30,7 @@ use serde_json::Value;
 
 use crate::db;
 use crate::domain::names::is_valid_user_name;
+use crate::domain::visibility::{FunctionAccess, InstanceAccess, Permissions};
 use crate::error::ApiError;
 use crate::state::AppState;
 use cache::{VerdictCache, credential_key};
@@ -101,6 +102,17 @@ pub struct AuthArgs {
     /// the `local` channel is refused.
     #[arg(long, env = "SETTINGS_AUTH_MOCK_TOKEN")]
     pub mock_token: Option<crate::secrets::Secret>,
+    /// runtime_platform: the runtime API listing an instance's functions and permissions (the
+    /// default region's URL); unset, access follows the group rules.
+    #[arg(long, env = "RUNTIME_API_BASE_URL")]
+    pub runtime_api_url: Option<String>,
+    /// runtime_platform: the region served by the bare `RUNTIME_API_BASE_URL`; other regions
+    /// use its host prefixed with `<region>.`.
+    #[arg(long, env = "RUNTIME_API_DEFAULT_REGION", default_value = "us-east")]
+    pub runtime_api_default_region: String,
+    /// runtime_platform: seconds an instance's function list is reused.
+    #[arg(long, env = "RUNTIME_API_CACHE_TTL", default_value_t = 60)]
+    pub runtime_api_cache_ttl_seconds: u64,
     /// Seconds a verified token's identity is reused without asking upstream again.
     #[arg(long, env = "IAM_IBM_CLOUD_CACHE_TTL", default_value_t = 60)]
     pub auth_cache_ttl_seconds: u64,
@@ -155,6 +167,13 @@ impl AuthArgs {
                     self.mock_token.as_ref().map(|token| token.expose().to_string()),
                     upstream()?,
                     Duration::from_secs(self.auth_cache_ttl_seconds),
+                    self.runtime_api_url.as_ref().filter(|url| !url.trim().is_empty()).map(|url| {
+                        platform::RuntimeApi {
+                            base_url: url.clone(),
+                            default_region: self.runtime_api_default_region.clone(),
+                            accesses: VerdictCache::new(Duration::from_secs(self.runtime_api_cache_ttl_seconds)),
+                        }
+                    }),
                 )))
             }
         };
@@ -172,6 +191,8 @@ pub struct Identity {
     pub username: String,
     /// The user's groups, when the mechanism owns group membership.
     pub groups: Option<Vec<String>>,
+    /// Runtime-instances mode: what the caller's instance may use (replaces the group rules).
+    pub instance: Option<Arc<InstanceAccess>>,
 }
 
 /// Why a credential was refused.
@@ -225,7 +246,9 @@ impl Authenticator {
             return Ok(identity);
         }
         let verdict = match &self.check {
-            Check::Mock | Check::Platform(_) => return Ok(Identity { username: token.to_string(), groups: None }),
+            Check::Mock | Check::Platform(_) => {
+                return Ok(Identity { username: token.to_string(), groups: None, instance: None });
+            }
             Check::Custom(custom) => custom.verify(token).await.map(|identity| (identity, None)),
             Check::Oidc(oidc) => oidc.verify(token).await.map(|(identity, expires)| {
                 // Kept no longer than the token lives.
@@ -277,6 +300,24 @@ pub struct Caller {
     pub username: String,
     /// The raw bearer token, handed to jobs so they can call back as the user. Never logged.
     pub token: String,
+    /// Runtime-instances mode: the instance's per-function permissions.
+    pub instance: Option<Arc<InstanceAccess>>,
+}
+
+impl Caller {
+    /// The caller's relation to a function: the database's, with the instance's permissions
+    /// in runtime-instances mode.
+    pub fn access(&self, row: &db::programs::ProgramRow) -> FunctionAccess {
+        FunctionAccess {
+            instance: self.instance.as_ref().map(|access| access.on(row.provider_name.as_deref(), &row.title)),
+            ..row.access()
+        }
+    }
+
+    /// The instance's permissions on a function (none without an instance).
+    pub fn permissions_on(&self, provider: Option<&str>, title: &str) -> Permissions {
+        self.instance.as_ref().map(|access| access.on(provider, title)).unwrap_or_default()
+    }
 }
 
 impl std::fmt::Debug for Caller {
@@ -314,7 +355,7 @@ impl FromRequestParts<AppState> for Caller {
         if let Some(groups) = &identity.groups {
             db::users::set_groups(&state.db, &user.id, groups).await?;
         }
-        Ok(Caller { user_id: user.id, username: user.username, token: token.to_string() })
+        Ok(Caller { user_id: user.id, username: user.username, token: token.to_string(), instance: identity.instance })
     }
 }
 
@@ -350,7 +391,7 @@ mod tests {
         assert_eq!(field(&answer, "https://example.com/groups"), Some(&serde_json::json!(["a"])));
         assert_eq!(field(&answer, "user.name"), None);
         let identity = Identity::from_claims(&answer, "user.id", Some("https://example.com/groups"), "x").unwrap();
-        assert_eq!(identity, Identity { username: "7".into(), groups: Some(vec!["a".into()]) });
+        assert_eq!(identity, Identity { username: "7".into(), groups: Some(vec!["a".into()]), instance: None });
     }
 
     #[test]

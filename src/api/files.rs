@@ -14,7 +14,7 @@ use super::{ApiError, AppState, RequestFields, UploadedFile};
 use crate::auth::Caller;
 use crate::db::{programs, providers};
 use crate::domain::names;
-use crate::domain::visibility;
+use crate::domain::visibility::{self, ProviderOperation};
 use crate::storage::keys;
 
 #[derive(Debug, Deserialize)]
@@ -51,20 +51,27 @@ fn file_name(query: &FileQuery) -> Result<Option<String>, ApiError> {
 }
 
 /// The caller's own file folder of a function they may use.
-async fn user_folder(state: &AppState, caller: &Caller, query: &FileQuery) -> Result<String, ApiError> {
+async fn user_folder(state: &AppState, caller: &Caller, query: &FileQuery, write: bool) -> Result<String, ApiError> {
     let target = target(query, false)?;
+    let rule = if write { visibility::can_write_user_files } else { visibility::can_read_user_files };
     let row =
-        resolve_function(state, caller, target.provider.as_deref(), &target.function, visibility::can_use_user_files)
-            .await
-            .map_err(|error| match error {
+        resolve_function(state, caller, target.provider.as_deref(), &target.function, rule).await.map_err(|error| {
+            match error {
                 ApiError::NotFound(_) => ApiError::function_not_found(None, &target.function),
                 other => other,
-            })?;
+            }
+        })?;
     Ok(keys::user_files(&caller.username, row.provider_name.as_deref().map(|p| (p, row.title.as_str()))))
 }
 
 /// The provider's file folder of one of its functions, for those who manage it.
-async fn provider_folder(state: &AppState, caller: &Caller, query: &FileQuery) -> Result<String, ApiError> {
+async fn provider_folder(
+    state: &AppState,
+    caller: &Caller,
+    query: &FileQuery,
+    write: bool,
+) -> Result<String, ApiError> {
+    let operation = if write { ProviderOperation::FilesWrite } else { ProviderOperation::FilesRead };
     let target = target(query, true)?;
     let provider_name = target.provider.expect("required above");
     let provider = providers::find_by_name(&state.db, &provider_name)
@@ -72,7 +79,9 @@ async fn provider_folder(state: &AppState, caller: &Caller, query: &FileQuery) -
         .ok_or_else(|| ApiError::provider_not_found(&provider_name))?;
     let row = programs::find_provider_function(&state.db, &caller.user_id, &provider.id, &target.function).await?;
     match row {
-        Some(row) if visibility::can_manage(row.access()) => Ok(keys::provider_files(&provider.name, &row.title)),
+        Some(row) if visibility::can_manage(caller.access(&row), operation) => {
+            Ok(keys::provider_files(&provider.name, &row.title))
+        }
         Some(_) => Err(ApiError::provider_not_found(&provider_name)),
         None if providers::is_admin(&state.db, &provider.id, &caller.user_id).await? => {
             Err(ApiError::function_not_found(Some(&provider_name), &target.function))
@@ -181,7 +190,7 @@ pub async fn list_user_files(
     caller: Caller,
     Query(query): Query<FileQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let folder = user_folder(&state, &caller, &query).await?;
+    let folder = user_folder(&state, &caller, &query, false).await?;
     Ok(Json(json!({ "results": list_in(&state, &folder).await? })))
 }
 
@@ -191,7 +200,7 @@ pub async fn list_user_files_spec(
     caller: Caller,
     Query(query): Query<FileQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let folder = user_folder(&state, &caller, &query).await?;
+    let folder = user_folder(&state, &caller, &query, false).await?;
     Ok(Json(json!({ "files": list_in(&state, &folder).await? })))
 }
 
@@ -200,7 +209,7 @@ pub async fn download_user_file(
     caller: Caller,
     Query(query): Query<FileQuery>,
 ) -> Result<Response, ApiError> {
-    let folder = user_folder(&state, &caller, &query).await?;
+    let folder = user_folder(&state, &caller, &query, false).await?;
     download_from(&state, &folder, &query).await
 }
 
@@ -209,7 +218,7 @@ pub async fn delete_user_file(
     caller: Caller,
     Query(query): Query<FileQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let folder = user_folder(&state, &caller, &query).await?;
+    let folder = user_folder(&state, &caller, &query, true).await?;
     delete_from(&state, &folder, &query).await
 }
 
@@ -220,7 +229,7 @@ pub async fn upload_user_file(
     mut fields: RequestFields,
 ) -> Result<Json<Value>, ApiError> {
     let file = checked_file(&state, &mut fields)?;
-    let folder = user_folder(&state, &caller, &query).await?;
+    let folder = user_folder(&state, &caller, &query, true).await?;
     upload_to(&state, &folder, file).await
 }
 
@@ -229,7 +238,7 @@ pub async fn list_provider_files(
     caller: Caller,
     Query(query): Query<FileQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let folder = provider_folder(&state, &caller, &query).await?;
+    let folder = provider_folder(&state, &caller, &query, false).await?;
     Ok(Json(json!({ "results": list_in(&state, &folder).await? })))
 }
 
@@ -238,7 +247,7 @@ pub async fn download_provider_file(
     caller: Caller,
     Query(query): Query<FileQuery>,
 ) -> Result<Response, ApiError> {
-    let folder = provider_folder(&state, &caller, &query).await?;
+    let folder = provider_folder(&state, &caller, &query, false).await?;
     download_from(&state, &folder, &query).await
 }
 
@@ -247,7 +256,7 @@ pub async fn delete_provider_file(
     caller: Caller,
     Query(query): Query<FileQuery>,
 ) -> Result<Json<Value>, ApiError> {
-    let folder = provider_folder(&state, &caller, &query).await?;
+    let folder = provider_folder(&state, &caller, &query, true).await?;
     delete_from(&state, &folder, &query).await
 }
 
@@ -258,7 +267,7 @@ pub async fn upload_provider_file(
     mut fields: RequestFields,
 ) -> Result<Json<Value>, ApiError> {
     let file = checked_file(&state, &mut fields)?;
-    let folder = provider_folder(&state, &caller, &query).await?;
+    let folder = provider_folder(&state, &caller, &query, true).await?;
     upload_to(&state, &folder, file).await
 }
 

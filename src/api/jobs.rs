@@ -15,6 +15,7 @@ use crate::compute::StopOutcome;
 use crate::db::jobs::{self, JobFilter, JobRow, NewJob, SubStatusOutcome};
 use crate::db::{self, programs, providers};
 use crate::domain::lifecycle::JobStatus;
+use crate::domain::visibility::ProviderOperation;
 use crate::domain::{names, sizes, visibility};
 use crate::events::{self, StatusEvent};
 use crate::storage::keys;
@@ -57,11 +58,16 @@ async fn own_job(state: &AppState, caller: &Caller, job_id: &str) -> Result<JobR
 }
 
 /// Whether the caller manages the job's provider function (provider admin or its author).
-async fn manages_job_function(state: &AppState, caller: &Caller, job: &JobRow) -> Result<bool, ApiError> {
+async fn manages_job_function(
+    state: &AppState,
+    caller: &Caller,
+    job: &JobRow,
+    operation: ProviderOperation,
+) -> Result<bool, ApiError> {
     let Some(program_id) = &job.program_id else { return Ok(false) };
     Ok(programs::find_by_id(&state.db, &caller.user_id, program_id)
         .await?
-        .is_some_and(|program| visibility::can_manage(program.access())))
+        .is_some_and(|program| visibility::can_manage(caller.access(&program), operation)))
 }
 
 pub async fn run_program(
@@ -315,7 +321,7 @@ pub async fn list_provider_jobs(
         Some(function) => {
             let title = names::sanitize_title(function, false);
             match programs::find_provider_function(&state.db, &caller.user_id, &provider.id, &title).await? {
-                Some(program) if visibility::can_manage(program.access()) => {
+                Some(program) if visibility::can_manage(caller.access(&program), ProviderOperation::Jobs) => {
                     filter.program_ids = Some(vec![program.id])
                 }
                 None if is_admin => return Err(ApiError::function_not_found(Some(&provider_name), &title)),
@@ -328,7 +334,7 @@ pub async fn list_provider_jobs(
             let authored: Vec<String> = programs::list_candidates(&state.db, &caller.user_id, Some(&provider_name))
                 .await?
                 .into_iter()
-                .filter(|program| visibility::can_manage(program.access()))
+                .filter(|program| visibility::can_manage(caller.access(program), ProviderOperation::Jobs))
                 .map(|program| program.id)
                 .collect();
             if authored.is_empty() {
@@ -370,7 +376,7 @@ pub async fn get_job(
     let with_result = parse_bool("with_result", query.with_result.as_deref(), true)?;
     let job = jobs::find(&state.db, &job_id).await?.ok_or_else(|| job_not_found(&job_id))?;
     let is_author = job.author_id == caller.user_id;
-    if !is_author && !manages_job_function(&state, &caller, &job).await? {
+    if !is_author && !manages_job_function(&state, &caller, &job, ProviderOperation::Jobs).await? {
         return Err(job_not_found(&job_id));
     }
     let mut record = job_record(&job);
@@ -447,7 +453,7 @@ pub async fn get_job_provider_logs(
     Path(job_id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     let job = jobs::find(&state.db, &job_id).await?.ok_or_else(|| job_not_found(&job_id))?;
-    if job.provider_id.is_none() || !manages_job_function(&state, &caller, &job).await? {
+    if job.provider_id.is_none() || !manages_job_function(&state, &caller, &job, ProviderOperation::Logs).await? {
         return Err(ApiError::Forbidden(format!("You don't have access to job [{job_id}]")));
     }
     Ok(Json(json!({ "logs": read_log(&state, &job, true).await? })))
@@ -620,7 +626,7 @@ pub async fn get_program_jobs(
     let program = programs::find_by_id(&state.db, &caller.user_id, &program_id)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("Qiskit Function {program_id} doesn't exist.")))?;
-    let manages = visibility::can_manage(program.access());
+    let manages = visibility::can_manage(caller.access(&program), ProviderOperation::Jobs);
     let filter = JobFilter {
         program_ids: Some(vec![program.id.clone()]),
         author_id: (!manages).then(|| caller.user_id.clone()),

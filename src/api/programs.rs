@@ -13,7 +13,7 @@ use super::{ApiError, AppState, RequestFields};
 use crate::auth::Caller;
 use crate::db::programs::{self, ProgramFields, ProgramRow};
 use crate::db::providers;
-use crate::domain::visibility::{self, FunctionAccess};
+use crate::domain::visibility::{self, FunctionAccess, ProviderOperation};
 use crate::domain::{dependencies, names, schema, sizes};
 use crate::storage::keys;
 
@@ -69,7 +69,7 @@ pub async fn resolve_function(
         }
         None => programs::find_user_function(&state.db, &caller.user_id, title).await?,
     };
-    row.filter(|row| rule(row.access())).ok_or_else(not_found)
+    row.filter(|row| rule(caller.access(row))).ok_or_else(not_found)
 }
 
 #[derive(Debug, Deserialize)]
@@ -87,10 +87,10 @@ pub async fn list_programs(
     let rows = programs::list_candidates(&state.db, &caller.user_id, provider.as_deref()).await?;
     let rule: fn(FunctionAccess) -> bool = match query.filter.as_deref() {
         Some("serverless") => |access| !access.has_provider && access.is_author,
-        Some("catalog") => |access| access.has_provider && visibility::can_run(access),
+        Some("catalog") => visibility::in_catalog,
         _ => visibility::can_view,
     };
-    Ok(Json(rows.iter().filter(|row| rule(row.access())).map(program_record).collect()))
+    Ok(Json(rows.iter().filter(|row| rule(caller.access(row))).map(program_record).collect()))
 }
 
 #[derive(Debug, Deserialize)]
@@ -270,13 +270,25 @@ pub async fn upload_program(
             };
             let existing = programs::find_provider_function(&state.db, &caller.user_id, &provider.id, &title).await?;
             let allowed = match &existing {
-                Some(row) => visibility::can_manage(row.access()),
+                Some(row) => visibility::can_manage(caller.access(row), ProviderOperation::Upload),
+                // Instances: `function.write` on the (provider, title) even for a new function.
+                None if caller.instance.is_some() => visibility::can_manage(
+                    visibility::FunctionAccess {
+                        has_provider: true,
+                        instance: Some(caller.permissions_on(Some(name), &title)),
+                        ..Default::default()
+                    },
+                    ProviderOperation::Upload,
+                ),
                 None => providers::is_admin(&state.db, &provider.id, &caller.user_id).await?,
             };
             if !allowed {
                 return Err(not_found());
             }
             (Some(provider), existing)
+        }
+        None if !visibility::can_upload_custom(caller.instance.as_ref().map(|access| access.custom)) => {
+            return Err(not_found());
         }
         None => (None, programs::find_user_function(&state.db, &caller.user_id, &title).await?),
     };

@@ -59,6 +59,6 @@ impl Identity {
             Some(Value::String(one)) => vec![one.clone()],
             _ => Vec::new(),
         });
-        Ok(Identity { username, groups })
+        Ok(Identity { username, groups, instance: None })
     }
 }

@@ -9,9 +9,11 @@
 //! check (only with `SETTINGS_AUTH_MOCK_TOKEN` set: that token is the user `mockuser`). Logins
 //! and plans are cached by the SHA-256 of the key (and the CRN), never the key itself.
 //!
-//! Not built: the runtime API's per-function permissions (the reference's runtime-instances
-//! mode); access follows the group rules, as in the reference with that mode off.
+//! With `RUNTIME_API_BASE_URL` set, the instance's functions and their permissions come from the
+//! regional runtime API (`GET /api/v1/functions`, the region from the CRN) and replace the group
+//! rules for the request (the reference's runtime-instances mode); its 204 keeps the group rules.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use hyper::StatusCode;
@@ -22,6 +24,7 @@ use super::cache::{VerdictCache, credential_key};
 use super::jwks::{KeyCache, KeySource, asymmetric};
 use super::upstream::Upstream;
 use super::{Identity, Rejection};
+use crate::domain::visibility::{InstanceAccess, Permissions};
 
 pub const NOT_AUTHENTICATED: &str = "You couldn't be authenticated, please review your API Key.";
 pub const IAM_PROBLEM: &str =
@@ -31,6 +34,7 @@ pub const REVIEW_CRN: &str =
     "There was a problem in the authentication process with IBM Quantum Platform, please review your CRN.";
 pub const WRONG_CHANNEL: &str =
     "The value of the channel is not correct. Verify that you are using one of these: ibm_cloud, ibm_quantum_platform";
+pub const RUNTIME_UNAVAILABLE: &str = "We couldn't verify your access to Qiskit Functions at this time. Please try again later, or contact IBM support if the problem persists.";
 /// The user every `local`-channel caller is, as in the reference.
 pub const MOCK_USER: &str = "mockuser";
 /// The access group every account has, which is not a group of Gantry's.
@@ -45,6 +49,51 @@ pub struct Platform {
     keys: KeyCache,
     logins: VerdictCache<Login>,
     plans: VerdictCache<String>,
+    runtime: Option<RuntimeApi>,
+}
+
+/// The regional runtime API listing an instance's functions.
+pub struct RuntimeApi {
+    /// The default region's URL (`RUNTIME_API_BASE_URL`).
+    pub base_url: String,
+    /// `RUNTIME_API_DEFAULT_REGION`: CRNs of this region use the bare URL.
+    pub default_region: String,
+    /// By the SHA-256 of key and CRN; `None`: the API answered 204 (group rules).
+    pub accesses: VerdictCache<Option<Arc<InstanceAccess>>>,
+}
+
+/// Where the runtime API lists the functions of the instance `crn`: the base URL, its host
+/// prefixed with `<region>.` when the CRN's region (its sixth `:` segment) is not the default.
+pub fn runtime_functions_url(base_url: &str, default_region: &str, crn: &str) -> String {
+    let base = base_url.trim_end_matches('/');
+    let base = match crn.split(':').nth(5).filter(|region| !region.is_empty() && *region != default_region) {
+        Some(region) => match base.split_once("://") {
+            Some((scheme, host)) => format!("{scheme}://{region}.{host}"),
+            None => format!("{region}.{base}"),
+        },
+        None => base.to_string(),
+    };
+    format!("{base}/api/v1/functions")
+}
+
+/// The runtime API's 200 answer: per function and for custom functions (invalid entries
+/// skipped).
+pub fn parse_instance_access(answer: &Value) -> InstanceAccess {
+    let names = |value: Option<&Value>| {
+        Permissions::from_names(value.and_then(Value::as_array).into_iter().flatten().filter_map(Value::as_str))
+    };
+    let functions = answer
+        .get("functions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|entry| {
+            let provider = entry.get("provider").and_then(Value::as_str).filter(|p| !p.is_empty())?;
+            let name = entry.get("name").and_then(Value::as_str).filter(|n| !n.is_empty())?;
+            Some(((provider.to_string(), name.to_string()), names(entry.get("permissions"))))
+        })
+        .collect();
+    InstanceAccess { functions, custom: names(answer.pointer("/custom_functions/permissions")) }
 }
 
 /// What an API key is, cached.
@@ -64,6 +113,7 @@ impl Platform {
         mock_token: Option<String>,
         upstream: Upstream,
         ttl: Duration,
+        runtime: Option<RuntimeApi>,
     ) -> Platform {
         let iam_url = iam_url.trim_end_matches('/').to_string();
         let keys = KeyCache::new(
@@ -80,6 +130,7 @@ impl Platform {
             keys,
             logins: VerdictCache::new(ttl),
             plans: VerdictCache::new(ttl),
+            runtime,
         }
     }
 
@@ -89,7 +140,9 @@ impl Platform {
             None | Some("ibm_quantum_platform" | "ibm_cloud") => {}
             Some("local") => {
                 return match &self.mock_token {
-                    Some(mock) if mock == key => Ok(Identity { username: MOCK_USER.into(), groups: None }),
+                    Some(mock) if mock == key => {
+                        Ok(Identity { username: MOCK_USER.into(), groups: None, instance: None })
+                    }
                     Some(_) => Err(Rejection::Invalid),
                     None => Err(Rejection::Unusable(WRONG_CHANNEL.into())),
                 };
@@ -101,7 +154,11 @@ impl Platform {
         if !self.plans_allowed.contains(&plan) {
             return Err(Rejection::Unusable(NOT_ENTITLED.into()));
         }
-        Ok(Identity { username: login.iam_id, groups: Some(login.groups) })
+        let instance = match (&self.runtime, crn) {
+            (Some(runtime), Some(crn)) => self.instance_access(runtime, key, crn).await?,
+            _ => None,
+        };
+        Ok(Identity { username: login.iam_id, groups: Some(login.groups), instance })
     }
 
     async fn login(&self, key: &str) -> Result<Login, Rejection> {
@@ -191,6 +248,83 @@ impl Platform {
     }
 }
 
+impl Platform {
+    /// What the runtime API says the instance `crn` may use; `None` when it answers 204.
+    async fn instance_access(
+        &self,
+        runtime: &RuntimeApi,
+        key: &str,
+        crn: &str,
+    ) -> Result<Option<Arc<InstanceAccess>>, Rejection> {
+        let cache_key = credential_key(&format!("{key}\n{crn}"));
+        if let Some(access) = runtime.accesses.get(&cache_key) {
+            return Ok(access);
+        }
+        let unavailable = || Rejection::Unavailable(RUNTIME_UNAVAILABLE.into());
+        let url = runtime_functions_url(&runtime.base_url, &runtime.default_region, crn);
+        let (status, body) =
+            self.upstream.get_with(&url, &format!("apikey {key}"), &[("Service-CRN", crn)]).await.map_err(|error| {
+                tracing::warn!(%error, "the runtime API failed");
+                unavailable()
+            })?;
+        let access = match status {
+            StatusCode::NO_CONTENT => None,
+            StatusCode::OK => {
+                let answer: Value = serde_json::from_slice(&body).map_err(|_| unavailable())?;
+                Some(Arc::new(parse_instance_access(&answer)))
+            }
+            status => {
+                tracing::warn!(%status, "the runtime API refused to list the instance's functions");
+                return Err(unavailable());
+            }
+        };
+        runtime.accesses.put(cache_key, access.clone(), None);
+        Ok(access)
+    }
+}
+
 fn urlencode(text: &str) -> String {
     serde_urlencoded::to_string([("", text)]).unwrap_or_default().trim_start_matches('=').to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_crns_region_picks_the_runtime_apis_host() {
+        let crn = |region: &str| format!("crn:v1:bluemix:public:quantum-computing:{region}:a/acct:instance::");
+        let base = "https://quantum.cloud.example/";
+        assert_eq!(
+            runtime_functions_url(base, "us-east", &crn("us-east")),
+            "https://quantum.cloud.example/api/v1/functions"
+        );
+        assert_eq!(
+            runtime_functions_url(base, "us-east", &crn("eu-de")),
+            "https://eu-de.quantum.cloud.example/api/v1/functions"
+        );
+        assert_eq!(
+            runtime_functions_url(base, "us-east", "not-a-crn"),
+            "https://quantum.cloud.example/api/v1/functions"
+        );
+    }
+
+    #[test]
+    fn the_runtime_apis_answer_becomes_permissions_and_bad_entries_are_skipped() {
+        let answer = serde_json::json!({
+            "functions": [
+                {"provider": "acme", "name": "solver", "permissions": ["function.read", "function.run"], "business_model": "TRIAL"},
+                {"provider": "acme", "permissions": ["function.run"]},
+                {"name": "orphan", "permissions": ["function.run"]},
+                "not an object"
+            ],
+            "custom_functions": {"permissions": ["function-custom.run"]}
+        });
+        let access = parse_instance_access(&answer);
+        assert_eq!(access.functions.len(), 1);
+        let solver = access.on(Some("acme"), "solver");
+        assert!(solver.has(Permissions::READ) && solver.has(Permissions::RUN) && !solver.has(Permissions::WRITE));
+        assert_eq!(access.on(Some("acme"), "other"), Permissions::default());
+        assert!(access.on(None, "mine").has(Permissions::CUSTOM_RUN));
+    }
 }

@@ -40,25 +40,39 @@ impl Upstream {
 
     /// GETs `url` (with `authorization` as the header's value, if any): the status and body.
     pub async fn get(&self, url: &str, authorization: Option<&str>) -> Result<(StatusCode, Bytes), UpstreamError> {
-        self.exchange(url, authorization, None).await
+        self.exchange(url, authorization, &[], None).await
+    }
+
+    /// GETs `url` with `authorization` and the other `headers`: the status and body.
+    pub async fn get_with(
+        &self,
+        url: &str,
+        authorization: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<(StatusCode, Bytes), UpstreamError> {
+        self.exchange(url, Some(authorization), headers, None).await
     }
 
     /// POSTs the form `fields` to `url`: the status and body.
     pub async fn post_form(&self, url: &str, fields: &[(&str, &str)]) -> Result<(StatusCode, Bytes), UpstreamError> {
         let form = serde_urlencoded::to_string(fields).map_err(|_| UpstreamError::Unreadable)?;
-        self.exchange(url, None, Some(form)).await
+        self.exchange(url, None, &[], Some(form)).await
     }
 
     async fn exchange(
         &self,
         url: &str,
         authorization: Option<&str>,
+        headers: &[(&str, &str)],
         form: Option<String>,
     ) -> Result<(StatusCode, Bytes), UpstreamError> {
         let method = if form.is_some() { hyper::Method::POST } else { hyper::Method::GET };
         let mut request = Request::builder().method(method).uri(url).header(header::ACCEPT, "application/json");
         if let Some(value) = authorization {
             request = request.header(header::AUTHORIZATION, value);
+        }
+        for (name, value) in headers {
+            request = request.header(*name, *value);
         }
         let body = match form {
             Some(form) => {

@@ -61,6 +61,7 @@ impl ProgramRow {
             is_provider_admin: self.is_provider_admin,
             view_granted: self.view_granted,
             run_granted: self.run_granted,
+            instance: None,
         }
     }
 }

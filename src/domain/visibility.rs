@@ -1,6 +1,12 @@
 //! Who may see, run and manage a function. The database loads a caller's relation to a function
 //! (`FunctionAccess`); these functions decide. The same rules serve every endpoint, so a listing
 //! never shows what a direct read would refuse.
+//!
+//! Two modes, as in the reference (its §3.1): group rules (grants and provider admin groups),
+//! and, when the runtime API lists an instance's functions (`runtime_platform`), that list's
+//! per-function permissions, which then replace the group rules for the request.
+
+use std::collections::HashMap;
 
 /// A caller's relation to one function, as loaded from the database.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -15,33 +21,166 @@ pub struct FunctionAccess {
     pub view_granted: bool,
     /// A group of the caller was granted `run` on the function.
     pub run_granted: bool,
+    /// Runtime-instances mode: the instance's permissions on this function (for a user's own
+    /// function, the instance's custom-function permissions). `None`: group rules.
+    pub instance: Option<Permissions>,
 }
 
-/// Reading the function (listing without filter, `get_by_title`). A user function is visible to
-/// its author only; a provider function to provider admins and granted groups. Authorship of a
-/// provider function alone does not make it visible.
-pub fn can_view(access: FunctionAccess) -> bool {
-    if access.has_provider {
-        access.is_provider_admin || access.view_granted || access.run_granted
-    } else {
-        access.is_author
+/// Permissions of an instance, as the runtime API names them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash)]
+pub struct Permissions(u16);
+
+impl Permissions {
+    pub const READ: Permissions = Permissions(1);
+    pub const RUN: Permissions = Permissions(1 << 1);
+    pub const WRITE: Permissions = Permissions(1 << 2);
+    pub const FILES_READ: Permissions = Permissions(1 << 3);
+    pub const FILES_WRITE: Permissions = Permissions(1 << 4);
+    pub const JOB_READ: Permissions = Permissions(1 << 5);
+    pub const PROVIDER_LOGS_READ: Permissions = Permissions(1 << 6);
+    pub const PROVIDER_FILES_READ: Permissions = Permissions(1 << 7);
+    pub const PROVIDER_FILES_WRITE: Permissions = Permissions(1 << 8);
+    pub const CUSTOM_RUN: Permissions = Permissions(1 << 9);
+    pub const CUSTOM_WRITE: Permissions = Permissions(1 << 10);
+
+    /// The permission a runtime API string names (unknown strings grant nothing).
+    pub fn named(name: &str) -> Permissions {
+        match name {
+            "function.read" => Self::READ,
+            "function.run" => Self::RUN,
+            "function.write" => Self::WRITE,
+            "function-files.read" => Self::FILES_READ,
+            "function-files.write" => Self::FILES_WRITE,
+            "function-job.read" => Self::JOB_READ,
+            "function-provider-logs.read" => Self::PROVIDER_LOGS_READ,
+            "function-provider-files.read" => Self::PROVIDER_FILES_READ,
+            "function-provider-files.write" => Self::PROVIDER_FILES_WRITE,
+            "function-custom.run" => Self::CUSTOM_RUN,
+            "function-custom.write" => Self::CUSTOM_WRITE,
+            _ => Permissions(0),
+        }
+    }
+
+    pub fn from_names<'a>(names: impl IntoIterator<Item = &'a str>) -> Permissions {
+        Permissions(names.into_iter().fold(0, |bits, name| bits | Self::named(name).0))
+    }
+
+    pub fn has(self, wanted: Permissions) -> bool {
+        self.0 & wanted.0 == wanted.0 && wanted.0 != 0
     }
 }
 
-/// Running it, validating arguments for it, and listing it in the catalog.
+/// What the runtime API says an instance may use: per provider function, and for the users'
+/// own (custom) functions.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct InstanceAccess {
+    /// By (provider, function title).
+    pub functions: HashMap<(String, String), Permissions>,
+    pub custom: Permissions,
+}
+
+impl InstanceAccess {
+    /// The permissions on a function: `provider`'s function `title`, or a custom one.
+    pub fn on(&self, provider: Option<&str>, title: &str) -> Permissions {
+        match provider {
+            Some(provider) => {
+                self.functions.get(&(provider.to_string(), title.to_string())).copied().unwrap_or_default()
+            }
+            None => self.custom,
+        }
+    }
+}
+
+/// Reading the function (listing without filter, `get_by_title`). A user function is visible to
+/// its author only; a provider function to provider admins and granted groups (instances:
+/// `function.read`). Authorship of a provider function alone does not make it visible.
+pub fn can_view(access: FunctionAccess) -> bool {
+    match (access.instance, access.has_provider) {
+        (Some(permissions), true) => permissions.has(Permissions::READ),
+        (_, false) => access.is_author,
+        (None, true) => access.is_provider_admin || access.view_granted || access.run_granted,
+    }
+}
+
+/// Running it and validating arguments for it (instances: `function.run`; a user's own
+/// function needs `function-custom.run`).
 pub fn can_run(access: FunctionAccess) -> bool {
-    if access.has_provider { access.is_provider_admin || access.run_granted } else { access.is_author }
+    match (access.instance, access.has_provider) {
+        (Some(permissions), true) => permissions.has(Permissions::RUN),
+        (Some(permissions), false) => access.is_author && permissions.has(Permissions::CUSTOM_RUN),
+        (None, true) => access.is_provider_admin || access.run_granted,
+        (None, false) => access.is_author,
+    }
 }
 
-/// The six provider operations: new version upload, job listing, provider logs and the three
-/// provider file operations. The author of a provider function holds them for that function.
-pub fn can_manage(access: FunctionAccess) -> bool {
-    access.has_provider && (access.is_provider_admin || access.is_author)
+/// Listed by `filter=catalog`: provider functions the caller may run (instances: read).
+pub fn in_catalog(access: FunctionAccess) -> bool {
+    access.has_provider
+        && match access.instance {
+            Some(permissions) => permissions.has(Permissions::READ),
+            None => can_run(access),
+        }
 }
 
-/// The caller's own file area for the function (user files).
-pub fn can_use_user_files(access: FunctionAccess) -> bool {
-    can_run(access)
+/// The provider operations on one function.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderOperation {
+    /// A new version (`function.write`).
+    Upload,
+    /// Jobs of every author (`function-job.read`).
+    Jobs,
+    /// Provider logs (`function-provider-logs.read`).
+    Logs,
+    /// Provider files: list and download (`function-provider-files.read`).
+    FilesRead,
+    /// Provider files: upload and delete (`function-provider-files.write`).
+    FilesWrite,
+}
+
+impl ProviderOperation {
+    fn permission(self) -> Permissions {
+        match self {
+            Self::Upload => Permissions::WRITE,
+            Self::Jobs => Permissions::JOB_READ,
+            Self::Logs => Permissions::PROVIDER_LOGS_READ,
+            Self::FilesRead => Permissions::PROVIDER_FILES_READ,
+            Self::FilesWrite => Permissions::PROVIDER_FILES_WRITE,
+        }
+    }
+}
+
+/// A provider operation. With group rules the provider's admins and the function's author hold
+/// all of them; with instances each needs its own permission.
+pub fn can_manage(access: FunctionAccess, operation: ProviderOperation) -> bool {
+    access.has_provider
+        && match access.instance {
+            Some(permissions) => permissions.has(operation.permission()),
+            None => access.is_provider_admin || access.is_author,
+        }
+}
+
+/// Reading the caller's own file area for the function (instances: `function-files.read`).
+pub fn can_read_user_files(access: FunctionAccess) -> bool {
+    user_files(access, Permissions::FILES_READ)
+}
+
+/// Writing the caller's own file area for the function (instances: `function-files.write`).
+pub fn can_write_user_files(access: FunctionAccess) -> bool {
+    user_files(access, Permissions::FILES_WRITE)
+}
+
+fn user_files(access: FunctionAccess, wanted: Permissions) -> bool {
+    match (access.instance, access.has_provider) {
+        (Some(permissions), true) => permissions.has(wanted),
+        (Some(_), false) => access.is_author,
+        (None, _) => can_run(access),
+    }
+}
+
+/// Uploading a user's own (custom) function: always with group rules; instances need
+/// `function-custom.write`.
+pub fn can_upload_custom(instance: Option<Permissions>) -> bool {
+    instance.is_none_or(|permissions| permissions.has(Permissions::CUSTOM_WRITE))
 }
 
 #[cfg(test)]
@@ -52,30 +191,73 @@ mod tests {
         FunctionAccess { has_provider: true, ..Default::default() }
     }
 
+    const ALL: [ProviderOperation; 5] = [
+        ProviderOperation::Upload,
+        ProviderOperation::Jobs,
+        ProviderOperation::Logs,
+        ProviderOperation::FilesRead,
+        ProviderOperation::FilesWrite,
+    ];
+
     #[test]
     fn user_functions_belong_to_their_author_only() {
         let own = FunctionAccess { is_author: true, ..Default::default() };
-        assert!(can_view(own) && can_run(own) && can_use_user_files(own));
-        assert!(!can_manage(own));
+        assert!(can_view(own) && can_run(own) && can_read_user_files(own) && can_write_user_files(own));
+        assert!(ALL.iter().all(|op| !can_manage(own, *op)));
         let other = FunctionAccess::default();
-        assert!(!can_view(other) && !can_run(other) && !can_use_user_files(other));
+        assert!(!can_view(other) && !can_run(other) && !can_read_user_files(other));
     }
 
     #[test]
     fn provider_function_author_only_manages() {
         let author = FunctionAccess { is_author: true, ..provider_fn() };
-        assert!(can_manage(author));
-        assert!(!can_view(author) && !can_run(author) && !can_use_user_files(author));
+        assert!(ALL.iter().all(|op| can_manage(author, *op)));
+        assert!(!can_view(author) && !can_run(author) && !can_read_user_files(author));
     }
 
     #[test]
     fn admins_do_everything_and_grants_do_what_they_say() {
         let admin = FunctionAccess { is_provider_admin: true, ..provider_fn() };
-        assert!(can_view(admin) && can_run(admin) && can_manage(admin));
+        assert!(can_view(admin) && can_run(admin) && can_manage(admin, ProviderOperation::Upload));
         let viewer = FunctionAccess { view_granted: true, ..provider_fn() };
-        assert!(can_view(viewer) && !can_run(viewer) && !can_manage(viewer));
+        assert!(can_view(viewer) && !can_run(viewer) && !in_catalog(viewer));
+        assert!(!can_manage(viewer, ProviderOperation::Jobs));
         let runner = FunctionAccess { run_granted: true, ..provider_fn() };
-        assert!(can_view(runner) && can_run(runner) && can_use_user_files(runner) && !can_manage(runner));
+        assert!(can_view(runner) && can_run(runner) && in_catalog(runner) && can_write_user_files(runner));
+        assert!(!can_manage(runner, ProviderOperation::Logs));
         assert!(!can_view(provider_fn()));
+    }
+
+    #[test]
+    fn instance_permissions_replace_group_rules_one_by_one() {
+        let with = |names: &[&str]| FunctionAccess {
+            instance: Some(Permissions::from_names(names.iter().copied())),
+            // Group rules that would allow everything do not count in this mode.
+            is_provider_admin: true,
+            is_author: true,
+            run_granted: true,
+            ..provider_fn()
+        };
+        let none = with(&[]);
+        assert!(!can_view(none) && !can_run(none) && !in_catalog(none) && !can_read_user_files(none));
+        assert!(ALL.iter().all(|op| !can_manage(none, *op)));
+        let reader = with(&["function.read"]);
+        assert!(can_view(reader) && in_catalog(reader) && !can_run(reader));
+        let runner = with(&["function.run", "function-files.read"]);
+        assert!(can_run(runner) && !can_view(runner) && can_read_user_files(runner) && !can_write_user_files(runner));
+        let operator = with(&["function-job.read", "function-provider-files.write", "no.such.permission"]);
+        assert!(can_manage(operator, ProviderOperation::Jobs) && can_manage(operator, ProviderOperation::FilesWrite));
+        assert!(
+            !can_manage(operator, ProviderOperation::FilesRead) && !can_manage(operator, ProviderOperation::Upload)
+        );
+        // A user's own function: authorship, and function-custom.run to run it.
+        let custom = |names: &[&str]| FunctionAccess {
+            is_author: true,
+            instance: Some(Permissions::from_names(names.iter().copied())),
+            ..Default::default()
+        };
+        assert!(can_view(custom(&[])) && !can_run(custom(&[])) && can_run(custom(&["function-custom.run"])));
+        assert!(!can_upload_custom(Some(Permissions::default())));
+        assert!(can_upload_custom(Some(Permissions::named("function-custom.write"))) && can_upload_custom(None));
     }
 }

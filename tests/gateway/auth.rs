@@ -22,7 +22,8 @@ both_backends!(
     custom_token_asks_the_token_service,
     oidc_verifies_the_providers_tokens,
     runtime_platform_checks_keys_plans_and_channels,
-    a_job_calls_back_as_its_caller_under_runtime_platform
+    a_job_calls_back_as_its_caller_under_runtime_platform,
+    the_runtime_api_replaces_group_rules_per_function
 );
 
 /// The fake services: a token endpoint (`/whoami`) and an OpenID provider (discovery, JWKS).
@@ -50,6 +51,7 @@ impl Fake {
             )
             .route("/v2/groups", get(access_groups))
             .route("/v2/resource_instances/{crn}", get(resource_instance))
+            .route("/api/v1/functions", get(runtime_functions))
             .route("/.well-known/openid-configuration", get(discovery))
             .route(
                 "/jwks",
@@ -120,6 +122,32 @@ async fn access_groups(
 
 const CRN_OK: &str = "crn:v1:bluemix:public:quantum-computing:us-east:a/acct-1:instance-ok::";
 const CRN_FREE: &str = "crn:v1:bluemix:public:quantum-computing:us-east:a/acct-1:instance-free::";
+/// Entitled instances the runtime API answers 204 (group rules) and 500 for.
+const CRN_LEGACY: &str = "crn:v1:bluemix:public:quantum-computing:us-east:a/acct-1:instance-legacy::";
+const CRN_BROKEN: &str = "crn:v1:bluemix:public:quantum-computing:us-east:a/acct-1:instance-broken::";
+
+/// The runtime API: the functions and permissions of the instance in `Service-CRN`.
+async fn runtime_functions(State(fake): State<Fake>, headers: HeaderMap) -> (StatusCode, axum::Json<Value>) {
+    fake.calls.fetch_add(1, Ordering::SeqCst);
+    let header = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string();
+    assert!(header("authorization").starts_with("apikey "), "the runtime API is asked with the API key");
+    match header("service-crn").as_str() {
+        CRN_OK => (
+            StatusCode::OK,
+            axum::Json(json!({
+                "functions": [
+                    {"provider": "acme", "name": "viewable", "permissions": ["function.read"], "business_model": "SUBSIDIZED"},
+                    {"provider": "acme", "name": "runnable", "business_model": "TRIAL",
+                     "permissions": ["function.read", "function.run", "function-files.read", "function-job.read"]},
+                    {"provider": "acme", "permissions": ["function.run"]}
+                ],
+                "custom_functions": {"permissions": ["function-custom.write"]}
+            })),
+        ),
+        CRN_LEGACY => (StatusCode::NO_CONTENT, axum::Json(Value::Null)),
+        _ => (StatusCode::INTERNAL_SERVER_ERROR, axum::Json(json!({"error": "boom"}))),
+    }
+}
 
 async fn resource_instance(
     State(fake): State<Fake>,
@@ -129,6 +157,9 @@ async fn resource_instance(
     match crn.as_str() {
         CRN_OK => (StatusCode::OK, axum::Json(json!({"crn": crn, "resource_plan_id": "plan-premium"}))),
         CRN_FREE => (StatusCode::OK, axum::Json(json!({"crn": crn, "resource_plan_id": "internal-plan-lite-7"}))),
+        CRN_LEGACY | CRN_BROKEN => {
+            (StatusCode::OK, axum::Json(json!({"crn": crn, "resource_plan_id": "plan-premium"})))
+        }
         _ => (StatusCode::NOT_FOUND, axum::Json(json!({"message": "not found"}))),
     }
 }
@@ -534,4 +565,101 @@ async fn the_real_client_authenticates_with_runtime_platform() {
         crate::e2e_kubernetes::tail(&log)
     );
     let _ = serve.kill().await;
+}
+
+/// `path` as the platform client `key` with the instance `crn`.
+async fn platform_call(gateway: &Gateway, method: &str, path: &str, crn: &str, body: Option<Value>) -> (u16, Value) {
+    let mut request = axum::http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("authorization", "Bearer key-alice")
+        .header("service-channel", "ibm_quantum_platform")
+        .header("service-crn", crn);
+    let body = match body {
+        Some(body) => {
+            request = request.header("content-type", "application/json");
+            axum::body::Body::from(body.to_string())
+        }
+        None => axum::body::Body::empty(),
+    };
+    let reply = gateway.send(request.body(body).unwrap()).await;
+    (reply.status.as_u16(), reply.json)
+}
+
+/// Runtime-instances mode: the runtime API's per-function permissions decide, not the groups;
+/// its 204 keeps the group rules; its failure is a 401 with the reference's message.
+async fn the_runtime_api_replaces_group_rules_per_function(backend: Backend) {
+    use gantry::auth::platform::RUNTIME_UNAVAILABLE;
+    let fake = Fake::start().await;
+    let mut gateway = Gateway::start(backend).await;
+    // The provider's functions, uploaded with the default mock_token authentication.
+    gateway.provider("acme", None, "acme-admin").await;
+    for title in ["viewable", "runnable", "hidden"] {
+        let reply = gateway
+            .upload_function("acme-admin", &[("title", title), ("provider", "acme"), ("entrypoint", "main.py")])
+            .await;
+        assert_eq!(reply.status, 200, "{}", reply.json);
+    }
+    gateway.state.auth = authenticator(&[
+        "--auth-mechanism",
+        "runtime_platform",
+        "--iam-url",
+        &fake.base,
+        "--resource-controller-url",
+        &fake.base,
+        "--resource-plans-allowed",
+        "plan-premium",
+        "--runtime-api-url",
+        &fake.base,
+    ]);
+    let titles = |list: &Value| {
+        let mut titles: Vec<String> =
+            list.as_array().unwrap().iter().map(|f| f["title"].as_str().unwrap().to_string()).collect();
+        titles.sort();
+        titles
+    };
+
+    // Listing and reading follow function.read.
+    let (status, list) = platform_call(&gateway, "GET", "/api/v1/programs/", CRN_OK, None).await;
+    assert_eq!((status, titles(&list)), (200, vec!["runnable".to_string(), "viewable".to_string()]));
+    let (_, catalog) = platform_call(&gateway, "GET", "/api/v1/programs/?filter=catalog", CRN_OK, None).await;
+    assert_eq!(titles(&catalog), ["runnable", "viewable"]);
+    let by_title = |title: &str| format!("/api/v1/programs/get_by_title/{title}/?provider=acme");
+    assert_eq!(platform_call(&gateway, "GET", &by_title("viewable"), CRN_OK, None).await.0, 200);
+    assert_eq!(platform_call(&gateway, "GET", &by_title("hidden"), CRN_OK, None).await.0, 404);
+    // Running follows function.run.
+    let run = |title: &str| json!({"title": title, "provider": "acme", "arguments": "{}", "config": {}});
+    assert_eq!(platform_call(&gateway, "POST", "/api/v1/programs/run/", CRN_OK, Some(run("viewable"))).await.0, 404);
+    let (status, job) = platform_call(&gateway, "POST", "/api/v1/programs/run/", CRN_OK, Some(run("runnable"))).await;
+    assert_eq!(status, 200, "{job}");
+    // User files follow function-files.read / .write.
+    let files = |title: &str| format!("/api/v1/files/?function={title}&provider=acme");
+    assert_eq!(platform_call(&gateway, "GET", &files("runnable"), CRN_OK, None).await.0, 200);
+    assert_eq!(platform_call(&gateway, "GET", &files("viewable"), CRN_OK, None).await.0, 404);
+    let delete = "/api/v1/files/delete/?function=runnable&provider=acme&file=x.txt";
+    assert_eq!(platform_call(&gateway, "DELETE", delete, CRN_OK, None).await.0, 404);
+    // Provider operations follow their own permissions: jobs of every author, not provider files.
+    assert_eq!(
+        platform_call(&gateway, "GET", "/api/v1/jobs/provider/?provider=acme&function=runnable", CRN_OK, None).await.0,
+        200
+    );
+    let provider_files = "/api/v1/files/provider/?function=runnable&provider=acme";
+    assert_eq!(platform_call(&gateway, "GET", provider_files, CRN_OK, None).await.0, 404);
+    // The runtime API is asked once per key and instance while its answer is cached.
+    let calls = fake.calls();
+    assert_eq!(platform_call(&gateway, "GET", "/api/v1/programs/", CRN_OK, None).await.0, 200);
+    assert_eq!(fake.calls(), calls);
+
+    // 204: the group rules: alice has no grant, so the provider's functions are hidden.
+    let (status, list) = platform_call(&gateway, "GET", "/api/v1/programs/", CRN_LEGACY, None).await;
+    assert_eq!((status, titles(&list)), (200, Vec::<String>::new()));
+    gateway.grant_run("acme", "hidden", "AccessGroup-physics").await;
+    let (_, list) = platform_call(&gateway, "GET", "/api/v1/programs/", CRN_LEGACY, None).await;
+    assert_eq!(titles(&list), ["hidden"]);
+
+    // The runtime API failing: 401 with the reference's message, never a 500.
+    assert_eq!(
+        platform_call(&gateway, "GET", "/api/v1/programs/", CRN_BROKEN, None).await,
+        (401, json!({"detail": RUNTIME_UNAVAILABLE}))
+    );
 }
