@@ -109,11 +109,16 @@ pub async fn group_names(db: &Db, user_id: &str) -> Result<Vec<String>, Error> {
 }
 
 /// Makes `user_id` a member of exactly `names` (created when new, with no grants): what an
-/// identity provider that owns group membership says. One read when nothing changed.
+/// identity provider that owns group membership says. Provider admin groups are `gantry
+/// admin`'s (`add-admin`), so their memberships stay. One read when nothing changed.
 pub async fn set_groups(db: &Db, user_id: &str, names: &[String]) -> Result<(), Error> {
     let wanted: std::collections::BTreeSet<&str> =
         names.iter().map(|n| n.trim()).filter(|n| !n.is_empty() && n.len() <= 150).collect();
-    let current = group_names(db, user_id).await?;
+    let current = on_db!(db, pool => sqlx::query_scalar::<_, String>("SELECT g.name FROM user_groups g JOIN group_members m ON m.group_id = g.id WHERE m.user_id = $1 AND g.id NOT IN (SELECT group_id FROM provider_admin_groups)")
+        .bind(user_id)
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("list user groups"))?;
     for name in current.iter().filter(|name| !wanted.contains(name.as_str())) {
         if let Some(group) = find_group(db, name).await? {
             remove_member(db, &group.id, user_id).await?;

@@ -229,10 +229,16 @@ async fn custom_token_asks_the_token_service(backend: Backend) {
     ]);
     let jobs = "/api/v1/jobs/";
 
-    // The service names the user and their groups; the user's groups become exactly those.
+    // The service names the user and their groups; the user's groups become exactly those,
+    // but for provider admin groups, which `gantry admin` manages.
+    gateway.provider("acme", None, "carol").await;
+    gateway.admin(gantry::admin::AdminCommand::AddMember { group: "old-team".into(), user: "carol".into() }).await;
     let reply = gateway.get(jobs, "carol-1").await;
     assert_eq!(reply.status, 200, "{}", reply.json);
-    assert_eq!(groups_of(&gateway, "carol").await, ["team-a", "team-b"]);
+    let admin_group = gantry::db::providers::admin_group_name("acme");
+    let mut expected = vec![admin_group, "team-a".to_string(), "team-b".to_string()];
+    expected.sort();
+    assert_eq!(groups_of(&gateway, "carol").await, expected);
     assert_eq!(fake.calls(), 1);
     // The verdict is cached: no second call for the same token; another token is asked.
     assert_eq!(gateway.get(jobs, "carol-1").await.status, 200);
