@@ -35,6 +35,8 @@ pub const SECRET_ACCESS_KEY: &str = "access";
 pub const SECRET_CHANNEL_KEY: &str = "channel";
 /// Key of the job's Secret holding the caller's instance (`Service-CRN`), when sent.
 pub const SECRET_INSTANCE_KEY: &str = "instance";
+/// Key of the job's Secret saying whether the job is a trial (`True`/`False`).
+pub const SECRET_TRIAL_KEY: &str = "trial";
 
 /// What the job runs (the function, as code or image), with which resources and limits, for
 /// whom, and whether a stop was requested. Written by the gateway; identity fields are immutable.

@@ -135,10 +135,16 @@ pub async fn run_program(
     // No channel with an instance is the quantum platform (as the platform check decides).
     let channel = header_text("service-channel")
         .unwrap_or_else(|| if instance.is_some() { "ibm_quantum_platform" } else { "local" }.into());
+    // Runtime-instances mode: a provider function whose business model is TRIAL runs as a trial.
+    let trial = match (&caller.instance, program.provider_name.as_deref()) {
+        (Some(access), Some(provider)) => access.trial(provider, &program.title),
+        _ => false,
+    };
     let request_env = json!({
         "token": state.tokens.seal(&caller.token),
         "channel": channel,
         "instance": instance,
+        "trial": trial,
     });
     let job = NewJob {
         id: db::new_id(),

@@ -93,7 +93,19 @@ pub fn parse_instance_access(answer: &Value) -> InstanceAccess {
             Some(((provider.to_string(), name.to_string()), names(entry.get("permissions"))))
         })
         .collect();
-    InstanceAccess { functions, custom: names(answer.pointer("/custom_functions/permissions")) }
+    let trials = answer
+        .get("functions")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter(|entry| entry.get("business_model").and_then(Value::as_str) == Some("TRIAL"))
+        .filter_map(|entry| {
+            let provider = entry.get("provider").and_then(Value::as_str)?;
+            let name = entry.get("name").and_then(Value::as_str)?;
+            Some((provider.to_string(), name.to_string()))
+        })
+        .collect();
+    InstanceAccess { functions, custom: names(answer.pointer("/custom_functions/permissions")), trials }
 }
 
 /// What an API key is, cached.
@@ -326,5 +338,6 @@ mod tests {
         assert!(solver.has(Permissions::READ) && solver.has(Permissions::RUN) && !solver.has(Permissions::WRITE));
         assert_eq!(access.on(Some("acme"), "other"), Permissions::default());
         assert!(access.on(None, "mine").has(Permissions::CUSTOM_RUN));
+        assert!(access.trial("acme", "solver") && !access.trial("acme", "other"));
     }
 }

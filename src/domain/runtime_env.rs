@@ -16,6 +16,8 @@ pub struct JobEnvironmentInput<'a> {
     pub channel: &'a str,
     /// The caller's instance (CRN), when sent.
     pub instance: Option<&'a str>,
+    /// The job runs as a trial (`ENV_ACCESS_TRIAL`).
+    pub trial: bool,
     /// The user's file area for the function.
     pub data_path: &'a str,
     pub function_size: Option<&'a str>,
@@ -32,7 +34,7 @@ pub fn job_environment(input: &JobEnvironmentInput<'_>) -> Vec<(String, String)>
         ("ENV_JOB_ID_GATEWAY".into(), input.job_id.into()),
         ("FUNCTIONS_IDENTIFIER".into(), input.job_id.into()),
         ("ENV_JOB_ARGUMENTS".into(), "{}".into()),
-        ("ENV_ACCESS_TRIAL".into(), "False".into()),
+        ("ENV_ACCESS_TRIAL".into(), if input.trial { "True" } else { "False" }.into()),
         ("DATA_PATH".into(), data_path.into()),
         ("ARGUMENTS_PATH".into(), format!("{data_path}/arguments/{}.json", input.job_id)),
         ("RESULTS_PATH".into(), format!("{data_path}/results/{}.json", input.job_id)),
@@ -74,6 +76,7 @@ mod tests {
             token: "alice",
             channel: "local",
             instance: Some("crn:v1:x"),
+            trial: false,
             data_path: "/data/alice/",
             function_size: Some("M"),
             qiskit_ibm_url: "https://cloud.ibm.com",

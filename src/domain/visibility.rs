@@ -77,9 +77,16 @@ pub struct InstanceAccess {
     /// By (provider, function title).
     pub functions: HashMap<(String, String), Permissions>,
     pub custom: Permissions,
+    /// The functions whose `business_model` is `TRIAL`: their jobs run as trials.
+    pub trials: std::collections::HashSet<(String, String)>,
 }
 
 impl InstanceAccess {
+    /// Whether jobs of `provider`'s function `title` run as trials (`ENV_ACCESS_TRIAL`).
+    pub fn trial(&self, provider: &str, title: &str) -> bool {
+        self.trials.contains(&(provider.to_string(), title.to_string()))
+    }
+
     /// The permissions on a function: `provider`'s function `title`, or a custom one.
     pub fn on(&self, provider: Option<&str>, title: &str) -> Permissions {
         match provider {

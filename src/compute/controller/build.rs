@@ -152,6 +152,7 @@ fn environment(job: &FunctionJob, settings: &PodSettings) -> Vec<EnvVar> {
         token: "",
         channel: "local",
         instance: None,
+        trial: false,
         data_path: &settings.data_dir,
         function_size: size.as_deref(),
         qiskit_ibm_url: &settings.qiskit_ibm_url,
@@ -162,6 +163,8 @@ fn environment(job: &FunctionJob, settings: &PodSettings) -> Vec<EnvVar> {
             name if TOKEN_VARIABLES.contains(&name) => secret_env(name, secret, SECRET_TOKEN_KEY, false),
             // The caller's channel, from the Secret (absent from Secrets of an older gateway).
             "QISKIT_IBM_CHANNEL" => secret_env(name.as_str(), secret, crate::crd::SECRET_CHANNEL_KEY, true),
+            // Whether the job is a trial, from the Secret (`True`/`False`).
+            "ENV_ACCESS_TRIAL" => secret_env(name.as_str(), secret, crate::crd::SECRET_TRIAL_KEY, true),
             _ => plain_env(&name, value),
         });
     }
@@ -394,7 +397,7 @@ mod tests {
                         {"name": "ENV_JOB_ID_GATEWAY", "value": JOB_ID},
                         {"name": "FUNCTIONS_IDENTIFIER", "value": JOB_ID},
                         {"name": "ENV_JOB_ARGUMENTS", "value": "{}"},
-                        {"name": "ENV_ACCESS_TRIAL", "value": "False"},
+                        {"name": "ENV_ACCESS_TRIAL", "valueFrom": {"secretKeyRef": {"name": "gantry-job-0f2c0000-0000-4000-8000-000000000001", "key": "trial", "optional": true}}},
                         {"name": "DATA_PATH", "value": "/data"},
                         {"name": "ARGUMENTS_PATH", "value": format!("/data/arguments/{JOB_ID}.json")},
                         {"name": "RESULTS_PATH", "value": format!("/data/results/{JOB_ID}.json")},
