@@ -30,3 +30,17 @@ def check(name):
 def finish():
     print(f"{RESULTS['passed']} passed, {RESULTS['failed']} failed")
     sys.exit(1 if RESULTS["failed"] else 0)
+
+
+def wait(job, seconds=120):
+    """Polls job.status() until terminal; returns every status seen, in order."""
+    seen = []
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        status = job.status()
+        if not seen or seen[-1] != status:
+            seen.append(status)
+        if status in {"DONE", "ERROR", "CANCELED"}:
+            return seen
+        time.sleep(0.1)
+    raise AssertionError(f"job {job.job_id} not finished after {seconds} s: {seen}")

@@ -11,28 +11,12 @@ import sys
 import tempfile
 import time
 
-from checks import check, finish
+from checks import check, finish, wait
 from qiskit_serverless import QiskitFunction, ServerlessClient
 
 HOST = sys.argv[1] if len(sys.argv) > 1 else "http://127.0.0.1:8000"
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKING_DIR = os.path.join(HERE, "functions", "jobs")
-TERMINAL = {"DONE", "ERROR", "CANCELED"}
-
-
-
-def wait(job, seconds=120):
-    """Polls job.status() until terminal; returns every status seen, in order."""
-    seen = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        status = job.status()
-        if not seen or seen[-1] != status:
-            seen.append(status)
-        if status in TERMINAL:
-            return seen
-        time.sleep(0.1)
-    raise AssertionError(f"job {job.job_id} not finished after {seconds} s: {seen}")
 
 
 alice = ServerlessClient(host=HOST, token="e2e-jobs-alice", channel="local")

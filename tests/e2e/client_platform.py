@@ -12,28 +12,13 @@ failure.
 import os
 import sys
 import tempfile
-import time
 
-from checks import check, finish
+from checks import check, finish, wait
 from qiskit_serverless import QiskitFunction, ServerlessClient
 
 HOST, KEY, CRN, OTHER_CRN = sys.argv[1:5]
 HERE = os.path.dirname(os.path.abspath(__file__))
 WORKING_DIR = os.path.join(HERE, "functions", "jobs")
-
-
-def wait(job, seconds=120):
-    """Polls job.status() until terminal; returns every status seen, in order."""
-    seen = []
-    deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
-        status = job.status()
-        if not seen or seen[-1] != status:
-            seen.append(status)
-        if status in {"DONE", "ERROR", "CANCELED"}:
-            return seen
-        time.sleep(0.1)
-    raise AssertionError(f"job {job.job_id} not finished after {seconds} s")
 
 
 STATE = {}

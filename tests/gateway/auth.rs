@@ -363,15 +363,29 @@ async fn oidc_verifies_the_providers_tokens(backend: Backend) {
     );
 }
 
-/// A request as the client sends it on an IBM channel.
-async fn platform_get(gateway: &Gateway, key: &str, channel: Option<&str>, crn: Option<&str>) -> (u16, Value) {
-    let mut request = axum::http::Request::get("/api/v1/jobs/").header("authorization", format!("Bearer {key}"));
+/// A request as the client sends it: the API key as bearer token, and its channel and instance
+/// headers when it has them.
+fn client_request(
+    method: &str,
+    uri: &str,
+    key: &str,
+    channel: Option<&str>,
+    crn: Option<&str>,
+) -> axum::http::request::Builder {
+    let mut request =
+        axum::http::Request::builder().method(method).uri(uri).header("authorization", format!("Bearer {key}"));
     if let Some(channel) = channel {
         request = request.header("service-channel", channel);
     }
     if let Some(crn) = crn {
         request = request.header("service-crn", crn);
     }
+    request
+}
+
+/// `GET jobs/` as the client `key` on `channel` with the instance `crn`.
+async fn platform_get(gateway: &Gateway, key: &str, channel: Option<&str>, crn: Option<&str>) -> (u16, Value) {
+    let request = client_request("GET", "/api/v1/jobs/", key, channel, crn);
     let reply = gateway.send(request.body(axum::body::Body::empty()).unwrap()).await;
     (reply.status.as_u16(), reply.json)
 }
@@ -452,12 +466,7 @@ async fn as_platform_client(
     content_type: Option<&str>,
     body: Vec<u8>,
 ) -> crate::harness::Reply {
-    let mut request = axum::http::Request::builder()
-        .method(method)
-        .uri(uri)
-        .header("authorization", format!("Bearer {key}"))
-        .header("service-channel", "ibm_quantum_platform")
-        .header("service-crn", CRN_OK);
+    let mut request = client_request(method, uri, key, Some("ibm_quantum_platform"), Some(CRN_OK));
     if let Some(content_type) = content_type {
         request = request.header("content-type", content_type);
     }
@@ -575,12 +584,7 @@ async fn the_real_client_authenticates_with_runtime_platform() {
 
 /// `path` as the platform client `key` with the instance `crn`.
 async fn platform_call(gateway: &Gateway, method: &str, path: &str, crn: &str, body: Option<Value>) -> (u16, Value) {
-    let mut request = axum::http::Request::builder()
-        .method(method)
-        .uri(path)
-        .header("authorization", "Bearer key-alice")
-        .header("service-channel", "ibm_quantum_platform")
-        .header("service-crn", crn);
+    let mut request = client_request(method, path, "key-alice", Some("ibm_quantum_platform"), Some(crn));
     let body = match body {
         Some(body) => {
             request = request.header("content-type", "application/json");
