@@ -223,15 +223,22 @@ impl Kubelet {
         .flatten()
         {
             let output = Arc::clone(&output);
+            // As a container runtime logs: each stream line by line, so lines of stdout and
+            // stderr interleave whole, never mid-line (a partial line waits for its end).
             pipes.push(tokio::spawn(async move {
                 let mut pipe = pipe;
                 let mut buffer = [0u8; 4096];
+                let mut pending = Vec::new();
                 while let Ok(read) = pipe.read(&mut buffer).await {
                     if read == 0 {
                         break;
                     }
-                    output.lock().expect("lock").extend_from_slice(&buffer[..read]);
+                    pending.extend_from_slice(&buffer[..read]);
+                    if let Some(end) = pending.iter().rposition(|byte| *byte == b'\n') {
+                        output.lock().expect("lock").extend(pending.drain(..=end));
+                    }
                 }
+                output.lock().expect("lock").extend(pending);
             }));
         }
         let deadline = pod["spec"]["activeDeadlineSeconds"]
