@@ -206,6 +206,23 @@ fn authenticator(words: &[&str]) -> Arc<gantry::auth::Authenticator> {
     Arc::new(cli.auth.authenticator().unwrap())
 }
 
+/// runtime_platform against the fakes (IAM and resource controller), entitled plan
+/// `plan-premium`, then `extra`.
+fn platform_settings<'a>(fake: &'a Fake, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut words = vec![
+        "--auth-mechanism",
+        "runtime_platform",
+        "--iam-url",
+        &fake.base,
+        "--resource-controller-url",
+        &fake.base,
+        "--resource-plans-allowed",
+        "plan-standard,plan-premium",
+    ];
+    words.extend_from_slice(extra);
+    words
+}
+
 async fn groups_of(gateway: &Gateway, username: &str) -> Vec<String> {
     let user = gantry::db::users::find_by_username(&gateway.state.db, username).await.unwrap().unwrap();
     gantry::db::users::group_names(&gateway.state.db, &user.id).await.unwrap()
@@ -394,18 +411,7 @@ async fn runtime_platform_checks_keys_plans_and_channels(backend: Backend) {
     use gantry::auth::platform::{IAM_PROBLEM, NOT_AUTHENTICATED, NOT_ENTITLED, REVIEW_CRN, WRONG_CHANNEL};
     let fake = Fake::start().await;
     let mut gateway = Gateway::start(backend).await;
-    gateway.state.auth = authenticator(&[
-        "--auth-mechanism",
-        "runtime_platform",
-        "--iam-url",
-        &fake.base,
-        "--resource-controller-url",
-        &fake.base,
-        "--resource-plans-allowed",
-        "plan-standard,plan-premium",
-        "--mock-token",
-        "awesome_token",
-    ]);
+    gateway.state.auth = authenticator(&platform_settings(&fake, &["--mock-token", "awesome_token"]));
     let detail = |text: &str| json!({"detail": text});
     let platform = Some("ibm_quantum_platform");
 
@@ -480,16 +486,7 @@ async fn a_job_calls_back_as_its_caller_under_runtime_platform(backend: Backend)
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let url = format!("http://{}", listener.local_addr().unwrap());
     let mut gateway = Gateway::start(backend).await.with_runner(|config| config.gateway_host = url.clone()).await;
-    gateway.state.auth = authenticator(&[
-        "--auth-mechanism",
-        "runtime_platform",
-        "--iam-url",
-        &fake.base,
-        "--resource-controller-url",
-        &fake.base,
-        "--resource-plans-allowed",
-        "plan-premium",
-    ]);
+    gateway.state.auth = authenticator(&platform_settings(&fake, &[]));
     tokio::spawn(gantry::serve::serve_http(listener, gateway.state.clone(), None));
 
     let main = b"from qiskit_serverless import save_result, update_status\n\
@@ -535,50 +532,19 @@ async fn the_real_client_authenticates_with_runtime_platform() {
     let port = crate::e2e_kubernetes::free_port();
     let url = format!("http://127.0.0.1:{port}");
     let log = folder.path().join("serve.log");
-    let args: Vec<String> = [
-        "serve",
-        "--listen",
-        &format!("127.0.0.1:{port}"),
-        "--data-dir",
-        &folder.path().join("data").display().to_string(),
-        "--python",
-        &python,
-        "--auth-mechanism",
-        "runtime_platform",
-        "--iam-url",
-        &fake.base,
-        "--resource-controller-url",
-        &fake.base,
-        "--resource-plans-allowed",
-        "plan-premium",
-    ]
-    .map(str::to_string)
-    .to_vec();
+    let data = folder.path().join("data").display().to_string();
+    let listen = format!("127.0.0.1:{port}");
+    let mut args = vec!["serve", "--listen", &listen, "--data-dir", &data, "--python", &python];
+    args.extend(platform_settings(&fake, &[]));
+    let args: Vec<String> = args.into_iter().map(str::to_string).collect();
     let mut serve = crate::e2e_kubernetes::spawn_role(&args, &[], &log);
-    let ready = crate::e2e_kubernetes::reqwest_free_get(&url);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !ready().await {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "gantry serve never became ready:\n{}",
-            crate::e2e_kubernetes::tail(&log)
-        );
-        assert!(serve.try_wait().unwrap().is_none(), "gantry serve exited:\n{}", crate::e2e_kubernetes::tail(&log));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let checks = tokio::process::Command::new(&python)
-        .args(["tests/e2e/client_platform.py", &url, "key-alice", CRN_OK, CRN_FREE])
-        .output()
-        .await
-        .expect("the client checks start");
-    println!("{}", String::from_utf8_lossy(&checks.stdout));
-    assert!(
-        checks.status.success(),
-        "{}{}\n--- gantry serve ---\n{}",
-        String::from_utf8_lossy(&checks.stdout),
-        String::from_utf8_lossy(&checks.stderr),
-        crate::e2e_kubernetes::tail(&log)
-    );
+    crate::e2e_kubernetes::wait_until_ready(&url, &mut [(&mut serve, &log)]).await;
+    crate::e2e_kubernetes::run_client_checks(
+        &python,
+        &["tests/e2e/client_platform.py", &url, "key-alice", CRN_OK, CRN_FREE],
+        &[("gantry serve", &log)],
+    )
+    .await;
     let _ = serve.kill().await;
 }
 
@@ -610,18 +576,7 @@ async fn the_runtime_api_replaces_group_rules_per_function(backend: Backend) {
             .await;
         assert_eq!(reply.status, 200, "{}", reply.json);
     }
-    gateway.state.auth = authenticator(&[
-        "--auth-mechanism",
-        "runtime_platform",
-        "--iam-url",
-        &fake.base,
-        "--resource-controller-url",
-        &fake.base,
-        "--resource-plans-allowed",
-        "plan-premium",
-        "--runtime-api-url",
-        &fake.base,
-    ]);
+    gateway.state.auth = authenticator(&platform_settings(&fake, &["--runtime-api-url", &fake.base]));
     let titles = |list: &Value| {
         let mut titles: Vec<String> =
             list.as_array().unwrap().iter().map(|f| f["title"].as_str().unwrap().to_string()).collect();

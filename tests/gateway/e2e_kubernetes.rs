@@ -122,31 +122,10 @@ async fn the_real_client_runs_jobs_through_gateway_and_controller() {
     let (_, controller_env) = role_settings(&resources, folder.path(), &controller_kubeconfig);
     let mut controller = spawn_role(&controller_args, &controller_env, &controller_log);
 
-    let client = reqwest_free_get(&url);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !client().await {
-        assert!(std::time::Instant::now() < deadline, "gantry gateway never became ready:\n{}", tail(&gateway_log));
-        assert!(gateway.try_wait().unwrap().is_none(), "gantry gateway exited:\n{}", tail(&gateway_log));
-        assert!(controller.try_wait().unwrap().is_none(), "gantry controller exited:\n{}", tail(&controller_log));
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-
+    wait_until_ready(&url, &mut [(&mut gateway, &gateway_log), (&mut controller, &controller_log)]).await;
     for script in ["tests/e2e/client_foundation.py", "tests/e2e/client_jobs.py"] {
-        let checks = tokio::process::Command::new(&python)
-            .arg(script)
-            .arg(&url)
-            .output()
-            .await
-            .expect("the client checks start");
-        println!("{script}:\n{}", String::from_utf8_lossy(&checks.stdout));
-        assert!(
-            checks.status.success(),
-            "{script}:\n{}{}\n--- gateway ---\n{}\n--- controller ---\n{}",
-            String::from_utf8_lossy(&checks.stdout),
-            String::from_utf8_lossy(&checks.stderr),
-            tail(&gateway_log),
-            tail(&controller_log)
-        );
+        run_client_checks(&python, &[script, &url], &[("gateway", &gateway_log), ("controller", &controller_log)])
+            .await;
     }
     // Every job was a FunctionJob with its pod, and every pod is gone once its job finished.
     let resources = api.list(crate::kube_double::Kind::FUNCTION_JOB, "default");
@@ -209,8 +188,37 @@ pub fn role_settings(
     (args, env)
 }
 
+/// Waits until the API at `url` is ready, failing with the logs when any of `roles` (a child and
+/// its log) exits or a minute passes.
+pub async fn wait_until_ready(url: &str, roles: &mut [(&mut tokio::process::Child, &Path)]) {
+    let ready = reqwest_free_get(url);
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while !ready().await {
+        for (child, log) in roles.iter_mut() {
+            assert!(std::time::Instant::now() < deadline, "{url} never became ready:\n{}", tail(log));
+            assert!(child.try_wait().unwrap().is_none(), "a gantry role exited:\n{}", tail(log));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Runs a client check script (`python args...`), printing its lines; on failure, panics with
+/// its output and the tail of each role's log.
+pub async fn run_client_checks(python: &str, args: &[&str], logs: &[(&str, &Path)]) {
+    let checks = tokio::process::Command::new(python).args(args).output().await.expect("the client checks start");
+    println!("{}:\n{}", args[0], String::from_utf8_lossy(&checks.stdout));
+    let tails: String = logs.iter().map(|(role, log)| format!("\n--- {role} ---\n{}", tail(log))).collect();
+    assert!(
+        checks.status.success(),
+        "{}:\n{}{}{tails}",
+        args[0],
+        String::from_utf8_lossy(&checks.stdout),
+        String::from_utf8_lossy(&checks.stderr)
+    );
+}
+
 /// A readiness probe of the gateway at `url`, without an HTTP client crate.
-pub fn reqwest_free_get(url: &str) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
+fn reqwest_free_get(url: &str) -> impl Fn() -> std::pin::Pin<Box<dyn std::future::Future<Output = bool> + Send>> {
     let address = url.trim_start_matches("http://").to_string();
     move || {
         let address = address.clone();
