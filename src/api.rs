@@ -6,6 +6,7 @@ pub mod files;
 pub mod jobs;
 pub mod openapi;
 pub mod programs;
+pub mod streams;
 pub mod system;
 
 use std::collections::HashMap;
@@ -84,11 +85,14 @@ pub fn router(state: AppState) -> Router {
         .route("/jobs/{job_id}/", get(jobs::get_job))
         .route("/jobs/{job_id}/result/", get(jobs::get_job_result).post(jobs::save_job_result))
         .route("/jobs/{job_id}/logs/", get(jobs::get_job_logs))
+        .route("/jobs/{job_id}/logs/stream/", get(streams::stream_job_logs))
         .route("/jobs/{job_id}/provider-logs/", get(jobs::get_job_provider_logs))
+        .route("/jobs/{job_id}/provider-logs/stream/", get(streams::stream_job_provider_logs))
         .route("/jobs/{job_id}/stop/", post(jobs::stop_job))
         .route("/jobs/{job_id}/sub_status/", patch(jobs::set_sub_status))
         .route("/jobs/{job_id}/event/", post(jobs::create_job_event))
         .route("/jobs/{job_id}/events/", get(jobs::list_job_events))
+        .route("/jobs/{job_id}/events/stream/", get(streams::stream_job_events))
         .route("/jobs/{job_id}/runtime_jobs/", get(jobs::list_runtime_jobs).post(jobs::add_runtime_job))
         .route("/files/", get(files::list_user_files))
         .route("/files/list/", get(files::list_user_files_spec))

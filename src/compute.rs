@@ -57,6 +57,20 @@ pub trait Compute: Send + Sync {
     /// backend can read it.
     async fn live_log(self: Arc<Self>, job_id: &str, provider: bool) -> Option<String>;
 
+    /// The live log of a running job from byte `offset` on, at most `limit` bytes (empty when
+    /// nothing is past `offset`). Backends that can read from an offset override this.
+    async fn live_log_since(
+        self: Arc<Self>,
+        job_id: &str,
+        provider: bool,
+        offset: u64,
+        limit: usize,
+    ) -> Option<bytes::Bytes> {
+        let text = bytes::Bytes::from(self.live_log(job_id, provider).await?);
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(text.len());
+        Some(text.slice(start..text.len().min(start.saturating_add(limit))))
+    }
+
     /// Brings jobs left in flight by an earlier process in line with what still runs.
     async fn reconcile(self: Arc<Self>) -> Result<(), db::Error>;
 }
@@ -100,7 +114,7 @@ pub async fn move_job(
     let Some(mv) = lifecycle::decide(current, trigger) else {
         return Ok(None);
     };
-    if !jobs::apply_move(db, job_id, &mv).await? {
+    if !jobs::apply_move(db, job_id, &mv, publisher.outbox()).await? {
         return Ok(None);
     }
     events::publish(

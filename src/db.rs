@@ -4,6 +4,7 @@
 //! `db/<table>.rs` with their row types. One set of migrations (`migrations/`) serves both.
 
 pub mod jobs;
+pub mod outbox;
 pub mod programs;
 pub mod providers;
 pub mod storage_steps;

@@ -1,11 +1,25 @@
-//! The outbound event stream: every job status move is published after it is committed. A
-//! publisher failure is logged and dropped; it never blocks or undoes the move.
+//! The outbound event stream. Every job status move is logged once committed (the default sink);
+//! with NATS JetStream or webhooks configured, it is also recorded in an outbox in the move's own
+//! transaction, and a publisher delivers the outbox at least once, in order per job, as
+//! CloudEvents. A sink that is down never blocks or undoes a move: its events wait in the outbox.
 
+pub mod sinks;
+
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
 
-/// One published status move.
+use crate::db::outbox::{self, Attempt, DrainLock, OutboxRow};
+use crate::db::{self, Db};
+use sinks::{Sink, SinkError};
+
+/// The CloudEvents `type` of a status move.
+pub const STATUS_EVENT_TYPE: &str = "dev.gantry.job.status";
+
+/// One committed status move, as the log sink writes it.
 #[derive(Debug, Clone, Serialize)]
 pub struct StatusEvent {
     pub job_id: String,
@@ -15,9 +29,14 @@ pub struct StatusEvent {
     pub created: String,
 }
 
-/// Where status moves go. Implementations must be quick; slow sinks should queue internally.
+/// Where status moves go. `publish` runs after the commit and must be quick.
 pub trait Publisher: Send + Sync {
     fn publish(&self, event: &StatusEvent) -> Result<(), String>;
+
+    /// Whether moves are also recorded in the outbox (some outbound sink is configured).
+    fn outbox(&self) -> bool {
+        false
+    }
 }
 
 /// The default sink: one structured log line per move (`target: gantry::events`).
@@ -41,5 +60,267 @@ impl Publisher for LogPublisher {
 pub fn publish(publisher: &Arc<dyn Publisher>, event: StatusEvent) {
     if let Err(error) = publisher.publish(&event) {
         tracing::warn!(job.id = %event.job_id, error = %error, "failed to publish a job status event; dropped");
+    }
+}
+
+/// The `data` of a published status move.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MoveData {
+    pub job_id: String,
+    /// The function's title (null once the function is deleted).
+    pub function: Option<String>,
+    /// The provider's name; null for a user's own function.
+    pub provider: Option<String>,
+    /// The job's author.
+    pub user: String,
+    /// Null for the job's creation.
+    pub old_status: Option<String>,
+    pub new_status: String,
+    pub sub_status: Option<String>,
+    pub origin: String,
+    pub context: String,
+    pub time: String,
+}
+
+/// The CloudEvents 1.0 JSON form of an outbox row.
+pub fn cloud_event(source: &str, row: &OutboxRow) -> serde_json::Value {
+    let data: serde_json::Value = serde_json::from_str(&row.data).unwrap_or(serde_json::Value::Null);
+    serde_json::json!({
+        "specversion": "1.0",
+        "id": row.id,
+        "source": source,
+        "type": STATUS_EVENT_TYPE,
+        "subject": row.job_id,
+        "time": db::format_timestamp(row.created),
+        "datacontenttype": "application/json",
+        "sequence": row.seq.to_string(),
+        "data": data,
+    })
+}
+
+/// Where events go besides the log, and how hard to try.
+#[derive(Debug, Clone, clap::Args)]
+pub struct EventArgs {
+    /// NATS server to publish job status events to (JetStream), e.g. nats://127.0.0.1:4222.
+    #[arg(long, env = "GANTRY_EVENTS_NATS_URL")]
+    pub events_nats_url: Option<String>,
+    /// Subject prefix: each event goes to `<prefix>.<job id>`.
+    #[arg(long, env = "GANTRY_EVENTS_NATS_SUBJECT", default_value = "gantry.jobs")]
+    pub events_nats_subject: String,
+    /// JetStream stream holding the subjects; created (for `<prefix>.>`) when missing.
+    #[arg(long, env = "GANTRY_EVENTS_NATS_STREAM", default_value = "GANTRY_JOBS")]
+    pub events_nats_stream: String,
+    /// URL to POST each event to (repeat for several, or separate with commas).
+    #[arg(long, env = "GANTRY_EVENTS_WEBHOOK_URL", value_delimiter = ',')]
+    pub events_webhook_url: Vec<String>,
+    /// Key of the webhook signature (`X-Gantry-Signature: sha256=<hex HMAC-SHA256 of the body>`).
+    #[arg(long, env = "GANTRY_EVENTS_WEBHOOK_SECRET", hide_env_values = true)]
+    pub events_webhook_secret: Option<crate::secrets::Secret>,
+    /// CloudEvents `source` of the published events.
+    #[arg(long, env = "GANTRY_EVENTS_SOURCE", default_value = "/gantry")]
+    pub events_source: String,
+    /// How long an event is retried before it is marked undeliverable (kept, with its error).
+    #[arg(long, env = "GANTRY_EVENTS_RETRY_FOR", default_value = "24h", value_parser = crate::serve::parse_timeout)]
+    pub events_retry_for: Duration,
+    /// Delivered events kept in the outbox (the oldest beyond are deleted).
+    #[arg(long, env = "GANTRY_EVENTS_KEEP_DELIVERED", default_value_t = 10_000)]
+    pub events_keep_delivered: i64,
+    /// How often the outbox is read when no move wakes the publisher, in milliseconds.
+    #[arg(long, env = "GANTRY_EVENTS_POLL_MS", default_value_t = 1000)]
+    pub events_poll_ms: u64,
+}
+
+impl EventArgs {
+    /// Whether any outbound sink is configured.
+    pub fn outbound(&self) -> bool {
+        self.events_nats_url.is_some() || !self.events_webhook_url.is_empty()
+    }
+
+    /// Names the configured sinks, for the start-up line.
+    pub fn describe(&self) -> String {
+        let mut sinks = vec!["log".to_string()];
+        if let Some(url) = &self.events_nats_url {
+            sinks.push(format!("nats {url} ({}.<job id>)", self.events_nats_subject));
+        }
+        sinks.extend(self.events_webhook_url.iter().map(|url| format!("webhook {url}")));
+        sinks.join(", ")
+    }
+
+    /// The publisher for this process; with outbound sinks, also starts draining the outbox.
+    pub async fn start(&self, db: &Db) -> anyhow::Result<Arc<dyn Publisher>> {
+        if !self.outbound() {
+            return Ok(Arc::new(LogPublisher));
+        }
+        let mut sinks: Vec<Box<dyn Sink>> = Vec::new();
+        if let Some(url) = &self.events_nats_url {
+            sinks.push(Box::new(
+                sinks::NatsSink::connect(url, &self.events_nats_subject, &self.events_nats_stream).await?,
+            ));
+        }
+        if !self.events_webhook_url.is_empty() && self.events_webhook_secret.is_none() {
+            anyhow::bail!(
+                "webhook events need a signing key: set --events-webhook-secret (GANTRY_EVENTS_WEBHOOK_SECRET)"
+            );
+        }
+        for (index, url) in self.events_webhook_url.iter().enumerate() {
+            let secret =
+                self.events_webhook_secret.as_ref().map(|s| s.expose().as_bytes().to_vec()).unwrap_or_default();
+            sinks.push(Box::new(sinks::WebhookSink::new(format!("webhook{}", index + 1), url, secret)?));
+        }
+        let wake = Arc::new(Notify::new());
+        let drainer = Drainer {
+            db: db.clone(),
+            sinks,
+            source: self.events_source.clone(),
+            retry_for: self.events_retry_for,
+            keep_delivered: self.events_keep_delivered,
+            poll: Duration::from_millis(self.events_poll_ms.max(10)),
+            wake: Arc::clone(&wake),
+        };
+        tokio::spawn(drainer.run());
+        Ok(Arc::new(OutboxPublisher { wake }))
+    }
+}
+
+/// Logs each move and wakes the outbox publisher (the move itself recorded the outbox row).
+struct OutboxPublisher {
+    wake: Arc<Notify>,
+}
+
+impl Publisher for OutboxPublisher {
+    fn publish(&self, event: &StatusEvent) -> Result<(), String> {
+        self.wake.notify_one();
+        LogPublisher.publish(event)
+    }
+
+    fn outbox(&self) -> bool {
+        true
+    }
+}
+
+/// Rows read from the outbox per pass.
+const BATCH: i64 = 500;
+/// Jobs whose events are delivered at once (each job's in order).
+const JOBS_AT_ONCE: usize = 16;
+/// The longest wait between two attempts on one event.
+const MAX_BACKOFF: Duration = Duration::from_secs(60);
+
+/// Delivers the outbox to the sinks.
+pub struct Drainer {
+    pub db: Db,
+    pub sinks: Vec<Box<dyn Sink>>,
+    pub source: String,
+    pub retry_for: Duration,
+    pub keep_delivered: i64,
+    pub poll: Duration,
+    pub wake: Arc<Notify>,
+}
+
+impl Drainer {
+    pub async fn run(self) {
+        let mut lock = DrainLock::new();
+        let mut passes: u64 = 0;
+        loop {
+            let mut busy = false;
+            if lock.acquire(&self.db).await {
+                match self.pass().await {
+                    Ok(delivered) => busy = delivered > 0,
+                    Err(error) => {
+                        tracing::error!(error = &error as &dyn std::error::Error, "event outbox pass failed")
+                    }
+                }
+                passes += 1;
+                if passes.is_multiple_of(64)
+                    && let Err(error) = outbox::prune(&self.db, self.keep_delivered).await
+                {
+                    tracing::warn!(error = &error as &dyn std::error::Error, "failed to prune the event outbox");
+                }
+            }
+            if !busy {
+                tokio::select! {
+                    () = self.wake.notified() => {}
+                    () = tokio::time::sleep(self.poll) => {}
+                }
+            }
+        }
+    }
+
+    /// One pass over the oldest undelivered rows; returns how many were delivered.
+    pub async fn pass(&self) -> Result<usize, db::Error> {
+        use futures::StreamExt;
+        let rows = outbox::pending(&self.db, BATCH).await?;
+        let mut by_job: BTreeMap<String, Vec<OutboxRow>> = BTreeMap::new();
+        for row in rows {
+            by_job.entry(row.job_id.clone()).or_default().push(row);
+        }
+        let delivered: Vec<Result<usize, db::Error>> = futures::stream::iter(by_job.into_values())
+            .map(|mut rows| async move {
+                rows.sort_by_key(|row| row.seq);
+                self.deliver_in_order(rows).await
+            })
+            .buffer_unordered(JOBS_AT_ONCE)
+            .collect()
+            .await;
+        delivered.into_iter().sum()
+    }
+
+    /// Delivers one job's rows in order, stopping at the first that must wait.
+    async fn deliver_in_order(&self, rows: Vec<OutboxRow>) -> Result<usize, db::Error> {
+        let mut delivered = 0;
+        for row in rows {
+            let now = db::now_micros();
+            if row.next_attempt > now {
+                break;
+            }
+            let (delivered_to, outcome) = self.deliver(&row).await;
+            let attempt = match outcome {
+                Ok(()) => Attempt::Delivered,
+                Err(SinkError::Permanent(error)) => Attempt::Failed { error },
+                Err(SinkError::Retry(error)) => {
+                    let age = Duration::from_micros((now - row.created).max(0) as u64);
+                    if age >= self.retry_for {
+                        Attempt::Failed { error: format!("gave up after {} attempts: {error}", row.attempts + 1) }
+                    } else {
+                        let backoff = Duration::from_secs(1 << row.attempts.clamp(0, 6)).min(MAX_BACKOFF);
+                        Attempt::Retry { error, next_attempt: now + backoff.as_micros() as i64 }
+                    }
+                }
+            };
+            match &attempt {
+                Attempt::Failed { error } => {
+                    tracing::error!(job.id = %row.job_id, event.id = %row.id, error = %error, "job event undeliverable; kept in the outbox")
+                }
+                Attempt::Retry { error, .. } => {
+                    tracing::warn!(job.id = %row.job_id, event.id = %row.id, error = %error, "job event not delivered; will retry")
+                }
+                Attempt::Delivered => delivered += 1,
+            }
+            outbox::record(&self.db, &row.id, &delivered_to, &attempt, now).await?;
+            if matches!(attempt, Attempt::Retry { .. }) {
+                break;
+            }
+        }
+        Ok(delivered)
+    }
+
+    /// Sends one row to every sink that does not have it yet: the sinks that have it now, and the
+    /// first failure.
+    async fn deliver(&self, row: &OutboxRow) -> (String, Result<(), SinkError>) {
+        let mut done: Vec<String> =
+            row.delivered_to.split(',').filter(|name| !name.is_empty()).map(str::to_string).collect();
+        let body = match serde_json::to_vec(&cloud_event(&self.source, row)) {
+            Ok(body) => bytes::Bytes::from(body),
+            Err(error) => return (done.join(","), Err(SinkError::Permanent(error.to_string()))),
+        };
+        for sink in &self.sinks {
+            if done.iter().any(|name| name == sink.name()) {
+                continue;
+            }
+            if let Err(error) = sink.send(&row.id, &row.job_id, body.clone()).await {
+                return (done.join(","), Err(error));
+            }
+            done.push(sink.name().to_string());
+        }
+        (done.join(","), Ok(()))
     }
 }

@@ -88,6 +88,8 @@ pub struct GatewayArgs {
     /// Seconds between drift sweeps (jobs without resources, resources without jobs).
     #[arg(long, env = "GANTRY_SWEEP_SECONDS", default_value_t = 30)]
     pub sweep_seconds: u64,
+    #[command(flatten)]
+    pub events: crate::events::EventArgs,
 }
 
 impl GatewayArgs {
@@ -105,6 +107,7 @@ impl GatewayArgs {
             memory_gib_per_job,
             logs_size_limit,
             sweep_seconds,
+            events,
         } = self;
         let auth = Arc::new(api.auth.authenticator()?);
         let storage = storage.open(&database.data_dir)?;
@@ -118,7 +121,7 @@ impl GatewayArgs {
         let db = database.open().await?;
         storage.check().await.context("object storage is not reachable")?;
         let (client, namespace) = cluster.connect().await?;
-        let publisher: Arc<dyn crate::events::Publisher> = Arc::new(crate::events::LogPublisher);
+        let publisher = events.start(&db).await?;
         let backend = Arc::new(KubeBackend {
             client,
             db: db.clone(),
@@ -145,7 +148,9 @@ impl GatewayArgs {
         let config = api.config(std::env::temp_dir().join("gantry-spool"), active_jobs_per_user);
         let metrics = Arc::new(crate::ops::Metrics::gateway());
         let admin = tokio::spawn(crate::ops::serve(admin_listen, Arc::clone(&metrics), db.clone()));
-        let state = AppState { db, storage, config: Arc::new(config), compute: backend, publisher, tokens, auth };
+        let follows = Arc::new(crate::follow::Follows::default());
+        let state =
+            AppState { db, storage, config: Arc::new(config), compute: backend, publisher, tokens, auth, follows };
         tokio::select! {
             served = serve_http(listener, state, Some(metrics)) => served,
             admin = admin => admin.context("admin server stopped")?,

@@ -14,6 +14,7 @@ pub mod db;
 pub mod domain;
 pub mod error;
 pub mod events;
+pub mod follow;
 pub mod gateway;
 pub mod ops;
 pub mod secrets;

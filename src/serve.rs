@@ -30,6 +30,8 @@ pub struct ServeArgs {
     pub api: ApiArgs,
     #[command(flatten)]
     pub jobs: JobArgs,
+    #[command(flatten)]
+    pub events: crate::events::EventArgs,
 }
 
 /// How jobs run.
@@ -93,7 +95,7 @@ pub fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
 
 impl ServeArgs {
     pub async fn run(self) -> anyhow::Result<()> {
-        let Self { listen, database, storage, api, jobs } = self;
+        let Self { listen, database, storage, api, jobs, events } = self;
         let auth = Arc::new(api.auth.authenticator()?);
         let db = database.open().await?;
         let storage_settings = storage;
@@ -115,7 +117,8 @@ impl ServeArgs {
             storage.backend_name(),
             api.auth.mechanism_name()
         );
-        let publisher: Arc<dyn crate::events::Publisher> = Arc::new(crate::events::LogPublisher);
+        let publisher = events.start(&db).await?;
+        println!("job status events: {}", events.describe());
         let work_root = absolute(&database.data_dir.join("jobs"))?;
         let (storage_args, storage_env) = launcher_storage(&storage_settings, &database.data_dir)?;
         let runner_config = RunnerConfig {
@@ -149,7 +152,8 @@ impl ServeArgs {
                 Arc::new(Queue { db: db.clone(), publisher: publisher.clone() })
             }
         };
-        let state = AppState { db, storage, config: Arc::new(config), compute, publisher, tokens, auth };
+        let follows = Arc::new(crate::follow::Follows::default());
+        let state = AppState { db, storage, config: Arc::new(config), compute, publisher, tokens, auth, follows };
         serve_http(listener, state, None).await
     }
 }

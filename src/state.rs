@@ -50,4 +50,6 @@ pub struct AppState {
     pub publisher: Arc<dyn crate::events::Publisher>,
     /// Who callers are (`SETTINGS_AUTH_MECHANISM`).
     pub auth: Arc<crate::auth::Authenticator>,
+    /// The live followers of jobs' events and logs (`…/stream/` endpoints).
+    pub follows: Arc<crate::follow::Follows>,
 }

@@ -49,7 +49,7 @@ fn job_record(job: &JobRow) -> Value {
 }
 
 /// The job if it exists and the caller is its author.
-async fn own_job(state: &AppState, caller: &Caller, job_id: &str) -> Result<JobRow, ApiError> {
+pub(super) async fn own_job(state: &AppState, caller: &Caller, job_id: &str) -> Result<JobRow, ApiError> {
     let job = jobs::find(&state.db, job_id).await?.ok_or_else(|| job_not_found(job_id))?;
     if job.author_id != caller.user_id {
         return Err(job_not_found(job_id));
@@ -58,7 +58,7 @@ async fn own_job(state: &AppState, caller: &Caller, job_id: &str) -> Result<JobR
 }
 
 /// Whether the caller manages the job's provider function (provider admin or its author).
-async fn manages_job_function(
+pub(super) async fn manages_job_function(
     state: &AppState,
     caller: &Caller,
     job: &JobRow,
@@ -159,7 +159,7 @@ pub async fn run_program(
         function_size,
     };
     let limit = state.config.active_jobs_per_user;
-    let Some(created) = jobs::insert_with_limit(&state.db, &job, limit).await? else {
+    let Some(created) = jobs::insert_with_limit(&state.db, &job, limit, state.publisher.outbox()).await? else {
         return Err(ApiError::TooManyRequests(format!("Active job limit reached. The maximum allowed is {limit}.")));
     };
     events::publish(
@@ -422,47 +422,28 @@ pub async fn save_job_result(
     Ok(Json(record))
 }
 
-/// Archived log → live log of a running job → the database copy.
-async fn read_log(state: &AppState, job: &JobRow, provider: bool) -> Result<String, ApiError> {
-    let key = if provider { keys::job_provider_log(&job.id) } else { keys::job_user_log(&job.id) };
-    if let Some(bytes) = state.storage.read_to_bytes(&key).await? {
-        return Ok(String::from_utf8_lossy(&bytes).into_owned());
-    }
-    if job.status() == JobStatus::Running
-        && let Some(text) = state.compute.clone().live_log(&job.id, provider).await
-    {
-        return Ok(text);
-    }
-    // As the reference: the user log of a provider function has no database copy.
-    if !provider && job.provider_id.is_some() {
-        return Ok("No logs available.".into());
-    }
-    let stored: Option<String> = jobs::stored_logs(&state.db, &job.id).await?;
-    Ok(stored.filter(|s| !s.is_empty()).unwrap_or_else(|| "No logs yet.".into()))
-}
-
 pub async fn get_job_logs(
     State(state): State<AppState>,
     caller: Caller,
     Path(job_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let job = jobs::find(&state.db, &job_id).await?.ok_or_else(|| job_not_found(&job_id))?;
     if job.author_id != caller.user_id {
         return Err(ApiError::Forbidden(format!("You don't have access to read user logs of the job [{job_id}]")));
     }
-    Ok(Json(json!({ "logs": read_log(&state, &job, false).await? })))
+    super::streams::logs_answer(&state, &job, false).await
 }
 
 pub async fn get_job_provider_logs(
     State(state): State<AppState>,
     caller: Caller,
     Path(job_id): Path<String>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let job = jobs::find(&state.db, &job_id).await?.ok_or_else(|| job_not_found(&job_id))?;
     if job.provider_id.is_none() || !manages_job_function(&state, &caller, &job, ProviderOperation::Logs).await? {
         return Err(ApiError::Forbidden(format!("You don't have access to job [{job_id}]")));
     }
-    Ok(Json(json!({ "logs": read_log(&state, &job, true).await? })))
+    super::streams::logs_answer(&state, &job, true).await
 }
 
 pub async fn stop_job(
@@ -564,22 +545,20 @@ pub async fn list_job_events(
     let job = own_job(&state, &caller, &job_id).await?;
     let wanted = event_type(query.event_type.filter(|t| !t.is_empty()))?;
     let events = jobs::list_events(&state.db, &job.id, wanted.as_deref()).await?;
-    Ok(Json(
-        events
-            .into_iter()
-            .map(|event| {
-                json!({
-                    "id": event.id,
-                    "job": job.id,
-                    "event_type": event.event_type,
-                    "origin": event.origin,
-                    "context": event.context,
-                    "created": db::format_timestamp(event.created),
-                    "data": serde_json::from_str::<Value>(&event.data).unwrap_or(Value::Null),
-                })
-            })
-            .collect(),
-    ))
+    Ok(Json(events.iter().map(|event| event_json(&job.id, event)).collect()))
+}
+
+/// A job event as `events/` lists it and `events/stream/` sends it.
+pub(super) fn event_json(job_id: &str, event: &jobs::EventRow) -> Value {
+    json!({
+        "id": event.id,
+        "job": job_id,
+        "event_type": event.event_type,
+        "origin": event.origin,
+        "context": event.context,
+        "created": db::format_timestamp(event.created),
+        "data": serde_json::from_str::<Value>(&event.data).unwrap_or(Value::Null),
+    })
 }
 
 pub async fn list_runtime_jobs(

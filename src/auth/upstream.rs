@@ -56,7 +56,18 @@ impl Upstream {
     /// POSTs the form `fields` to `url`: the status and body.
     pub async fn post_form(&self, url: &str, fields: &[(&str, &str)]) -> Result<(StatusCode, Bytes), UpstreamError> {
         let form = serde_urlencoded::to_string(fields).map_err(|_| UpstreamError::Unreadable)?;
-        self.exchange(url, None, &[], Some(form)).await
+        self.exchange(url, None, &[], Some(("application/x-www-form-urlencoded", Bytes::from(form)))).await
+    }
+
+    /// POSTs `body` of `content_type` to `url` with `headers`: the status and body.
+    pub async fn post(
+        &self,
+        url: &str,
+        headers: &[(&str, &str)],
+        content_type: &str,
+        body: Bytes,
+    ) -> Result<(StatusCode, Bytes), UpstreamError> {
+        self.exchange(url, None, headers, Some((content_type, body))).await
     }
 
     async fn exchange(
@@ -64,9 +75,9 @@ impl Upstream {
         url: &str,
         authorization: Option<&str>,
         headers: &[(&str, &str)],
-        form: Option<String>,
+        body: Option<(&str, Bytes)>,
     ) -> Result<(StatusCode, Bytes), UpstreamError> {
-        let method = if form.is_some() { hyper::Method::POST } else { hyper::Method::GET };
+        let method = if body.is_some() { hyper::Method::POST } else { hyper::Method::GET };
         let mut request = Request::builder().method(method).uri(url).header(header::ACCEPT, "application/json");
         if let Some(value) = authorization {
             request = request.header(header::AUTHORIZATION, value);
@@ -74,17 +85,17 @@ impl Upstream {
         for (name, value) in headers {
             request = request.header(*name, *value);
         }
-        let body = match form {
-            Some(form) => {
-                request = request.header(header::CONTENT_TYPE, "application/x-www-form-urlencoded");
-                http_body_util::Full::new(Bytes::from(form)).map_err(|never| match never {}).boxed()
+        let body = match body {
+            Some((content_type, body)) => {
+                request = request.header(header::CONTENT_TYPE, content_type);
+                http_body_util::Full::new(body).map_err(|never| match never {}).boxed()
             }
             None => empty(),
         };
         let request = request.body(body).map_err(|_| UpstreamError::Unreachable)?;
         let exchange = async {
             let response = self.client.request(request).await.map_err(|error| {
-                tracing::warn!(url, error = &error as &dyn std::error::Error, "authentication service unreachable");
+                tracing::warn!(url, error = &error as &dyn std::error::Error, "upstream service unreachable");
                 UpstreamError::Unreachable
             })?;
             let status = response.status();

@@ -49,6 +49,8 @@ pub struct ControllerArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
     #[command(flatten)]
+    pub events: crate::events::EventArgs,
+    #[command(flatten)]
     pub storage: StorageArgs,
     #[command(flatten)]
     pub cluster: ClusterArgs,
@@ -216,7 +218,7 @@ impl ControllerArgs {
             "the FunctionJob CRD is not installed: run `gantry crd | kubectl apply -f -` (or install the Helm chart)",
         )?;
         println!("gantry controller running FunctionJobs in namespace {namespace}");
-        let publisher: Arc<dyn crate::events::Publisher> = Arc::new(crate::events::LogPublisher);
+        let publisher = self.events.start(&db).await?;
         let context = Arc::new(Context::new(client, db.clone(), storage, publisher, self.settings(namespace)));
         let admin = tokio::spawn(crate::ops::serve(self.admin_listen, Arc::clone(&context.metrics), db));
         tokio::select! {

@@ -399,6 +399,21 @@ impl Compute for LocalRunner {
         tokio::fs::read_to_string(self.live_log_path(job_id, provider)).await.ok()
     }
 
+    async fn live_log_since(
+        self: Arc<Self>,
+        job_id: &str,
+        provider: bool,
+        offset: u64,
+        limit: usize,
+    ) -> Option<bytes::Bytes> {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        let mut file = tokio::fs::File::open(self.live_log_path(job_id, provider)).await.ok()?;
+        file.seek(std::io::SeekFrom::Start(offset)).await.ok()?;
+        let mut bytes = Vec::new();
+        file.take(limit as u64).read_to_end(&mut bytes).await.ok()?;
+        Some(bytes.into())
+    }
+
     async fn reconcile(self: Arc<Self>) -> Result<(), db::Error> {
         self.adopt_or_finish_in_flight().await
     }

@@ -72,15 +72,17 @@ fn day_of(micros: i64) -> i64 {
     micros.div_euclid(DAY_MICROS)
 }
 
-/// Inserts a job event inside the transaction `$tx` (either backend).
+/// Inserts a job event with its per-job sequence number `$seq` inside the transaction `$tx`
+/// (either backend). The caller has just taken the number from `jobs.event_seq`.
 macro_rules! insert_event {
-    ($tx:ident, $job_id:expr, $created:expr, $event_type:expr, $origin:expr, $context:expr, $data:expr) => {
+    ($tx:ident, $job_id:expr, $seq:expr, $created:expr, $event_type:expr, $origin:expr, $context:expr, $data:expr) => {
         sqlx::query(
-            "INSERT INTO job_events (id, job_id, created, event_type, origin, context, data) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7)",
+            "INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
         .bind(new_id())
         .bind($job_id)
+        .bind($seq)
         .bind($created)
         .bind($event_type)
         .bind($origin)
@@ -89,6 +91,42 @@ macro_rules! insert_event {
         .execute(&mut *$tx)
         .await?
     };
+}
+
+/// Records a status move in the outbox inside the transaction `$tx`, with the names the
+/// published event carries (see `events::MoveData`).
+macro_rules! insert_outbox {
+    ($tx:ident, $job_id:expr, $seq:expr, $created:expr, $from:expr, $to:expr, $origin:expr, $context:expr) => {{
+        let (user, function, provider, sub_status): (String, Option<String>, Option<String>, Option<String>) =
+            sqlx::query_as(
+                "SELECT u.username, p.title, pr.name, j.sub_status FROM jobs j JOIN users u ON u.id = j.author_id \
+                 LEFT JOIN programs p ON p.id = j.program_id LEFT JOIN providers pr ON pr.id = j.provider_id \
+                 WHERE j.id = $1",
+            )
+            .bind($job_id)
+            .fetch_one(&mut *$tx)
+            .await?;
+        let data = crate::events::MoveData {
+            job_id: $job_id.to_string(),
+            function,
+            provider,
+            user,
+            old_status: $from.map(str::to_string),
+            new_status: $to.to_string(),
+            sub_status,
+            origin: $origin.to_string(),
+            context: $context.to_string(),
+            time: super::format_timestamp($created),
+        };
+        sqlx::query("INSERT INTO event_outbox (id, job_id, seq, created, data) VALUES ($1, $2, $3, $4, $5)")
+            .bind(new_id())
+            .bind($job_id)
+            .bind($seq)
+            .bind($created)
+            .bind(serde_json::to_string(&data).unwrap_or_default())
+            .execute(&mut *$tx)
+            .await?
+    }};
 }
 
 /// A job to create.
@@ -108,15 +146,21 @@ pub struct NewJob {
 
 /// Creates a `QUEUED` job and its first event in one transaction, unless the author already has
 /// `active_limit` active jobs (then nothing is written and `None` is returned). Returns the
-/// creation time. On PostgreSQL the
+/// creation time. With `outbox`, the move into `QUEUED` is also recorded for the outbound
+/// sinks. On PostgreSQL the
 /// author's row is locked first so concurrent runs of one user serialize; SQLite serializes all
 /// writers, and the conditional insert is one statement.
-pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64) -> Result<Option<i64>, Error> {
+pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64, outbox: bool) -> Result<Option<i64>, Error> {
     let (db, job) = (db.clone(), job.clone());
-    super::detached(async move { insert_with_limit_attached(&db, &job, active_limit).await }).await
+    super::detached(async move { insert_with_limit_attached(&db, &job, active_limit, outbox).await }).await
 }
 
-async fn insert_with_limit_attached(db: &Db, job: &NewJob, active_limit: i64) -> Result<Option<i64>, Error> {
+async fn insert_with_limit_attached(
+    db: &Db,
+    job: &NewJob,
+    active_limit: i64,
+    outbox: bool,
+) -> Result<Option<i64>, Error> {
     // SQLite: take the write lock up front, so the count and the insert see one state.
     let (begin, lock) = match db {
         Db::Postgres(_) => ("BEGIN", "SELECT id FROM users WHERE id = $1 FOR UPDATE"),
@@ -130,8 +174,8 @@ async fn insert_with_limit_attached(db: &Db, job: &NewJob, active_limit: i64) ->
         sqlx::query(lock).bind(&job.author_id).execute(&mut *tx).await?;
         let inserted = sqlx::query(
             "INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
-             function_size, created, updated, last_activity) \
-             SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $11, $11, $11 \
+             function_size, created, updated, last_activity, event_seq) \
+             SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $11, $11, $11, 1 \
              WHERE (SELECT COALESCE(SUM(n), 0) FROM job_counts \
                     WHERE author_id = $4 AND status IN ('QUEUED', 'PENDING', 'RUNNING')) < $12")
             .bind(&job.id)
@@ -163,7 +207,10 @@ async fn insert_with_limit_attached(db: &Db, job: &NewJob, active_limit: i64) ->
                 .execute(&mut *tx)
                 .await?;
         }
-        insert_event!(tx, &job.id, now, "STATUS_CHANGE", "API", "RUN_PROGRAM", &event);
+        insert_event!(tx, &job.id, 1i64, now, "STATUS_CHANGE", "API", "RUN_PROGRAM", &event);
+        if outbox {
+            insert_outbox!(tx, &job.id, 1i64, now, None::<&str>, "QUEUED", "API", "RUN_PROGRAM");
+        }
         tx.commit().await?;
         Ok(Some(now))
     }.await)
@@ -180,23 +227,23 @@ pub async fn find(db: &Db, id: &str) -> Result<Option<JobRow>, Error> {
 
 /// Applies a move decided by the state machine, if the job is still in `mv.from`. Returns
 /// whether it was applied. Terminal moves clear `sub_status` and the stored environment (which
-/// holds the caller's token).
-pub async fn apply_move(db: &Db, job_id: &str, mv: &Move) -> Result<bool, Error> {
+/// holds the caller's token). With `outbox`, the move is also recorded for the outbound sinks.
+pub async fn apply_move(db: &Db, job_id: &str, mv: &Move, outbox: bool) -> Result<bool, Error> {
     let (db, job_id, mv) = (db.clone(), job_id.to_string(), mv.clone());
-    super::detached(async move { apply_move_attached(&db, &job_id, &mv).await }).await
+    super::detached(async move { apply_move_attached(&db, &job_id, &mv, outbox).await }).await
 }
 
-async fn apply_move_attached(db: &Db, job_id: &str, mv: &Move) -> Result<bool, Error> {
+async fn apply_move_attached(db: &Db, job_id: &str, mv: &Move, outbox: bool) -> Result<bool, Error> {
     let now = now_micros();
     let terminal = mv.to.is_terminal();
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
         let mut tx = pool.begin().await?;
-        let updated: Option<(String, String, i64)> = sqlx::query_as(
-            "UPDATE jobs SET status = $2, updated = $4, last_activity = $4, \
+        let updated: Option<(String, String, i64, i64)> = sqlx::query_as(
+            "UPDATE jobs SET status = $2, updated = $4, last_activity = $4, event_seq = event_seq + 1, \
              sub_status = CASE WHEN $5 THEN NULL ELSE sub_status END, \
              env_vars = CASE WHEN $5 THEN '{}' ELSE env_vars END \
-             WHERE id = $1 AND status = $3 RETURNING author_id, COALESCE(program_id, ''), created")
+             WHERE id = $1 AND status = $3 RETURNING author_id, COALESCE(program_id, ''), created, event_seq")
             .bind(job_id)
             .bind(mv.to.as_str())
             .bind(mv.from.as_str())
@@ -204,7 +251,7 @@ async fn apply_move_attached(db: &Db, job_id: &str, mv: &Move) -> Result<bool, E
             .bind(terminal)
             .fetch_optional(&mut *tx)
             .await?;
-        let Some((author_id, program_id, created)) = updated else {
+        let Some((author_id, program_id, created, seq)) = updated else {
             tx.rollback().await?;
             return Ok(false);
         };
@@ -223,7 +270,10 @@ async fn apply_move_attached(db: &Db, job_id: &str, mv: &Move) -> Result<bool, E
                     .await?;
             }
         }
-        insert_event!(tx, job_id, now, "STATUS_CHANGE", mv.origin.as_str(), mv.context, mv.data.to_string());
+        insert_event!(tx, job_id, seq, now, "STATUS_CHANGE", mv.origin.as_str(), mv.context, mv.data.to_string());
+        if outbox {
+            insert_outbox!(tx, job_id, seq, now, Some(mv.from.as_str()), mv.to.as_str(), mv.origin.as_str(), mv.context);
+        }
         tx.commit().await?;
         Ok(true)
     }.await)
@@ -250,16 +300,16 @@ async fn set_sub_status_attached(db: &Db, job_id: &str, value: &str) -> Result<S
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
         let mut tx = pool.begin().await?;
-        let changed = sqlx::query(
-            "UPDATE jobs SET sub_status = $2, updated = $3, last_activity = $3 \
-             WHERE id = $1 AND status IN ('QUEUED', 'PENDING', 'RUNNING') AND (sub_status IS NULL OR sub_status <> $2)")
+        let changed: Option<i64> = sqlx::query_scalar(
+            "UPDATE jobs SET sub_status = $2, updated = $3, last_activity = $3, event_seq = event_seq + 1 \
+             WHERE id = $1 AND status IN ('QUEUED', 'PENDING', 'RUNNING') AND (sub_status IS NULL OR sub_status <> $2) \
+             RETURNING event_seq")
             .bind(job_id)
             .bind(value)
             .bind(now)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if changed == 0 {
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(seq) = changed else {
             tx.rollback().await?;
             let status: Option<String> = sqlx::query_scalar("SELECT status FROM jobs WHERE id = $1")
                 .bind(job_id)
@@ -270,8 +320,8 @@ async fn set_sub_status_attached(db: &Db, job_id: &str, value: &str) -> Result<S
                 Some(status) if ["QUEUED", "PENDING", "RUNNING"].contains(&status.as_str()) => SubStatusOutcome::Unchanged,
                 Some(status) => SubStatusOutcome::NotActive(status),
             });
-        }
-        insert_event!(tx, job_id, now, "SUB_STATUS_CHANGE", "API", "SET_SUB_STATUS", serde_json::json!({ "sub_status": value }).to_string());
+        };
+        insert_event!(tx, job_id, seq, now, "SUB_STATUS_CHANGE", "API", "SET_SUB_STATUS", serde_json::json!({ "sub_status": value }).to_string());
         tx.commit().await?;
         Ok(SubStatusOutcome::Updated)
     }.await)
@@ -290,17 +340,18 @@ async fn insert_error_event_attached(db: &Db, job_id: &str, data: &serde_json::V
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
         let mut tx = pool.begin().await?;
-        let active = sqlx::query("UPDATE jobs SET last_activity = $2 WHERE id = $1 AND status IN ('QUEUED', 'PENDING', 'RUNNING')")
+        let active: Option<i64> = sqlx::query_scalar(
+            "UPDATE jobs SET last_activity = $2, event_seq = event_seq + 1 \
+             WHERE id = $1 AND status IN ('QUEUED', 'PENDING', 'RUNNING') RETURNING event_seq")
             .bind(job_id)
             .bind(now)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if active == 0 {
+            .fetch_optional(&mut *tx)
+            .await?;
+        let Some(seq) = active else {
             tx.rollback().await?;
             return Ok(false);
-        }
-        insert_event!(tx, job_id, now, "ERROR", "API", "SEND_ERROR", data.to_string());
+        };
+        insert_event!(tx, job_id, seq, now, "ERROR", "API", "SEND_ERROR", data.to_string());
         tx.commit().await?;
         Ok(true)
     }.await)
@@ -310,6 +361,7 @@ async fn insert_error_event_attached(db: &Db, job_id: &str, data: &serde_json::V
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct EventRow {
     pub id: String,
+    pub seq: i64,
     pub created: i64,
     pub event_type: String,
     pub origin: String,
@@ -320,10 +372,23 @@ pub struct EventRow {
 /// Events of a job, newest first, optionally of one type.
 pub async fn list_events(db: &Db, job_id: &str, event_type: Option<&str>) -> Result<Vec<EventRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, EventRow>(
-        "SELECT id, created, event_type, origin, context, data FROM job_events \
+        "SELECT id, seq, created, event_type, origin, context, data FROM job_events \
          WHERE job_id = $1 AND ($2 IS NULL OR event_type = $2) ORDER BY created DESC, id DESC")
         .bind(job_id)
         .bind(event_type)
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("list job events"))
+}
+
+/// Events of a job after sequence number `after`, oldest first (at most `limit`).
+pub async fn events_after(db: &Db, job_id: &str, after: i64, limit: i64) -> Result<Vec<EventRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, EventRow>(
+        "SELECT id, seq, created, event_type, origin, context, data FROM job_events \
+         WHERE job_id = $1 AND seq > $2 ORDER BY seq, created, id LIMIT $3")
+        .bind(job_id)
+        .bind(after)
+        .bind(limit)
         .fetch_all(pool)
         .await)
     .map_err(query_error("list job events"))

@@ -474,7 +474,7 @@ async fn bench_pods_created_per_second() {
                         gpu: false,
                         function_size: None,
                     };
-                    gantry::db::jobs::insert_with_limit(&db, &job, i64::MAX).await.unwrap().unwrap();
+                    gantry::db::jobs::insert_with_limit(&db, &job, i64::MAX, false).await.unwrap().unwrap();
                     let spec = FunctionJobSpec {
                         job_id: id.clone(),
                         function: FunctionRef { title: "fn".into(), provider: None, version: None },

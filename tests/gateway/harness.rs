@@ -108,12 +108,41 @@ impl Gateway {
                 publisher,
                 tokens: gantry::secrets::TokenCipher::generate().0,
                 auth: Arc::new(gantry::auth::Authenticator::mock()),
+                follows: Arc::new(gantry::follow::Follows::new(std::time::Duration::from_millis(100))),
             },
             s3_endpoint,
             runner_task: None,
             dir,
             postgres,
         }
+    }
+
+    /// The same gateway publishing job status moves to outbound sinks (`configure` edits the
+    /// command line's defaults); call it before `with_runner`, which takes the publisher.
+    pub async fn with_events(mut self, configure: impl FnOnce(&mut gantry::events::EventArgs)) -> Gateway {
+        #[derive(clap::Parser)]
+        struct Flags {
+            #[command(flatten)]
+            events: gantry::events::EventArgs,
+        }
+        let mut args = <Flags as clap::Parser>::parse_from(["gantry"]).events;
+        args.events_poll_ms = 50;
+        configure(&mut args);
+        let publisher = args.start(&self.state.db).await.expect("event sinks start");
+        self.state.compute =
+            Arc::new(gantry::compute::Queue { db: self.state.db.clone(), publisher: publisher.clone() });
+        self.state.publisher = publisher;
+        self
+    }
+
+    /// Sends a request and returns the response with its body unread (for streamed answers).
+    pub async fn open(&self, uri: &str, token: &str, headers: &[(&str, &str)]) -> axum::response::Response {
+        let mut request =
+            Request::builder().method("GET").uri(uri).header(header::AUTHORIZATION, format!("Bearer {token}"));
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        gantry::api::app(self.state.clone()).oneshot(request.body(Body::empty()).unwrap()).await.expect("infallible")
     }
 
     /// The same gateway with a local runner that starts jobs with the real `gantry launch`.

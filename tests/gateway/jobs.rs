@@ -636,7 +636,8 @@ async fn a_cancelled_run_never_leaves_a_transaction_open(backend: Backend) {
             attempts.push(tokio::spawn(async move {
                 let cancel_after = std::time::Duration::from_micros((round * 16 + i) * 37 % 4000);
                 let _ =
-                    tokio::time::timeout(cancel_after, gantry::db::jobs::insert_with_limit(&db, &job, 100_000)).await;
+                    tokio::time::timeout(cancel_after, gantry::db::jobs::insert_with_limit(&db, &job, 100_000, false))
+                        .await;
             }));
         }
         for attempt in attempts {
@@ -645,7 +646,7 @@ async fn a_cancelled_run_never_leaves_a_transaction_open(backend: Backend) {
         let next = new_job();
         let done = tokio::time::timeout(
             std::time::Duration::from_secs(3),
-            gantry::db::jobs::insert_with_limit(&gateway.state.db, &next, 100_000),
+            gantry::db::jobs::insert_with_limit(&gateway.state.db, &next, 100_000, false),
         )
         .await;
         assert!(matches!(done, Ok(Ok(Some(_)))), "a run after cancelled ones (round {round}): {done:?}");

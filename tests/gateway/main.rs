@@ -17,5 +17,6 @@ mod messages;
 mod openapi;
 mod programs;
 mod scoped_access;
+mod streams;
 mod system;
 mod visibility;

@@ -1,0 +1,178 @@
+//! The outbound sinks: NATS JetStream and signed webhooks. A sink sends one CloudEvent and says
+//! whether a failure is worth retrying.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use bytes::Bytes;
+use hmac::{Hmac, Mac};
+use sha2::Sha256;
+
+use crate::auth::upstream::{Upstream, UpstreamError};
+
+/// The content type of a CloudEvent in structured JSON mode.
+pub const CLOUDEVENTS_JSON: &str = "application/cloudevents+json";
+/// The webhook signature header: `sha256=<hex HMAC-SHA256 of the body>`.
+pub const SIGNATURE_HEADER: &str = "X-Gantry-Signature";
+/// Longest wait for one sink to accept one event.
+const SEND_DEADLINE: Duration = Duration::from_secs(10);
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SinkError {
+    /// Worth another try later (unreachable, timed out, 5xx, 429).
+    Retry(String),
+    /// Will not succeed by retrying (the receiver rejected the event).
+    Permanent(String),
+}
+
+#[async_trait::async_trait]
+pub trait Sink: Send + Sync {
+    /// Names the sink in the outbox's `delivered_to` (stable across restarts).
+    fn name(&self) -> &str;
+    /// Sends one event (`body`, CloudEvents JSON) of job `job_id`; `id` is the event's id.
+    async fn send(&self, id: &str, job_id: &str, body: Bytes) -> Result<(), SinkError>;
+}
+
+/// Publishes to `<prefix>.<job id>` on a JetStream stream, with the event id as `Nats-Msg-Id` so
+/// the stream drops a redelivered duplicate within its duplicate window.
+pub struct NatsSink {
+    jetstream: async_nats::jetstream::Context,
+    prefix: String,
+    stream: String,
+    stream_ready: AtomicBool,
+}
+
+impl NatsSink {
+    /// Connects in the background: a server that is down now only delays delivery.
+    pub async fn connect(url: &str, prefix: &str, stream: &str) -> anyhow::Result<NatsSink> {
+        let client = async_nats::ConnectOptions::new()
+            .retry_on_initial_connect()
+            .max_reconnects(None)
+            .connection_timeout(Duration::from_secs(5))
+            .connect(url)
+            .await
+            .map_err(|e| anyhow::anyhow!("invalid NATS server {url}: {e}"))?;
+        let mut jetstream = async_nats::jetstream::new(client);
+        jetstream.set_timeout(SEND_DEADLINE);
+        Ok(NatsSink {
+            jetstream,
+            prefix: prefix.trim_end_matches('.').to_string(),
+            stream: stream.to_string(),
+            stream_ready: AtomicBool::new(false),
+        })
+    }
+
+    async fn ensure_stream(&self) -> Result<(), SinkError> {
+        if self.stream_ready.load(Ordering::Relaxed) {
+            return Ok(());
+        }
+        let config = async_nats::jetstream::stream::Config {
+            name: self.stream.clone(),
+            subjects: vec![format!("{}.>", self.prefix)],
+            ..Default::default()
+        };
+        let created = tokio::time::timeout(SEND_DEADLINE, self.jetstream.get_or_create_stream(config)).await;
+        match created {
+            Ok(Ok(_)) => {
+                self.stream_ready.store(true, Ordering::Relaxed);
+                Ok(())
+            }
+            Ok(Err(error)) => Err(SinkError::Retry(format!("NATS stream {}: {error}", self.stream))),
+            Err(_) => Err(SinkError::Retry(format!(
+                "NATS stream {}: no answer within {} s",
+                self.stream,
+                SEND_DEADLINE.as_secs()
+            ))),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for NatsSink {
+    fn name(&self) -> &str {
+        "nats"
+    }
+
+    async fn send(&self, id: &str, job_id: &str, body: Bytes) -> Result<(), SinkError> {
+        self.ensure_stream().await?;
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", id);
+        headers.insert("Content-Type", CLOUDEVENTS_JSON);
+        let subject = format!("{}.{job_id}", self.prefix);
+        let published = async {
+            let ack = self.jetstream.publish_with_headers(subject, headers, body).await?;
+            ack.await
+        };
+        match tokio::time::timeout(SEND_DEADLINE, published).await {
+            Ok(Ok(_)) => Ok(()),
+            Ok(Err(error)) => Err(SinkError::Retry(format!("NATS: {error}"))),
+            Err(_) => Err(SinkError::Retry(format!("NATS: no acknowledgement within {} s", SEND_DEADLINE.as_secs()))),
+        }
+    }
+}
+
+/// POSTs each event to a URL, signed with HMAC-SHA256 over the body.
+pub struct WebhookSink {
+    name: String,
+    url: String,
+    key: Vec<u8>,
+    upstream: Upstream,
+}
+
+impl WebhookSink {
+    pub fn new(name: String, url: &str, key: Vec<u8>) -> anyhow::Result<WebhookSink> {
+        let parsed: hyper::Uri = url.parse().map_err(|e| anyhow::anyhow!("invalid webhook URL {url}: {e}"))?;
+        if !matches!(parsed.scheme_str(), Some("http" | "https")) || parsed.host().is_none() {
+            anyhow::bail!("invalid webhook URL {url}: use http(s)://host/path");
+        }
+        Ok(WebhookSink { name, url: url.to_string(), key, upstream: Upstream::new(SEND_DEADLINE)? })
+    }
+}
+
+/// The signature header's value for `body`.
+pub fn signature(key: &[u8], body: &[u8]) -> String {
+    let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
+    mac.update(body);
+    let digest = mac.finalize().into_bytes();
+    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
+    format!("sha256={hex}")
+}
+
+#[async_trait::async_trait]
+impl Sink for WebhookSink {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    async fn send(&self, id: &str, _job_id: &str, body: Bytes) -> Result<(), SinkError> {
+        let signature = signature(&self.key, &body);
+        let headers = [(SIGNATURE_HEADER, signature.as_str()), ("X-Gantry-Event-Id", id)];
+        match self.upstream.post(&self.url, &headers, CLOUDEVENTS_JSON, body).await {
+            Ok((status, _)) if status.is_success() => Ok(()),
+            Ok((status, _)) if status.is_client_error() && ![408, 425, 429].contains(&status.as_u16()) => {
+                Err(SinkError::Permanent(format!("webhook {} rejected the event: {status}", self.url)))
+            }
+            Ok((status, _)) => Err(SinkError::Retry(format!("webhook {} answered {status}", self.url))),
+            Err(error @ (UpstreamError::Timeout(_) | UpstreamError::Unreachable | UpstreamError::Unreadable)) => {
+                Err(SinkError::Retry(format!("webhook {} {error}", self.url)))
+            }
+            Err(UpstreamError::Status(status)) => {
+                Err(SinkError::Retry(format!("webhook {} answered {status}", self.url)))
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_are_hmac_sha256_hex() {
+        // RFC 4231 test case 2.
+        assert_eq!(
+            signature(b"Jefe", b"what do ya want for nothing?"),
+            "sha256=5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+}
