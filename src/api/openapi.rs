@@ -34,6 +34,49 @@ fn operation(summary: &str, parameters: Vec<Value>, body: Option<Value>, respons
     op
 }
 
+/// The `Last-Event-ID` header a reconnecting EventSource sends.
+fn last_event_id_header() -> Value {
+    json!({"name": "Last-Event-ID", "in": "header", "required": false, "schema": {"type": "integer", "minimum": 0},
+        "description": "resume after this event id"})
+}
+
+/// An operation whose success is a stream of one of `types` instead of JSON.
+fn streamed(mut op: Value, types: &[&str]) -> Value {
+    let content: serde_json::Map<String, Value> =
+        types.iter().map(|t| (t.to_string(), json!({"schema": {"type": "string"}}))).collect();
+    op["responses"]["200"] = json!({"description": "a stream that ends with the job", "content": content});
+    op
+}
+
+/// A followed log: SSE (`log` events whose id is the byte offset after them, then `end`) or
+/// chunked text.
+fn log_stream(summary: &str) -> Value {
+    streamed(
+        operation(
+            summary,
+            vec![
+                json!({"name": "job_id", "in": "path", "required": true, "schema": {"type": "string", "format": "uuid", "example": EXAMPLE_ID}}),
+                query(
+                    "offset",
+                    false,
+                    json!({"type": "integer", "minimum": 0, "default": 0}),
+                    "byte offset to start from",
+                ),
+                query(
+                    "format",
+                    false,
+                    json!({"type": "string", "enum": ["sse", "text"]}),
+                    "default: SSE when Accept names text/event-stream or Last-Event-ID is sent, else text",
+                ),
+                last_event_id_header(),
+            ],
+            None,
+            json!({}),
+        ),
+        &["text/event-stream", "text/plain"],
+    )
+}
+
 fn public(summary: &str) -> Value {
     json!({"summary": summary, "security": [], "responses": {"200": {"description": "success"}, "503": {"description": "not ready"}}})
 }
@@ -164,7 +207,9 @@ pub fn document() -> Value {
                 "get": operation("The job's result as JSON text (204 when none)", vec![id_path("job_id")], None, json!({"type": "object", "properties": {"result": {"type": "string"}}})),
                 "post": operation("Save a result (older in-job clients)", vec![id_path("job_id")], Some(form_body(json!({"result": text("{}")}), &["result"], false)), job.clone())},
             "/api/v1/jobs/{job_id}/logs/": {"get": operation("User logs (job author)", vec![id_path("job_id")], None, logs.clone())},
+            "/api/v1/jobs/{job_id}/logs/stream/": {"get": log_stream("User log followed live until the job ends (job author)")},
             "/api/v1/jobs/{job_id}/provider-logs/": {"get": operation("Provider logs (provider side)", vec![id_path("job_id")], None, logs)},
+            "/api/v1/jobs/{job_id}/provider-logs/stream/": {"get": log_stream("Provider log followed live until the job ends (provider side)")},
             "/api/v1/jobs/{job_id}/stop/": {"post": operation("Request a stop; the job's status tells when it stopped", vec![id_path("job_id")],
                 Some(form_body(json!({"service": {"type": "string", "description": "serialized runtime service; never stored"}}), &[], false)), message.clone())},
             "/api/v1/jobs/{job_id}/sub_status/": {"patch": operation("Set the sub-status of an active job (from inside the job)", vec![id_path("job_id")],
@@ -176,6 +221,10 @@ pub fn document() -> Value {
             "/api/v1/jobs/{job_id}/events/": {"get": operation("Events of a job, newest first", vec![id_path("job_id"), query("type", false, json!({"type": "string", "enum": ["ERROR"]}), "only events of this type (any letter case)")], None,
                 json!({"type": "array", "items": {"type": "object", "properties": {"event_type": {"type": "string"}, "origin": {"type": "string"},
                     "context": {"type": "string"}, "created": {"type": "string", "format": "date-time"}, "data": {"type": "object"}}}}))},
+            "/api/v1/jobs/{job_id}/events/stream/": {"get": streamed(operation(
+                "Events of a job as Server-Sent Events, oldest first, as they are recorded; ends after the terminal event. Each event's id is its sequence number",
+                vec![id_path("job_id"), query("last_event_id", false, json!({"type": "integer", "minimum": 0}), "resume after this event (the Last-Event-ID header wins)"), last_event_id_header()],
+                None, json!({})), &["text/event-stream"])},
             "/api/v1/jobs/{job_id}/runtime_jobs/": {
                 "get": operation("Runtime jobs the job reported", vec![id_path("job_id")], None, json!({"type": "object", "properties": {"runtime_jobs": {"type": "array"}}})),
                 "post": operation("Report a runtime job", vec![id_path("job_id")], Some(form_body(json!({"runtime_job": {"type": "string", "minLength": 1, "maxLength": 100, "example": "runtime-job-1"}, "runtime_session": {"type": ["string", "null"]}}), &["runtime_job"], false)), message.clone())},
