@@ -362,21 +362,33 @@ pub struct Utf8Pieces {
 impl Utf8Pieces {
     pub fn push(&mut self, piece: &[u8]) -> String {
         self.carry.extend_from_slice(piece);
-        let complete = match std::str::from_utf8(&self.carry) {
-            Ok(_) => self.carry.len(),
-            Err(error) if error.error_len().is_none() => error.valid_up_to(),
-            Err(_) => {
-                // Invalid bytes inside: keep only a possibly incomplete last character back.
-                let tail_start = char_boundary(&self.carry, self.carry.len().saturating_sub(3));
-                if std::str::from_utf8(&self.carry[tail_start..]).is_err_and(|e| e.error_len().is_none()) {
-                    tail_start
-                } else {
-                    self.carry.len()
+        let mut out = String::new();
+        let kept = {
+            let mut rest: &[u8] = &self.carry;
+            loop {
+                match std::str::from_utf8(rest) {
+                    Ok(text) => {
+                        out.push_str(text);
+                        break 0;
+                    }
+                    Err(error) => {
+                        let (valid, after) = rest.split_at(error.valid_up_to());
+                        out.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                        match error.error_len() {
+                            Some(invalid) => {
+                                out.push(char::REPLACEMENT_CHARACTER);
+                                rest = &after[invalid..];
+                            }
+                            // An incomplete character at the end: it waits for the next piece.
+                            None => break after.len(),
+                        }
+                    }
                 }
             }
         };
-        let done = self.carry.split_to(complete);
-        String::from_utf8_lossy(&done).into_owned()
+        let done = self.carry.len() - kept;
+        let _ = self.carry.split_to(done);
+        out
     }
 
     /// What is left at the end of the stream.

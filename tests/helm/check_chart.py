@@ -296,6 +296,26 @@ def _():
     assert deployment("all features", "controller")["spec"]["replicas"] > 1, "values-all.yaml should run several controllers"
 
 
+@check("event sinks: the same settings on both roles, the webhook key by secretKeyRef, every variable a flag of both roles")
+def _():
+    binary = os.environ.get("GANTRY_BIN") or str(ROOT / "target" / "debug" / "gantry")
+    helps = {role: subprocess.run([binary, role, "--help"], capture_output=True, text=True, check=True).stdout for role in ("gateway", "controller")}
+    settings = {}
+    for role in ("gateway", "controller"):
+        data = config_map_data("all features", role)
+        settings[role] = {k: v for k, v in data.items() if k.startswith("GANTRY_EVENTS_")}
+        for name in settings[role]:
+            assert f"[env: {name}=" in helps[role], f"{role}: {name} is not a flag's variable of `gantry {role}`"
+        env = {e["name"]: e for e in container(deployment("all features", role), role).get("env", [])}
+        ref = env.get("GANTRY_EVENTS_WEBHOOK_SECRET", {}).get("valueFrom", {}).get("secretKeyRef", {})
+        assert ref == {"name": "gantry-webhook", "key": "signing-key"}, f"{role}: webhook key not from its Secret: {ref}"
+    assert settings["gateway"] == settings["controller"], "the roles publish to different sinks"
+    assert settings["gateway"]["GANTRY_EVENTS_NATS_URL"] == "nats://nats.messaging:4222"
+    assert settings["gateway"]["GANTRY_EVENTS_WEBHOOK_URL"] == "https://hooks.example.com/gantry"
+    assert "GANTRY_EVENTS_NATS_URL" not in config_map_data("default", "gateway"), "NATS is off by default"
+    return f"{len(settings['gateway'])} settings"
+
+
 def expected_rbac():
     binary = os.environ.get("GANTRY_BIN") or str(ROOT / "target" / "debug" / "gantry")
     assert os.access(binary, os.X_OK), f"no gantry binary at {binary}: build it (cargo build) or set GANTRY_BIN"

@@ -173,6 +173,24 @@ GANTRY_ADMIN_LISTEN: "0.0.0.0:9090"
 PROGRAM_TIMEOUT: {{ .Values.limits.programTimeout | quote }}
 FUNCTIONS_LOGS_SIZE_LIMIT: {{ .Values.limits.logsSizeLimit | int64 | quote }}
 {{- include "gantry.storageSettings" . }}
+{{- include "gantry.eventSettings" . }}
+{{- end }}
+
+{{/* Outbound job events: the same sinks on both roles, since both move jobs. */}}
+{{- define "gantry.eventSettings" -}}
+{{- with .Values.events }}
+{{- if .natsUrl }}
+GANTRY_EVENTS_NATS_URL: {{ .natsUrl | quote }}
+GANTRY_EVENTS_NATS_SUBJECT: {{ .natsSubject | quote }}
+GANTRY_EVENTS_NATS_STREAM: {{ .natsStream | quote }}
+{{- end }}
+{{- if .webhookUrls }}
+GANTRY_EVENTS_WEBHOOK_URL: {{ join "," .webhookUrls | quote }}
+{{- end }}
+GANTRY_EVENTS_SOURCE: {{ .source | quote }}
+GANTRY_EVENTS_RETRY_FOR: {{ .retryFor | quote }}
+GANTRY_EVENTS_KEEP_DELIVERED: {{ .keepDelivered | int64 | quote }}
+{{- end }}
 {{- end }}
 
 {{/* The credentials' environment of both roles: references to Secrets, never values. */}}
@@ -192,6 +210,16 @@ FUNCTIONS_LOGS_SIZE_LIMIT: {{ .Values.limits.logsSizeLimit | int64 | quote }}
     secretKeyRef:
       name: {{ include "gantry.s3Secret" . }}
       key: {{ include "gantry.s3SecretAccessKeyKey" . }}
+{{- if .Values.events.webhookUrls }}
+{{- if not .Values.events.webhookSecret.existingSecret }}
+{{- fail "events.webhookUrls needs events.webhookSecret.existingSecret: the Secret holding the signing key" }}
+{{- end }}
+- name: GANTRY_EVENTS_WEBHOOK_SECRET
+  valueFrom:
+    secretKeyRef:
+      name: {{ .Values.events.webhookSecret.existingSecret }}
+      key: {{ .Values.events.webhookSecret.key }}
+{{- end }}
 {{- end }}
 
 {{/* Security context of every gantry container. */}}
