@@ -416,7 +416,9 @@ async fn an_event_stream_resumes_with_last_event_id_without_gaps_or_repeats(back
     for _ in 0..2 {
         seen.push(first.next().await.expect("an event"));
     }
+    assert_eq!(gateway.state.follows.running(), 1, "the follower's hub");
     drop(first);
+    assert_eq!(gateway.state.follows.running(), 0, "a follower that leaves releases its hub");
     // Events recorded while no one listens.
     for n in 0..3 {
         let reply = gateway
