@@ -74,7 +74,11 @@ impl Cluster {
     }
 
     async fn start_with(pending_deadline: Duration, timeout: Duration) -> Cluster {
-        let mut gateway = Gateway::start(Backend::PostgresS3).await;
+        Self::start_on(Gateway::start(Backend::PostgresS3).await, pending_deadline, timeout).await
+    }
+
+    /// A cluster whose gateway and controller share `gateway`'s database, storage and publisher.
+    async fn start_on(mut gateway: Gateway, pending_deadline: Duration, timeout: Duration) -> Cluster {
         let api = ApiServer::new();
         api.install_crd(&gantry::crd::crd_yaml()).await;
         let folders = tempfile::tempdir().unwrap();
@@ -228,6 +232,54 @@ async fn a_job_runs_as_a_pod_from_run_to_result() {
     for reason in ["PodCreated", "RUNNING", "SUCCEEDED"] {
         assert!(reasons.iter().any(|r| r == reason), "{reason} missing from {reasons:?}");
     }
+}
+
+/// Moves made by the controller reach NATS through the outbox like the gateway's, and a log
+/// follower on the gateway reads a running pod's log live.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controllers_moves_are_published_and_a_pods_log_is_followed_live() {
+    let (stream, prefix) = crate::streams::nats_names();
+    let client = async_nats::connect(crate::streams::nats_url()).await.expect("NATS answers");
+    let mut subscription = client.subscribe(format!("{prefix}.>")).await.unwrap();
+    let gateway = Gateway::start(Backend::PostgresS3)
+        .await
+        .with_events(|events| {
+            events.events_nats_url = Some(crate::streams::nats_url());
+            events.events_nats_subject = prefix.clone();
+            events.events_nats_stream = stream.clone();
+        })
+        .await;
+    let cluster = Cluster::start_on(gateway, Duration::from_secs(600), Duration::from_secs(3600)).await;
+    cluster.upload("printer", crate::streams::PRINTER).await;
+    let id = cluster.run("printer", r#"{"lines": 20, "pause": 0.1}"#).await;
+    let uri = format!("/api/v1/jobs/{id}/logs/stream/?format=text");
+    let followed = cluster.gateway.open(&uri, "alice", &[]).await;
+    let followed = http_body_util::BodyExt::collect(followed.into_body()).await.unwrap().to_bytes();
+    let job = cluster.finished(&id).await;
+    assert_eq!(job["status"], "SUCCEEDED", "{job}");
+    let expected: String = (0..20).map(|i| format!("line {i} ✓ of the printer\n")).collect();
+    assert_eq!(String::from_utf8(followed.to_vec()).unwrap(), expected);
+
+    let mut moves = Vec::new();
+    while moves.len() < 4 {
+        let message = tokio::time::timeout(Duration::from_secs(20), futures::StreamExt::next(&mut subscription))
+            .await
+            .expect("every move reaches NATS")
+            .unwrap();
+        let event: Value = serde_json::from_slice(&message.payload).unwrap();
+        assert_eq!(event["subject"], id.as_str());
+        moves.push((event["data"]["new_status"].clone(), event["data"]["origin"].clone()));
+    }
+    assert_eq!(
+        moves,
+        [
+            (json!("QUEUED"), json!("API")),
+            (json!("PENDING"), json!("SCHEDULER")),
+            (json!("RUNNING"), json!("SCHEDULER")),
+            (json!("SUCCEEDED"), json!("SCHEDULER"))
+        ]
+    );
+    crate::streams::delete_stream(&stream).await;
 }
 
 /// A provider function flagged `gpu` gets a pod with a GPU limit of the configured resource.

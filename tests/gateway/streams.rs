@@ -24,12 +24,12 @@ both_backends!(
     logs_answers_stream_a_large_archived_log,
 );
 
-fn nats_url() -> String {
+pub fn nats_url() -> String {
     std::env::var("GANTRY_TEST_NATS_URL").unwrap_or_else(|_| "nats://127.0.0.1:4222".into())
 }
 
 /// Prints `lines` numbered lines, `pause` seconds apart, then returns.
-const PRINTER: &str = r#"
+pub const PRINTER: &str = r#"
 import json, os, sys, time
 with open(os.environ["ARGUMENTS_PATH"]) as handle:
     arguments = json.load(handle)
@@ -109,7 +109,7 @@ fn full_lifecycle() -> Vec<(Value, Value)> {
 }
 
 /// A stream name and subject prefix of this test alone.
-fn nats_names() -> (String, String) {
+pub fn nats_names() -> (String, String) {
     let unique = uuid::Uuid::new_v4().simple().to_string();
     (format!("GANTRY_TEST_{unique}"), format!("gantrytest.{unique}"))
 }
@@ -127,7 +127,7 @@ async fn stream_messages(stream: &str) -> Vec<async_nats::jetstream::message::St
     messages
 }
 
-async fn delete_stream(stream: &str) {
+pub async fn delete_stream(stream: &str) {
     let client = async_nats::connect(nats_url()).await.expect("NATS answers");
     let _ = async_nats::jetstream::new(client).delete_stream(stream).await;
 }
