@@ -61,10 +61,11 @@ pub async fn record(db: &Db, id: &str, delivered_to: &str, attempt: &Attempt, no
     .map_err(query_error("record an event delivery"))
 }
 
-/// Deletes delivered rows beyond the newest `keep`. Undelivered and failed rows stay.
+/// Deletes delivered rows beyond the newest `keep` (the boundary is a delivery time: rows
+/// delivered in the same microsecond go together). Undelivered and failed rows stay.
 pub async fn prune(db: &Db, keep: i64) -> Result<u64, Error> {
     on_db!(db, pool => sqlx::query(
-        "DELETE FROM event_outbox WHERE delivered IS NOT NULL AND delivered < \
+        "DELETE FROM event_outbox WHERE delivered IS NOT NULL AND delivered <= \
          (SELECT delivered FROM event_outbox WHERE delivered IS NOT NULL ORDER BY delivered DESC LIMIT 1 OFFSET $1)")
         .bind(keep.max(0))
         .execute(pool)

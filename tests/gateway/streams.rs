@@ -19,6 +19,7 @@ both_backends!(
     moves_made_while_nats_is_unreachable_are_delivered_once_it_is_back,
     webhooks_are_signed_retried_and_delivered_once_each,
     events_a_receiver_rejects_are_kept_with_their_error,
+    the_outbox_keeps_only_the_newest_delivered_events,
     an_event_stream_resumes_with_last_event_id_without_gaps_or_repeats,
     a_log_follower_receives_every_line_of_a_job_that_prints_for_seconds,
     logs_answers_stream_a_large_archived_log,
@@ -349,6 +350,29 @@ async fn events_a_receiver_rejects_are_kept_with_their_error(backend: Backend) {
     assert_eq!(failures[0].1, job_id);
     assert!(failures[0].2.contains("rejected the event: 410"), "{}", failures[0].2);
     assert_eq!(received.lock().unwrap().requests.len(), 1, "a rejection is not retried");
+}
+
+async fn the_outbox_keeps_only_the_newest_delivered_events(backend: Backend) {
+    let (url, received) = receiver(|_| 200).await;
+    let gateway = Gateway::start(backend)
+        .await
+        .with_events(|events| {
+            events.events_webhook_url = vec![url.clone()];
+            events.events_webhook_secret = Some(gantry::secrets::Secret::new("hook-key".into()));
+            events.events_keep_delivered = 2;
+        })
+        .await
+        .with_runner(|_| {})
+        .await;
+    upload_printer(&gateway).await;
+    let job_id = run_printer(&gateway, json!({})).await;
+    gateway.wait_for_job("alice", &job_id, 60, terminal).await;
+    let db = &gateway.state.db;
+    eventually(30, "delivered rows beyond the newest two are pruned", || async move {
+        gantry::db::outbox::counts(db).await.unwrap() == (0, 2, 0)
+    })
+    .await;
+    assert_eq!(received.lock().unwrap().requests.len(), 4, "pruning comes after delivery");
 }
 
 /// One Server-Sent Event.
