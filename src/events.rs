@@ -140,9 +140,9 @@ impl EventArgs {
     pub fn describe(&self) -> String {
         let mut sinks = vec!["log".to_string()];
         if let Some(url) = &self.events_nats_url {
-            sinks.push(format!("nats {url} ({}.<job id>)", self.events_nats_subject));
+            sinks.push(format!("nats {} ({}.<job id>)", db::redact(url), self.events_nats_subject));
         }
-        sinks.extend(self.events_webhook_url.iter().map(|url| format!("webhook {url}")));
+        sinks.extend(self.events_webhook_url.iter().map(|url| format!("webhook {}", sinks::shown_url(url))));
         sinks.join(", ")
     }
 

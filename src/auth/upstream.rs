@@ -95,7 +95,9 @@ impl Upstream {
         let request = request.body(body).map_err(|_| UpstreamError::Unreachable)?;
         let exchange = async {
             let response = self.client.request(request).await.map_err(|error| {
-                tracing::warn!(url, error = &error as &dyn std::error::Error, "upstream service unreachable");
+                // The host only: a URL's path or query may hold a secret (webhooks).
+                let host = url.parse::<hyper::Uri>().ok().and_then(|uri| uri.host().map(str::to_string));
+                tracing::warn!(host, error = &error as &dyn std::error::Error, "upstream service unreachable");
                 UpstreamError::Unreachable
             })?;
             let status = response.status();

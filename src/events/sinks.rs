@@ -51,7 +51,7 @@ impl NatsSink {
             .connection_timeout(Duration::from_secs(5))
             .connect(url)
             .await
-            .map_err(|e| anyhow::anyhow!("invalid NATS server {url}: {e}"))?;
+            .map_err(|e| anyhow::anyhow!("invalid NATS server {}: {e}", crate::db::redact(url)))?;
         let mut jetstream = async_nats::jetstream::new(client);
         jetstream.set_timeout(SEND_DEADLINE);
         Ok(NatsSink {
@@ -115,17 +115,39 @@ impl Sink for NatsSink {
 pub struct WebhookSink {
     name: String,
     url: String,
+    /// The URL as messages show it: scheme and host only (paths and queries may hold secrets).
+    shown: String,
     key: Vec<u8>,
     upstream: Upstream,
 }
 
 impl WebhookSink {
     pub fn new(name: String, url: &str, key: Vec<u8>) -> anyhow::Result<WebhookSink> {
-        let parsed: hyper::Uri = url.parse().map_err(|e| anyhow::anyhow!("invalid webhook URL {url}: {e}"))?;
+        let parsed: hyper::Uri = url.parse().map_err(|e| anyhow::anyhow!("invalid webhook URL: {e}"))?;
         if !matches!(parsed.scheme_str(), Some("http" | "https")) || parsed.host().is_none() {
-            anyhow::bail!("invalid webhook URL {url}: use http(s)://host/path");
+            anyhow::bail!("invalid webhook URL {}: use http(s)://host/path", shown_url(url));
         }
-        Ok(WebhookSink { name, url: url.to_string(), key, upstream: Upstream::new(SEND_DEADLINE)? })
+        Ok(WebhookSink {
+            name,
+            url: url.to_string(),
+            shown: shown_url(url),
+            key,
+            upstream: Upstream::new(SEND_DEADLINE)?,
+        })
+    }
+}
+
+/// `scheme://host[:port]/…` of a URL: what logs and messages may show of a webhook.
+pub fn shown_url(url: &str) -> String {
+    match url.parse::<hyper::Uri>() {
+        Ok(uri) => match (uri.scheme_str(), uri.host()) {
+            (Some(scheme), Some(host)) => match uri.port_u16() {
+                Some(port) => format!("{scheme}://{host}:{port}/…"),
+                None => format!("{scheme}://{host}/…"),
+            },
+            _ => "(invalid URL)".into(),
+        },
+        Err(_) => "(invalid URL)".into(),
     }
 }
 
@@ -150,14 +172,14 @@ impl Sink for WebhookSink {
         match self.upstream.post(&self.url, &headers, CLOUDEVENTS_JSON, body).await {
             Ok((status, _)) if status.is_success() => Ok(()),
             Ok((status, _)) if status.is_client_error() && ![408, 425, 429].contains(&status.as_u16()) => {
-                Err(SinkError::Permanent(format!("webhook {} rejected the event: {status}", self.url)))
+                Err(SinkError::Permanent(format!("webhook {} rejected the event: {status}", self.shown)))
             }
-            Ok((status, _)) => Err(SinkError::Retry(format!("webhook {} answered {status}", self.url))),
+            Ok((status, _)) => Err(SinkError::Retry(format!("webhook {} answered {status}", self.shown))),
             Err(error @ (UpstreamError::Timeout(_) | UpstreamError::Unreachable | UpstreamError::Unreadable)) => {
-                Err(SinkError::Retry(format!("webhook {} {error}", self.url)))
+                Err(SinkError::Retry(format!("webhook {} {error}", self.shown)))
             }
             Err(UpstreamError::Status(status)) => {
-                Err(SinkError::Retry(format!("webhook {} answered {status}", self.url)))
+                Err(SinkError::Retry(format!("webhook {} answered {status}", self.shown)))
             }
         }
     }
@@ -166,6 +188,12 @@ impl Sink for WebhookSink {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn webhook_urls_are_shown_without_path_query_or_credentials() {
+        assert_eq!(shown_url("https://hooks.example.com/services/T0/B0/SECRET?token=x"), "https://hooks.example.com/…");
+        assert_eq!(shown_url("http://user:pw@127.0.0.1:8080/hook"), "http://127.0.0.1:8080/…");
+    }
 
     #[test]
     fn signatures_are_hmac_sha256_hex() {
