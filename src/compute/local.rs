@@ -45,6 +45,8 @@ pub struct RunnerConfig {
     pub storage_env: Vec<(String, String)>,
     /// Opens the caller's token sealed in the job row.
     pub tokens: crate::secrets::TokenCipher,
+    /// Confine each job (`None`: jobs run unconfined, as the server's user).
+    pub isolation: Option<super::isolation::JobIsolation>,
 }
 
 /// The local runner. Cheap to share; `run` drives it.
@@ -185,11 +187,9 @@ impl LocalRunner {
             .map_err(|e| format!("failed to write the arguments: {e}"))?;
         let title = job.program_title.clone().unwrap_or_default();
         let data_key = keys::user_files(&job.author_name, job.provider_name.as_deref().map(|p| (p, title.as_str())));
-        // With S3 the launcher mirrors the area into the work folder (`--data-key`).
-        let data_path = match &self.storage {
-            Storage::Local { root } => root.join(&data_key),
-            Storage::S3 { .. } => work_dir.join("data"),
-        };
+        // The launcher mirrors the area into the job's own folder (`--data-key`): the job never
+        // reaches the storage itself.
+        let data_path = work_dir.join("data");
         tokio::fs::create_dir_all(&data_path)
             .await
             .map_err(|e| format!("failed to create {}: {e}", data_path.display()))?;
@@ -245,8 +245,9 @@ impl LocalRunner {
         if job.provider_id.is_some() {
             command.arg("--provider-function");
         }
-        if matches!(self.storage, Storage::S3 { .. }) {
-            command.arg("--data-key").arg(&data_key);
+        command.arg("--data-key").arg(&data_key);
+        if let Some(isolation) = &self.config.isolation {
+            command.args(isolation.launcher_args());
         }
         for key in PASSED_THROUGH {
             if let Ok(value) = std::env::var(key) {

@@ -152,6 +152,7 @@ impl Gateway {
             storage_args,
             storage_env,
             tokens: self.state.tokens.clone(),
+            isolation: Some(self.job_isolation()),
         };
         configure(&mut config);
         let runner = gantry::compute::local::LocalRunner::new(
@@ -164,6 +165,23 @@ impl Gateway {
         let handle = tokio::spawn(runner.run());
         self.runner_task = Some(handle);
         self
+    }
+
+    /// Jobs confined as `gantry serve` confines them: Landlock, and when the tests run as root,
+    /// the `nobody` user with the data dir closed to it; this process non-dumpable.
+    fn job_isolation(&self) -> gantry::compute::isolation::JobIsolation {
+        use gantry::compute::isolation;
+        isolation::forbid_dumping().expect("non-dumpable");
+        let user = isolation::job_user(isolation::running_as_root(), None, None).expect("job user");
+        if user.is_some() {
+            isolation::restrict_data_dir(self.dir.path(), &self.dir.path().join("jobs")).expect("data dir");
+        }
+        isolation::JobIsolation { user, readable: Vec::new() }
+    }
+
+    /// The folder holding the database, the objects and the work folders.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     /// Polls a job until `done` holds for its record, or panics after `seconds`.
