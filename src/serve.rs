@@ -284,37 +284,18 @@ fn absolute(path: &std::path::Path) -> anyhow::Result<PathBuf> {
 /// Flags and environment variables for `gantry launch`.
 type LauncherStorage = (Vec<String>, Vec<(String, String)>);
 
-/// The flags and environment that make `gantry launch` open the same storage as the gateway.
+/// The flags that make `gantry launch` open the same storage as the gateway when it is a local
+/// directory. With S3 there are none: the runner gives each launcher presigned URLs of its
+/// job's objects and the gateway's files API, never the storage's credentials.
 fn launcher_storage(storage: &StorageArgs, data_dir: &std::path::Path) -> anyhow::Result<LauncherStorage> {
-    let mut args = Vec::new();
-    let mut env = Vec::new();
-    match storage.storage.as_deref() {
-        Some(location) if location.starts_with("s3://") => {
-            args.extend([
-                "--storage".to_string(),
-                location.to_string(),
-                "--s3-region".into(),
-                storage.s3_region.clone(),
-            ]);
-            if let Some(endpoint) = &storage.s3_endpoint {
-                args.extend(["--s3-endpoint".to_string(), endpoint.clone()]);
-            }
-            if storage.s3_path_style {
-                args.push("--s3-path-style".into());
-            }
-            if let Some(key) = &storage.s3_access_key_id {
-                env.push(("AWS_ACCESS_KEY_ID".to_string(), key.clone()));
-            }
-            if let Some(secret) = &storage.s3_secret_access_key {
-                env.push(("AWS_SECRET_ACCESS_KEY".to_string(), secret.expose().to_string()));
-            }
-        }
+    let args = match storage.storage.as_deref() {
+        Some(location) if location.starts_with("s3://") => Vec::new(),
         Some(directory) => {
-            args.extend(["--storage".to_string(), absolute(std::path::Path::new(directory))?.display().to_string()])
+            vec!["--storage".to_string(), absolute(std::path::Path::new(directory))?.display().to_string()]
         }
-        None => args.extend(["--storage".to_string(), absolute(&data_dir.join("objects"))?.display().to_string()]),
-    }
-    Ok((args, env))
+        None => vec!["--storage".to_string(), absolute(&data_dir.join("objects"))?.display().to_string()],
+    };
+    Ok((args, Vec::new()))
 }
 
 /// Serves the API on `listener` until SIGINT or SIGTERM.

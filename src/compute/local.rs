@@ -18,6 +18,7 @@ use crate::domain::admission::{Capacity, Limits};
 use crate::domain::lifecycle::{JobStatus, Trigger};
 use crate::domain::runtime_env::{JobEnvironmentInput, job_environment};
 use crate::events::Publisher;
+use crate::storage::access::JobAccess;
 use crate::storage::{Storage, keys};
 
 /// Settings of the local runner.
@@ -40,7 +41,8 @@ pub struct RunnerConfig {
     pub tick: Duration,
     /// `QISKIT_IBM_URL` for the job environment.
     pub qiskit_ibm_url: String,
-    /// Flags and environment that let `gantry launch` open the same object storage.
+    /// Flags and environment that let `gantry launch` open the same object storage (a local
+    /// directory; with S3 the launcher gets presigned URLs instead, never credentials).
     pub storage_args: Vec<String>,
     pub storage_env: Vec<(String, String)>,
     /// Opens the caller's token sealed in the job row.
@@ -61,6 +63,9 @@ pub struct LocalRunner {
     timed_out: Mutex<HashSet<String>>,
     wake: Notify,
 }
+
+/// Longest validity of a presigned URL (S3's limit).
+const MAX_ACCESS: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// How long a launcher told to stop may take before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(15);
@@ -245,7 +250,24 @@ impl LocalRunner {
         if job.provider_id.is_some() {
             command.arg("--provider-function");
         }
-        command.arg("--data-key").arg(&data_key);
+        match &self.storage {
+            Storage::Local { .. } => {
+                command.arg("--data-key").arg(&data_key);
+            }
+            Storage::S3 { .. } => {
+                // As a pod: presigned URLs of the job's own objects and the gateway's files API
+                // with the job's token; the launcher holds no storage credentials.
+                let valid_for = (self.config.timeout + Duration::from_secs(3600)).min(MAX_ACCESS);
+                let access = JobAccess::presign(&self.storage, job_id, Some(&artifact_key), valid_for)
+                    .await
+                    .map_err(|e| format!("failed to prepare the job's storage access: {e}"))?;
+                command.env("GANTRY_JOB_ACCESS", serde_json::to_string(&access).expect("job access serializes"));
+                command.arg("--data-function").arg(&title);
+                if let Some(provider) = &job.provider_name {
+                    command.arg("--data-provider").arg(provider);
+                }
+            }
+        }
         if let Some(isolation) = &self.config.isolation {
             command.args(isolation.launcher_args());
         }

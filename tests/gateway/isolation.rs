@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::both_backends;
-use crate::harness::{Backend, Gateway, tar_of};
+use crate::harness::{Backend, Gateway, S3_SECRET, tar_of};
 
 both_backends!(a_job_cannot_reach_other_users_the_database_or_the_server);
 
@@ -187,6 +187,19 @@ async fn a_job_cannot_reach_other_users_the_database_or_the_server(backend: Back
     assert_eq!(outcome["own_folders"], "allowed: 'mine'", "the spy keeps its own folders: {outcome}");
     if gantry::compute::isolation::running_as_root() {
         assert_eq!(outcome["uid"], 65534, "a root server runs jobs as nobody: {outcome}");
+    }
+
+    // The launcher beside alice's job holds no storage credentials at all (S3: presigned URLs,
+    // which name the access key id, as every presigned URL does, but never carry the secret).
+    let job = gantry::db::jobs::find(&gateway.state.db, &victim).await.unwrap().unwrap();
+    let launcher = job.backend_ref.unwrap().strip_prefix("pid:").unwrap().to_string();
+    for file in ["environ", "cmdline"] {
+        let text = String::from_utf8_lossy(&std::fs::read(format!("/proc/{launcher}/{file}")).unwrap()).into_owned();
+        assert!(text.contains(&victim), "precondition: {file} of the victim's launcher");
+        assert!(
+            !text.contains(S3_SECRET) && !text.contains("AWS_"),
+            "the launcher's {file} holds no storage credentials: {text}"
+        );
     }
 
     let still = gateway.get(&format!("/api/v1/jobs/{victim}/"), "alice").await.json;
