@@ -258,9 +258,20 @@ fn job_isolation(
     }
     let as_root = isolation::running_as_root();
     let user = isolation::job_user(as_root, jobs.job_uid, jobs.job_gid).map_err(|reason| anyhow::anyhow!(reason))?;
-    if user.is_some() {
+    if let Some((uid, gid)) = user {
         isolation::restrict_data_dir(data_dir, work_root)
             .with_context(|| format!("failed to restrict access to {}", data_dir.display()))?;
+        let closed = isolation::unreachable_folder(work_root, uid, gid)
+            .with_context(|| format!("failed to inspect the folders on the way to {}", work_root.display()))?;
+        if let Some(folder) = closed {
+            anyhow::bail!(
+                "jobs run as {uid}:{gid}, which cannot pass through {} to reach their work folders in {}: \
+                 allow it to (chmod o+x {}) or choose a --data-dir it can reach",
+                folder.display(),
+                work_root.display(),
+                folder.display()
+            );
+        }
     }
     println!(
         "local jobs are confined by {}{}",

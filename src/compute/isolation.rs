@@ -347,6 +347,28 @@ pub fn hand_over(path: &Path, uid: u32, gid: u32) -> Result<(), Error> {
     Ok(())
 }
 
+/// The first folder on the way to `path` that `uid`:`gid` may not pass through (no search
+/// permission), if any: jobs running as that user could not reach their work folders.
+pub fn unreachable_folder(path: &Path, uid: u32, gid: u32) -> io::Result<Option<PathBuf>> {
+    use std::os::unix::fs::MetadataExt;
+    let path = path.canonicalize()?;
+    for folder in path.ancestors().collect::<Vec<_>>().into_iter().rev() {
+        let metadata = std::fs::metadata(folder)?;
+        let mode = metadata.mode();
+        let searchable = if metadata.uid() == uid {
+            mode & 0o100 != 0
+        } else if metadata.gid() == gid {
+            mode & 0o010 != 0
+        } else {
+            mode & 0o001 != 0
+        };
+        if !searchable {
+            return Ok(Some(folder.to_path_buf()));
+        }
+    }
+    Ok(None)
+}
+
 /// Prepares the data dir for jobs running as another user: they may pass through it to their
 /// work folders (search only, no listing) but reach nothing else in it (the database, the key,
 /// the objects, the upload spool stay the server's alone). Landlock confines jobs anyway; this
@@ -452,6 +474,19 @@ mod tests {
         assert_eq!(job_user(true, Some(1000), Some(100)), Ok(Some((1000, 100))));
         assert!(job_user(true, Some(0), None).is_err());
         assert!(job_user(true, Some(1000), Some(0)).is_err());
+    }
+
+    #[test]
+    fn a_closed_folder_on_the_way_to_the_work_folders_is_found() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let work_root = dir.path().join("data/jobs");
+        std::fs::create_dir_all(&work_root).unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let closed = unreachable_folder(&work_root, 65534, 65534).unwrap();
+        assert_eq!(closed, Some(dir.path().canonicalize().unwrap()));
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o711)).unwrap();
+        assert_eq!(unreachable_folder(&work_root, 65534, 65534).unwrap(), None, "below a searchable temp folder");
     }
 
     #[test]
