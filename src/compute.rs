@@ -7,6 +7,7 @@
 
 pub mod controller;
 pub mod data_area;
+pub mod isolation;
 pub mod kube;
 pub mod launch;
 pub mod local;

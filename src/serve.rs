@@ -10,6 +10,7 @@ use clap::Args;
 
 use crate::api;
 use crate::api::ApiArgs;
+use crate::compute::isolation;
 use crate::compute::local::{LocalRunner, RunnerConfig};
 use crate::compute::{Compute, LimitsArgs, Queue};
 use crate::db::{self, DatabaseArgs, Db};
@@ -66,6 +67,22 @@ pub struct JobArgs {
     /// How often the scheduler looks at the queue when nothing wakes it, in milliseconds.
     #[arg(long, env = "GANTRY_SCHEDULER_TICK_MS", default_value_t = 500)]
     pub scheduler_tick_ms: u64,
+    /// When gantry runs as root: the user id local jobs run as (never 0). Default 65534
+    /// (nobody). The jobs' Python must be readable by this user.
+    #[arg(long, env = "GANTRY_JOB_UID")]
+    pub job_uid: Option<u32>,
+    /// When gantry runs as root: the group id local jobs run as (never 0). Default 65534.
+    #[arg(long, env = "GANTRY_JOB_GID")]
+    pub job_gid: Option<u32>,
+    /// A folder local jobs may read besides the system's and their interpreter's installation
+    /// (repeatable; `:`-separated in the environment).
+    #[arg(long = "job-read-path", env = "GANTRY_JOB_READ_PATHS", value_delimiter = ':')]
+    pub job_read_paths: Vec<PathBuf>,
+    /// Run jobs locally even where the kernel lacks Landlock, with an authentication mechanism
+    /// other than mock_token: such jobs can read every user's files, the database and the
+    /// server's files (see "Security model" in the README).
+    #[arg(long, env = "GANTRY_ACCEPT_UNISOLATED_JOBS")]
+    pub accept_unisolated_jobs: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -96,6 +113,8 @@ pub fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
 impl ServeArgs {
     pub async fn run(self) -> anyhow::Result<()> {
         let Self { listen, database, storage, api, jobs, events } = self;
+        // Jobs run on this machine: keep this process's memory and environment out of their reach.
+        isolation::forbid_dumping().context("failed to make gantry non-dumpable")?;
         let auth = Arc::new(api.auth.authenticator()?);
         let db = database.open().await?;
         let storage_settings = storage;
@@ -121,6 +140,12 @@ impl ServeArgs {
         println!("job status events: {}", events.describe());
         let work_root = absolute(&database.data_dir.join("jobs"))?;
         let (storage_args, storage_env) = launcher_storage(&storage_settings, &database.data_dir)?;
+        let isolation = match jobs.runner {
+            RunnerKind::Local => {
+                Some(job_isolation(&jobs, &api.auth.mechanism_name(), &database.data_dir, &work_root)?)
+            }
+            RunnerKind::None => None,
+        };
         let runner_config = RunnerConfig {
             launcher: std::env::current_exe().context("failed to find the gantry executable")?,
             python: jobs.python,
@@ -134,6 +159,7 @@ impl ServeArgs {
             storage_args,
             storage_env,
             tokens: tokens.clone(),
+            isolation,
         };
         let compute: Arc<dyn Compute> = match jobs.runner {
             RunnerKind::Local => {
@@ -142,7 +168,8 @@ impl ServeArgs {
                     runner_config.python,
                     runner_config.work_root.display()
                 );
-                tokio::spawn(warn_if_client_missing(runner_config.python.clone()));
+                let user = runner_config.isolation.as_ref().and_then(|isolation| isolation.user);
+                tokio::spawn(warn_if_client_missing(runner_config.python.clone(), user));
                 let runner = LocalRunner::new(db.clone(), storage.clone(), runner_config, publisher.clone());
                 tokio::spawn(Arc::clone(&runner).run());
                 runner
@@ -186,8 +213,13 @@ pub async fn migrate_storage(db: &Db, storage: &Storage) -> anyhow::Result<()> {
 /// Checks once, in the background, that the jobs' interpreter can import the client their code
 /// imports, and warns with the fix when it cannot (a new user's first job would otherwise fail
 /// with a bare `ModuleNotFoundError`).
-async fn warn_if_client_missing(python: String) {
-    let check = tokio::process::Command::new(&python)
+async fn warn_if_client_missing(python: String, user: Option<(u32, u32)>) {
+    let mut check = tokio::process::Command::new(&python);
+    if let Some((uid, gid)) = user {
+        // As the jobs' user: their Python must be readable by it.
+        check.uid(uid).gid(gid).current_dir("/");
+    }
+    let check = check
         .args(["-c", "import qiskit_serverless"])
         .stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
@@ -196,12 +228,67 @@ async fn warn_if_client_missing(python: String) {
         .status();
     match tokio::time::timeout(std::time::Duration::from_secs(120), check).await {
         Ok(Ok(status)) if status.success() => {}
-        Ok(Ok(_)) => eprintln!("warning: {}", crate::domain::logs::missing_client_hint(&python)),
+        Ok(Ok(_)) => eprintln!("warning: {}{}", crate::domain::logs::missing_client_hint(&python), as_whom(user)),
         Ok(Err(error)) => eprintln!(
-            "warning: failed to start {python} ({error}); jobs cannot run: start gantry with --python (GANTRY_PYTHON) naming a Python interpreter that has qiskit-serverless installed"
+            "warning: failed to start {python}{} ({error}); jobs cannot run: start gantry with --python (GANTRY_PYTHON) naming a Python interpreter that has qiskit-serverless installed",
+            as_whom(user)
         ),
         Err(_) => eprintln!("warning: {python} took more than 120 s to import qiskit_serverless"),
     }
+}
+
+fn as_whom(user: Option<(u32, u32)>) -> String {
+    match user {
+        Some((uid, gid)) => format!(
+            " (checked as the jobs' user {uid}:{gid}, which must be able to read the interpreter and its folders)"
+        ),
+        None => String::new(),
+    }
+}
+
+/// How local jobs are confined, after checking what the kernel offers (see
+/// `isolation::start_policy`); prepares the data dir for jobs running as another user.
+fn job_isolation(
+    jobs: &JobArgs,
+    auth_mechanism: &str,
+    data_dir: &std::path::Path,
+    work_root: &std::path::Path,
+) -> anyhow::Result<isolation::JobIsolation> {
+    let abi = isolation::landlock_abi();
+    let warnings = isolation::start_policy(abi, auth_mechanism, jobs.accept_unisolated_jobs)
+        .map_err(|reason| anyhow::anyhow!(reason))?;
+    for warning in warnings {
+        eprintln!("{warning}");
+    }
+    let as_root = isolation::running_as_root();
+    let user = isolation::job_user(as_root, jobs.job_uid, jobs.job_gid).map_err(|reason| anyhow::anyhow!(reason))?;
+    if let Some((uid, gid)) = user {
+        isolation::restrict_data_dir(data_dir, work_root)
+            .with_context(|| format!("failed to restrict access to {}", data_dir.display()))?;
+        let closed = isolation::unreachable_folder(work_root, uid, gid)
+            .with_context(|| format!("failed to inspect the folders on the way to {}", work_root.display()))?;
+        if let Some(folder) = closed {
+            anyhow::bail!(
+                "jobs run as {uid}:{gid}, which cannot pass through {} to reach their work folders in {}: \
+                 allow it to (chmod o+x {}) or choose a --data-dir it can reach",
+                folder.display(),
+                work_root.display(),
+                folder.display()
+            );
+        }
+    }
+    println!(
+        "local jobs are confined by {}{}",
+        match abi {
+            Some(abi) => format!("Landlock (ABI {abi})"),
+            None => "nothing (no Landlock)".into(),
+        },
+        match user {
+            Some((uid, gid)) => format!(", running as {uid}:{gid}"),
+            None => String::new(),
+        }
+    );
+    Ok(isolation::JobIsolation { user, readable: jobs.job_read_paths.clone() })
 }
 
 fn absolute(path: &std::path::Path) -> anyhow::Result<PathBuf> {
@@ -212,37 +299,18 @@ fn absolute(path: &std::path::Path) -> anyhow::Result<PathBuf> {
 /// Flags and environment variables for `gantry launch`.
 type LauncherStorage = (Vec<String>, Vec<(String, String)>);
 
-/// The flags and environment that make `gantry launch` open the same storage as the gateway.
+/// The flags that make `gantry launch` open the same storage as the gateway when it is a local
+/// directory. With S3 there are none: the runner gives each launcher presigned URLs of its
+/// job's objects and the gateway's files API, never the storage's credentials.
 fn launcher_storage(storage: &StorageArgs, data_dir: &std::path::Path) -> anyhow::Result<LauncherStorage> {
-    let mut args = Vec::new();
-    let mut env = Vec::new();
-    match storage.storage.as_deref() {
-        Some(location) if location.starts_with("s3://") => {
-            args.extend([
-                "--storage".to_string(),
-                location.to_string(),
-                "--s3-region".into(),
-                storage.s3_region.clone(),
-            ]);
-            if let Some(endpoint) = &storage.s3_endpoint {
-                args.extend(["--s3-endpoint".to_string(), endpoint.clone()]);
-            }
-            if storage.s3_path_style {
-                args.push("--s3-path-style".into());
-            }
-            if let Some(key) = &storage.s3_access_key_id {
-                env.push(("AWS_ACCESS_KEY_ID".to_string(), key.clone()));
-            }
-            if let Some(secret) = &storage.s3_secret_access_key {
-                env.push(("AWS_SECRET_ACCESS_KEY".to_string(), secret.expose().to_string()));
-            }
-        }
+    let args = match storage.storage.as_deref() {
+        Some(location) if location.starts_with("s3://") => Vec::new(),
         Some(directory) => {
-            args.extend(["--storage".to_string(), absolute(std::path::Path::new(directory))?.display().to_string()])
+            vec!["--storage".to_string(), absolute(std::path::Path::new(directory))?.display().to_string()]
         }
-        None => args.extend(["--storage".to_string(), absolute(&data_dir.join("objects"))?.display().to_string()]),
-    }
-    Ok((args, env))
+        None => vec!["--storage".to_string(), absolute(&data_dir.join("objects"))?.display().to_string()],
+    };
+    Ok((args, Vec::new()))
 }
 
 /// Serves the API on `listener` until SIGINT or SIGTERM.

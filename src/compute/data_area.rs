@@ -273,6 +273,9 @@ pub struct Mirror {
     folder: PathBuf,
     /// What the area holds as far as this mirror knows (as last copied either way).
     known: tokio::sync::Mutex<Snapshot>,
+    /// A folder of the launcher's own where files are copied, without following links, before
+    /// they are sent (an isolated job could swap a file for a link to one of the server's).
+    outbox: Option<PathBuf>,
 }
 
 impl Mirror {
@@ -291,7 +294,27 @@ impl Mirror {
             })?;
         }
         let known = tokio::sync::Mutex::new(files_in(folder).await?);
-        Ok(Mirror { area, folder: folder.to_path_buf(), known })
+        Ok(Mirror { area, folder: folder.to_path_buf(), known, outbox: None })
+    }
+
+    /// Sends files through `outbox` (see `Mirror::outbox`).
+    pub fn stage_through(self, outbox: PathBuf) -> Mirror {
+        Mirror { outbox: Some(outbox), ..self }
+    }
+
+    /// The file to send for `name`: the folder's own, or its copy in the outbox.
+    async fn source(&self, name: &str) -> Result<PathBuf, BoxError> {
+        let Some(outbox) = &self.outbox else { return Ok(self.folder.join(name)) };
+        let (folder, outbox, name) = (self.folder.clone(), outbox.clone(), name.to_string());
+        let copy = tokio::task::spawn_blocking(move || -> io::Result<PathBuf> {
+            std::fs::create_dir_all(&outbox)?;
+            let mut source = super::isolation::open_beneath(&folder, Path::new(&name))?;
+            let copy = outbox.join(&name);
+            io::copy(&mut source, &mut std::fs::File::create(&copy)?)?;
+            Ok(copy)
+        })
+        .await??;
+        Ok(copy)
     }
 
     /// Copies back what changed in the folder since the last copy, and removes what was deleted
@@ -305,7 +328,11 @@ impl Mirror {
         let mut problems = Vec::new();
         for (name, state) in &now {
             if known.get(name) != Some(state) {
-                match self.area.store(name, &self.folder.join(name)).await {
+                let stored = match self.source(name).await {
+                    Ok(source) => self.area.store(name, &source).await,
+                    Err(error) => Err(error),
+                };
+                match stored {
                     Ok(()) => {
                         known.insert(name.clone(), *state);
                     }

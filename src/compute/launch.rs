@@ -24,6 +24,7 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::process::{Child, Command};
 
 use super::data_area::{self, Area, GatewayArea, Mirror, StorageArea};
+use super::isolation::{self, JobIsolation, Sandbox};
 use crate::artifact::{MemberKind, check_member};
 use crate::domain::logs::{LogRouter, TailBuffer, missing_client_hint};
 use crate::secrets::Secret;
@@ -46,6 +47,12 @@ const DRAIN_GRACE: Duration = Duration::from_secs(2);
 /// Launcher settings kept from the job, besides every `GANTRY_*` variable.
 const LAUNCHER_VARIABLES: [&str; 4] =
     ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "FUNCTIONS_LOGS_SIZE_LIMIT"];
+/// The job's private temporary folder (`TMPDIR`, `HOME`) in its work folder, when isolated.
+pub const PRIVATE_TMP: &str = "tmp";
+/// Name of the copy of the result the launcher ships (taken without following links).
+const RESULT_COPY: &str = "result.json";
+/// Folder of the copies of the files the launcher copies back to the user's area.
+const OUTBOX: &str = "outbox";
 /// Bytes kept from the start of an over-long line, enough for a `[PRIVATE]` tag and the
 /// character after it.
 const LINE_HEAD_BYTES: usize = 16;
@@ -105,6 +112,21 @@ pub struct LaunchArgs {
     /// used instead of the storage settings, so the pod holds no storage credentials.
     #[arg(long, env = "GANTRY_JOB_ACCESS")]
     pub access: Option<Secret>,
+    /// Confine the job (local runner): Landlock lets it write only its code folder, a private
+    /// temporary folder (`TMPDIR`, `HOME`) and `DATA_PATH`, read those and what Python needs,
+    /// and signal or trace no process outside its own.
+    #[arg(long, env = "GANTRY_ISOLATE")]
+    pub isolate: bool,
+    /// With `--isolate`, when the launcher runs as root: the user id the job runs as.
+    #[arg(long, env = "GANTRY_JOB_UID", requires = "job_gid")]
+    pub job_uid: Option<u32>,
+    /// With `--isolate`, when the launcher runs as root: the group id the job runs as.
+    #[arg(long, env = "GANTRY_JOB_GID", requires = "job_uid")]
+    pub job_gid: Option<u32>,
+    /// With `--isolate`: a folder the job may also read (repeatable; `:`-separated in the
+    /// environment). The interpreter's installation is found from `--python`.
+    #[arg(long = "read-path", env = "GANTRY_READ_PATHS", value_delimiter = ':')]
+    pub read_paths: Vec<PathBuf>,
     #[command(flatten)]
     pub storage: StorageArgs,
 }
@@ -129,8 +151,15 @@ impl LaunchArgs {
             data_function,
             data_provider,
             access,
+            isolate,
+            job_uid,
+            job_gid,
+            read_paths,
             storage,
         } = self;
+        // The job runs beside this process: keep its memory and environment out of reach.
+        isolation::forbid_dumping().context("failed to make the launcher non-dumpable")?;
+        let isolation = isolate.then(|| JobIsolation { user: job_uid.zip(job_gid), readable: read_paths });
         let objects: Box<dyn JobObjects> = match access.filter(|a| !a.expose().trim().is_empty()) {
             Some(access) => Box::new(
                 serde_json::from_str::<JobAccess>(access.expose())
@@ -152,6 +181,7 @@ impl LaunchArgs {
             data_key,
             data_function,
             data_provider,
+            isolation,
             environment: std::env::vars_os().collect(),
         };
         Ok(run_job(&launch, objects.as_ref(), stop).await)
@@ -206,6 +236,8 @@ pub struct Launch {
     /// `LaunchArgs::data_function`), and its provider.
     pub data_function: Option<String>,
     pub data_provider: Option<String>,
+    /// Confine the job's process (see `LaunchArgs::isolate`).
+    pub isolation: Option<JobIsolation>,
     /// The launcher's environment; the job gets it through `child_environment`, and its
     /// `ARGUMENTS_PATH` and `RESULTS_PATH` say where the arguments go and the result is found.
     pub environment: Vec<(OsString, OsString)>,
@@ -239,6 +271,12 @@ pub enum Error {
     StoppedBeforeStart,
     #[error("failed to start {python}")]
     Spawn { python: String, source: io::Error },
+    #[error("failed to isolate the job")]
+    Isolation(#[from] isolation::Error),
+    #[error("failed to prepare the job's folder {path} for isolation")]
+    IsolationFolder { path: PathBuf, source: io::Error },
+    #[error("failed to read the result {path}")]
+    Result { path: PathBuf, source: io::Error },
     #[error("failed to wait for the function's process")]
     Wait { source: io::Error },
     #[error("failed to upload {key}")]
@@ -309,7 +347,14 @@ impl JobObjects for JobAccess {
 /// returned exit code (see `LaunchArgs::run`).
 pub async fn run_job(launch: &Launch, storage: &dyn JobObjects, stop: impl Future<Output = ()>) -> i32 {
     let mut stop = std::pin::pin!(stop);
-    let environment = child_environment(launch.environment.iter().cloned());
+    let mut environment = child_environment(launch.environment.iter().cloned());
+    if launch.isolation.is_some() {
+        // A private temporary folder: the job may not use the machine's shared /tmp.
+        let private = launch.work_dir.join(PRIVATE_TMP);
+        environment.retain(|(name, _)| name != "TMPDIR" && name != "HOME");
+        environment.push(("TMPDIR".into(), private.clone().into()));
+        environment.push(("HOME".into(), private.into()));
+    }
     let prepared = tokio::select! {
         prepared = prepare(launch, storage, &environment) => prepared,
         () = stop.as_mut() => Err(Error::StoppedBeforeStart),
@@ -394,7 +439,11 @@ async fn prepare(
         _ => None,
     };
     let data = match (area, environment_path(environment, "DATA_PATH")) {
-        (Some(area), Some(folder)) => Some(Mirror::pull(area, &folder).await?),
+        (Some(area), Some(folder)) => {
+            let mirror = Mirror::pull(area, &folder).await?;
+            // An isolated job may swap its files for links to the server's: copy them out first.
+            Some(if launch.isolation.is_some() { mirror.stage_through(launch.work_dir.join(OUTBOX)) } else { mirror })
+        }
         _ => None,
     };
     if let Some(destination) = environment_path(environment, "ARGUMENTS_PATH") {
@@ -425,9 +474,100 @@ async fn prepare(
             let _ = tokio::fs::create_dir_all(parent).await;
         }
     }
+    if let Some(isolation) = &launch.isolation {
+        hand_over_folders(launch, isolation, environment).await?;
+    }
     // A script named like an option would be taken for one by python.
     let script = if entrypoint.starts_with('-') { format!("./{entrypoint}") } else { entrypoint };
     Ok((script, data))
+}
+
+/// The folders an isolated job owns: its code (its working folder), its private temporary
+/// folder and `DATA_PATH`.
+fn job_folders(launch: &Launch, environment: &[(OsString, OsString)]) -> Vec<PathBuf> {
+    let mut folders = vec![code_dir(launch), launch.work_dir.join(PRIVATE_TMP)];
+    folders.extend(environment_path(environment, "DATA_PATH"));
+    folders
+}
+
+/// Makes the work folder passable but not readable for the job (its logs and the launcher's
+/// files stay the launcher's), creates the job's private temporary folder and, when the job
+/// runs as another user, gives it its folders.
+async fn hand_over_folders(
+    launch: &Launch,
+    isolation: &JobIsolation,
+    environment: &[(OsString, OsString)],
+) -> Result<(), Error> {
+    use std::os::unix::fs::PermissionsExt;
+    let folder_error = |path: &Path| {
+        let path = path.to_path_buf();
+        move |source| Error::IsolationFolder { path, source }
+    };
+    tokio::fs::set_permissions(&launch.work_dir, std::fs::Permissions::from_mode(0o711))
+        .await
+        .map_err(folder_error(&launch.work_dir))?;
+    let private = launch.work_dir.join(PRIVATE_TMP);
+    tokio::fs::create_dir_all(&private).await.map_err(folder_error(&private))?;
+    tokio::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700))
+        .await
+        .map_err(folder_error(&private))?;
+    if let Some((uid, gid)) = isolation.user {
+        let folders = job_folders(launch, environment);
+        tokio::task::spawn_blocking(move || {
+            folders
+                .iter()
+                .filter(|folder| folder.exists())
+                .try_for_each(|folder| isolation::hand_over(folder, uid, gid))
+        })
+        .await
+        .map_err(|e| Error::IsolationFolder { path: launch.work_dir.clone(), source: io::Error::other(e) })??;
+    }
+    Ok(())
+}
+
+/// The sandbox of an isolated job: its folders, its interpreter's installation, the extra
+/// readable folders and its user.
+fn sandbox(launch: &Launch, isolation: &JobIsolation, environment: &[(OsString, OsString)]) -> Sandbox {
+    let path = environment.iter().find(|(name, _)| name == "PATH").map(|(_, value)| value.as_os_str());
+    let mut readable = isolation::interpreter_paths(&launch.python, path);
+    readable.extend(isolation.readable.iter().cloned());
+    Sandbox { writable: job_folders(launch, environment), readable, user: isolation.user }
+}
+
+/// Copies the job's result file to the launcher's own folder without following links (the job
+/// could have made it a link to a file of the server's); `None` when there is no result file.
+async fn copy_result(
+    launch: &Launch,
+    environment: &[(OsString, OsString)],
+    results: &Path,
+) -> Result<Option<PathBuf>, Error> {
+    let data = environment_path(environment, "DATA_PATH");
+    let (root, relative) = match data.as_deref().and_then(|data| Some((data, results.strip_prefix(data).ok()?))) {
+        Some((root, relative)) => (root.to_path_buf(), relative.to_path_buf()),
+        None => match (results.parent(), results.file_name()) {
+            (Some(parent), Some(name)) => (parent.to_path_buf(), PathBuf::from(name)),
+            _ => return Ok(None),
+        },
+    };
+    let copy = launch.work_dir.join(RESULT_COPY);
+    let destination = copy.clone();
+    let copied = tokio::task::spawn_blocking(move || -> io::Result<bool> {
+        let mut source = match isolation::open_beneath(&root, &relative) {
+            Ok(file) => file,
+            Err(error) if matches!(error.kind(), io::ErrorKind::NotFound | io::ErrorKind::InvalidInput) => {
+                return Ok(false);
+            }
+            Err(error) => return Err(error),
+        };
+        let mut file = std::fs::File::create(&destination)?;
+        io::copy(&mut source, &mut file)?;
+        Ok(true)
+    })
+    .await
+    .map_err(io::Error::other)
+    .and_then(|copied| copied)
+    .map_err(|source| Error::Result { path: results.to_path_buf(), source })?;
+    Ok(copied.then_some(copy))
 }
 
 async fn download(storage: &dyn JobObjects, key: &str, destination: &Path) -> Result<bool, Error> {
@@ -560,7 +700,15 @@ fn existing_file(root: &Path, relative: &str) -> Option<PathBuf> {
 }
 
 fn spawn(launch: &Launch, environment: &[(OsString, OsString)], script: &str) -> Result<Child, Error> {
-    Command::new(&launch.python)
+    let mut command = Command::new(&launch.python);
+    if let Some(isolation) = &launch.isolation {
+        let prepared = sandbox(launch, isolation, environment).prepare()?;
+        if !prepared.enforced() {
+            eprintln!("gantry launch: warning: the kernel does not offer Landlock; the job is not confined");
+        }
+        prepared.apply_to(&mut command);
+    }
+    command
         .arg(script)
         .current_dir(code_dir(launch))
         .env_clear()
@@ -790,12 +938,16 @@ async fn archive(
     if let Some(mirror) = data {
         problems.extend(mirror.sync().await.into_iter().map(Error::Data));
     }
-    if let Some(results) = environment_path(environment, "RESULTS_PATH")
-        && tokio::fs::metadata(&results).await.is_ok_and(|metadata| metadata.is_file())
-    {
-        let key = keys::job_result(&launch.job_id);
-        if let Err(source) = storage.store_file(&key, &results).await {
-            problems.push(Error::Upload { key, source });
+    if let Some(results) = environment_path(environment, "RESULTS_PATH") {
+        match copy_result(launch, environment, &results).await {
+            Ok(Some(copy)) => {
+                let key = keys::job_result(&launch.job_id);
+                if let Err(source) = storage.store_file(&key, &copy).await {
+                    problems.push(Error::Upload { key, source });
+                }
+            }
+            Ok(None) => {}
+            Err(error) => problems.push(error),
         }
     }
     let provider = router.provider_function().then(|| router.provider.render());
@@ -938,6 +1090,7 @@ mod tests {
                 data_key: None,
                 data_function: None,
                 data_provider: None,
+                isolation: None,
                 environment: vec![
                     variable("PATH", &std::env::var_os("PATH").unwrap_or_default()),
                     variable("ARGUMENTS_PATH", self.arguments_path().as_os_str()),
@@ -1061,6 +1214,52 @@ sys.stdout.write("no newline at the end")
         assert_eq!(std::fs::read_to_string(fixture.work_dir().join(LIVE_USER_LOG)).unwrap(), user_log);
         assert_eq!(fixture.object(&keys::job_provider_log(JOB_ID)).await, None);
         assert_eq!(fixture.exit_record().await, serde_json::json!({"exit_code": 0, "signal": null, "error": null}));
+    }
+
+    /// Landlock alone (the tests may run as root, which no file permission stops): the job
+    /// reads its own code but not a file beside its work folder, nor the launcher's live log.
+    #[tokio::test]
+    async fn an_isolated_job_reaches_only_its_own_folders() {
+        let fixture = Fixture::new();
+        std::fs::write(fixture.root.join("secret.txt"), "server secret").unwrap();
+        let script = format!(
+            "import os\n\
+             def attempt(action):\n\
+             \x20   try:\n\
+             \x20       action()\n\
+             \x20       return 'allowed'\n\
+             \x20   except Exception as error:\n\
+             \x20       return type(error).__name__\n\
+             print('own code', attempt(lambda: open('main.py').read()))\n\
+             print('secret', attempt(lambda: open({secret:?}).read()))\n\
+             print('launcher log', attempt(lambda: open({log:?}).read()))\n\
+             print('work folder', attempt(lambda: os.listdir({work:?})))\n\
+             print('tmp', attempt(lambda: open(os.path.join(os.environ['TMPDIR'], 'x'), 'w').write('x')))\n",
+            secret = fixture.root.join("secret.txt").display().to_string(),
+            log = fixture.work_dir().join(LIVE_USER_LOG).display().to_string(),
+            work = fixture.work_dir().display().to_string(),
+        );
+        fixture.put_artifact(tar_of(&[("main.py", &script)])).await;
+        let mut launch = fixture.launch(false);
+        launch.python = std::env::var("GANTRY_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+        launch.isolation = Some(JobIsolation { user: None, readable: Vec::new() });
+        launch.environment.retain(|(name, _)| name != "ARGUMENTS_PATH" && name != "RESULTS_PATH");
+
+        let code = run_job(&launch, &fixture.storage, std::future::pending()).await;
+
+        let log = fixture.object(&keys::job_user_log(JOB_ID)).await.unwrap();
+        assert_eq!(code, 0, "{log}");
+        assert_eq!(
+            sorted_lines(&log),
+            [
+                "launcher log PermissionError",
+                "own code allowed",
+                "secret PermissionError",
+                "tmp allowed",
+                "work folder PermissionError"
+            ],
+            "{log}"
+        );
     }
 
     #[tokio::test]

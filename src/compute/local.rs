@@ -18,6 +18,7 @@ use crate::domain::admission::{Capacity, Limits};
 use crate::domain::lifecycle::{JobStatus, Trigger};
 use crate::domain::runtime_env::{JobEnvironmentInput, job_environment};
 use crate::events::Publisher;
+use crate::storage::access::JobAccess;
 use crate::storage::{Storage, keys};
 
 /// Settings of the local runner.
@@ -40,11 +41,14 @@ pub struct RunnerConfig {
     pub tick: Duration,
     /// `QISKIT_IBM_URL` for the job environment.
     pub qiskit_ibm_url: String,
-    /// Flags and environment that let `gantry launch` open the same object storage.
+    /// Flags and environment that let `gantry launch` open the same object storage (a local
+    /// directory; with S3 the launcher gets presigned URLs instead, never credentials).
     pub storage_args: Vec<String>,
     pub storage_env: Vec<(String, String)>,
     /// Opens the caller's token sealed in the job row.
     pub tokens: crate::secrets::TokenCipher,
+    /// Confine each job (`None`: jobs run unconfined, as the server's user).
+    pub isolation: Option<super::isolation::JobIsolation>,
 }
 
 /// The local runner. Cheap to share; `run` drives it.
@@ -59,6 +63,9 @@ pub struct LocalRunner {
     timed_out: Mutex<HashSet<String>>,
     wake: Notify,
 }
+
+/// Longest validity of a presigned URL (S3's limit).
+const MAX_ACCESS: Duration = Duration::from_secs(7 * 24 * 3600);
 
 /// How long a launcher told to stop may take before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(15);
@@ -185,11 +192,9 @@ impl LocalRunner {
             .map_err(|e| format!("failed to write the arguments: {e}"))?;
         let title = job.program_title.clone().unwrap_or_default();
         let data_key = keys::user_files(&job.author_name, job.provider_name.as_deref().map(|p| (p, title.as_str())));
-        // With S3 the launcher mirrors the area into the work folder (`--data-key`).
-        let data_path = match &self.storage {
-            Storage::Local { root } => root.join(&data_key),
-            Storage::S3 { .. } => work_dir.join("data"),
-        };
+        // The launcher mirrors the area into the job's own folder (`--data-key`): the job never
+        // reaches the storage itself.
+        let data_path = work_dir.join("data");
         tokio::fs::create_dir_all(&data_path)
             .await
             .map_err(|e| format!("failed to create {}: {e}", data_path.display()))?;
@@ -245,8 +250,26 @@ impl LocalRunner {
         if job.provider_id.is_some() {
             command.arg("--provider-function");
         }
-        if matches!(self.storage, Storage::S3 { .. }) {
-            command.arg("--data-key").arg(&data_key);
+        match &self.storage {
+            Storage::Local { .. } => {
+                command.arg("--data-key").arg(&data_key);
+            }
+            Storage::S3 { .. } => {
+                // As a pod: presigned URLs of the job's own objects and the gateway's files API
+                // with the job's token; the launcher holds no storage credentials.
+                let valid_for = (self.config.timeout + Duration::from_secs(3600)).min(MAX_ACCESS);
+                let access = JobAccess::presign(&self.storage, job_id, Some(&artifact_key), valid_for)
+                    .await
+                    .map_err(|e| format!("failed to prepare the job's storage access: {e}"))?;
+                command.env("GANTRY_JOB_ACCESS", serde_json::to_string(&access).expect("job access serializes"));
+                command.arg("--data-function").arg(&title);
+                if let Some(provider) = &job.provider_name {
+                    command.arg("--data-provider").arg(provider);
+                }
+            }
+        }
+        if let Some(isolation) = &self.config.isolation {
+            command.args(isolation.launcher_args());
         }
         for key in PASSED_THROUGH {
             if let Ok(value) = std::env::var(key) {

@@ -30,6 +30,8 @@ pub struct Gateway {
     pub state: AppState,
     s3_endpoint: Option<String>,
     runner_task: Option<tokio::task::JoinHandle<()>>,
+    /// The API served on loopback for the jobs' launchers (files API).
+    server_task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
     dir: tempfile::TempDir,
     postgres: Option<(String, String)>,
 }
@@ -112,6 +114,7 @@ impl Gateway {
             },
             s3_endpoint,
             runner_task: None,
+            server_task: None,
             dir,
             postgres,
         }
@@ -147,40 +150,27 @@ impl Gateway {
 
     /// The same gateway with a local runner that starts jobs with the real `gantry launch`.
     pub async fn with_runner(mut self, configure: impl FnOnce(&mut gantry::compute::local::RunnerConfig)) -> Gateway {
-        let (storage_args, storage_env) = match &self.state.storage {
-            Storage::Local { root } => (vec!["--storage".to_string(), root.display().to_string()], Vec::new()),
-            Storage::S3 { .. } => {
-                let endpoint = self.s3_endpoint.clone().expect("S3 endpoint");
-                (
-                    vec![
-                        "--storage".into(),
-                        "s3://gantry/test".into(),
-                        "--s3-endpoint".into(),
-                        endpoint,
-                        "--s3-region".into(),
-                        "us-east-1".into(),
-                        "--s3-path-style".into(),
-                    ],
-                    vec![
-                        ("AWS_ACCESS_KEY_ID".to_string(), S3_KEY.to_string()),
-                        ("AWS_SECRET_ACCESS_KEY".to_string(), S3_SECRET.to_string()),
-                    ],
-                )
-            }
+        // Launchers reach S3 through presigned URLs and this gateway's files API, as pods do.
+        let storage_args = match &self.state.storage {
+            Storage::Local { root } => vec!["--storage".to_string(), root.display().to_string()],
+            Storage::S3 { .. } => Vec::new(),
         };
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the gateway");
+        let url = format!("http://{}", listener.local_addr().expect("gateway address"));
         let mut config = gantry::compute::local::RunnerConfig {
             launcher: env!("CARGO_BIN_EXE_gantry").into(),
             python: std::env::var("GANTRY_TEST_PYTHON").unwrap_or_else(|_| "python3".into()),
             work_root: self.dir.path().join("jobs"),
-            gateway_host: "http://127.0.0.1:9".into(),
+            gateway_host: url,
             limits: gantry::domain::admission::Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
             timeout: std::time::Duration::from_secs(3600),
             logs_size_limit: 1024 * 1024,
             tick: std::time::Duration::from_millis(50),
             qiskit_ibm_url: "https://cloud.ibm.com".into(),
             storage_args,
-            storage_env,
+            storage_env: Vec::new(),
             tokens: self.state.tokens.clone(),
+            isolation: Some(self.job_isolation()),
         };
         configure(&mut config);
         let runner = gantry::compute::local::LocalRunner::new(
@@ -192,7 +182,25 @@ impl Gateway {
         self.state.compute = runner.clone();
         let handle = tokio::spawn(runner.run());
         self.runner_task = Some(handle);
+        self.server_task = Some(tokio::spawn(gantry::serve::serve_http(listener, self.state.clone(), None)));
         self
+    }
+
+    /// Jobs confined as `gantry serve` confines them: Landlock, and when the tests run as root,
+    /// the `nobody` user with the data dir closed to it; this process non-dumpable.
+    fn job_isolation(&self) -> gantry::compute::isolation::JobIsolation {
+        use gantry::compute::isolation;
+        isolation::forbid_dumping().expect("non-dumpable");
+        let user = isolation::job_user(isolation::running_as_root(), None, None).expect("job user");
+        if user.is_some() {
+            isolation::restrict_data_dir(self.dir.path(), &self.dir.path().join("jobs")).expect("data dir");
+        }
+        isolation::JobIsolation { user, readable: Vec::new() }
+    }
+
+    /// The folder holding the database, the objects and the work folders.
+    pub fn data_dir(&self) -> &std::path::Path {
+        self.dir.path()
     }
 
     /// Polls a job until `done` holds for its record, or panics after `seconds`.
@@ -309,6 +317,9 @@ impl Gateway {
 impl Drop for Gateway {
     fn drop(&mut self) {
         if let Some(task) = self.runner_task.take() {
+            task.abort();
+        }
+        if let Some(task) = self.server_task.take() {
             task.abort();
         }
         if let Some((admin_url, name)) = self.postgres.take() {

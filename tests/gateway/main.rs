@@ -6,6 +6,7 @@ mod auth;
 mod controller;
 mod e2e_kubernetes;
 mod files;
+mod isolation;
 mod jobs;
 #[allow(dead_code)]
 mod kube_double;
