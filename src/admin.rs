@@ -77,6 +77,13 @@ pub enum AdminCommand {
     DeactivateUser { user: String },
     /// Allow a deactivated user again.
     ActivateUser { user: String },
+    /// Job events the outbound sinks could not take (given up, or rejected), with their errors.
+    EventsFailed {
+        #[arg(long, default_value_t = 50)]
+        limit: i64,
+    },
+    /// Queue every undeliverable job event again (after fixing the sink), to be sent at once.
+    EventsRetry,
 }
 
 impl AdminArgs {
@@ -178,6 +185,21 @@ pub async fn admin(db: &Db, command: AdminCommand) -> anyhow::Result<String> {
                 bail!("user {user} does not exist");
             }
             format!("user {user} activated")
+        }
+        AdminCommand::EventsFailed { limit } => {
+            let (waiting, delivered, failed) = db::outbox::counts(db).await?;
+            let mut lines =
+                vec![format!("event outbox: {waiting} waiting, {delivered} delivered (kept), {failed} undeliverable")];
+            for (event, job, error) in db::outbox::failures(db, limit.max(0)).await? {
+                lines.push(format!("event {event} of job {job}: {error}"));
+            }
+            lines.join("\n")
+        }
+        AdminCommand::EventsRetry => {
+            let requeued = db::outbox::requeue_failed(db).await?;
+            format!(
+                "{requeued} undeliverable events queued again (a running publisher sends them within its poll period)"
+            )
         }
     })
 }

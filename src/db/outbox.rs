@@ -85,7 +85,7 @@ pub async fn counts(db: &Db) -> Result<(i64, i64, i64), Error> {
     .map_err(query_error("count the event outbox"))
 }
 
-/// Failed rows with their errors, newest first (for operators and tests).
+/// Undeliverable rows (event id, job id, error), newest first.
 pub async fn failures(db: &Db, limit: i64) -> Result<Vec<(String, String, String)>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, (String, String, String)>(
         "SELECT id, job_id, COALESCE(last_error, '') FROM event_outbox WHERE failed IS NOT NULL \
@@ -94,6 +94,16 @@ pub async fn failures(db: &Db, limit: i64) -> Result<Vec<(String, String, String
         .fetch_all(pool)
         .await)
     .map_err(query_error("read the event outbox"))
+}
+
+/// Puts every undeliverable row back in the queue, to be tried at once; returns how many.
+pub async fn requeue_failed(db: &Db) -> Result<u64, Error> {
+    on_db!(db, pool => sqlx::query(
+        "UPDATE event_outbox SET failed = NULL, attempts = 0, next_attempt = 0 WHERE failed IS NOT NULL")
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))
+    .map_err(query_error("requeue undeliverable events"))
 }
 
 /// Only one process drains the outbox at a time, so each job's events leave in order. On

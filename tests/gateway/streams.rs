@@ -350,6 +350,18 @@ async fn events_a_receiver_rejects_are_kept_with_their_error(backend: Backend) {
     assert_eq!(failures[0].1, job_id);
     assert!(failures[0].2.contains("rejected the event: 410"), "{}", failures[0].2);
     assert_eq!(received.lock().unwrap().requests.len(), 1, "a rejection is not retried");
+    let listed = gateway.admin(gantry::admin::AdminCommand::EventsFailed { limit: 10 }).await;
+    assert!(listed.contains("1 undeliverable") && listed.contains(&job_id), "{listed}");
+    // An operator queues it again: it is sent once more (and rejected again here).
+    let requeued = gateway.admin(gantry::admin::AdminCommand::EventsRetry).await;
+    assert!(requeued.starts_with("1 undeliverable events queued again"), "{requeued}");
+    let seen = &received;
+    eventually(20, "the requeued event is sent again", || async move { seen.lock().unwrap().requests.len() == 2 })
+        .await;
+    eventually(20, "and kept as undeliverable again", || async move {
+        gantry::db::outbox::counts(db).await.unwrap() == (0, 0, 1)
+    })
+    .await;
 }
 
 async fn the_outbox_keeps_only_the_newest_delivered_events(backend: Backend) {
