@@ -107,11 +107,10 @@ pub struct Change {
     /// Empty for cluster-scoped objects.
     pub namespace: String,
     pub event_type: EventType,
-    /// The object after the write (for a deletion, its last state). Shared: every watch
-    /// receives the change, and copying objects per watch was most of the double's work.
-    pub object: Arc<Value>,
+    /// The object after the write (for a deletion, its last state).
+    pub object: Value,
     /// The object before the write (none for a creation).
-    pub previous: Option<Arc<Value>>,
+    pub previous: Option<Value>,
 }
 
 impl Change {
@@ -597,8 +596,8 @@ impl Store {
             plural: resource.plural.clone(),
             namespace: object["metadata"]["namespace"].as_str().unwrap_or_default().into(),
             event_type,
-            object: Arc::new(object.clone()),
-            previous: previous.map(Arc::new),
+            object: object.clone(),
+            previous,
         };
         self.history.push_back(change.clone());
         while self.history.len() > HISTORY_LIMIT {
@@ -1808,13 +1807,7 @@ fn object_response(code: StatusCode, object: &Value, request: &ApiRequest) -> Re
 
 /// One line of a watch stream.
 fn watch_line(event_type: &str, object: &Value) -> Bytes {
-    #[derive(serde::Serialize)]
-    struct Line<'a> {
-        #[serde(rename = "type")]
-        event_type: &'a str,
-        object: &'a Value,
-    }
-    let mut line = serde_json::to_vec(&Line { event_type, object }).expect("JSON serializes");
+    let mut line = serde_json::to_vec(&json!({"type": event_type, "object": object})).expect("JSON serializes");
     line.push(b'\n');
     Bytes::from(line)
 }
@@ -1848,10 +1841,7 @@ impl WatchFilter {
             (EventType::Modified, true, false) | (EventType::Deleted, _, true) => "DELETED",
             _ => return None,
         };
-        Some(match self.view {
-            View::Metadata => watch_line(event_type, &partial_object_metadata(&change.object)),
-            View::Full | View::Table => watch_line(event_type, &change.object),
-        })
+        Some(watch_line(event_type, &self.view.render(&change.object)))
     }
 
     fn bookmark(&self, revision: u64, initial_events_end: bool) -> Bytes {
