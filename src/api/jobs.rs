@@ -422,15 +422,32 @@ pub async fn save_job_result(
     Ok(Json(record))
 }
 
+/// The job whose user log (or, with `provider`, provider log) the caller may read: user logs
+/// are the author's, provider logs the provider side's.
+pub(super) async fn log_reader_job(
+    state: &AppState,
+    caller: &Caller,
+    job_id: &str,
+    provider: bool,
+) -> Result<JobRow, ApiError> {
+    let job = jobs::find(&state.db, job_id).await?.ok_or_else(|| job_not_found(job_id))?;
+    if !provider && job.author_id != caller.user_id {
+        return Err(ApiError::Forbidden(format!("You don't have access to read user logs of the job [{job_id}]")));
+    }
+    if provider
+        && (job.provider_id.is_none() || !manages_job_function(state, caller, &job, ProviderOperation::Logs).await?)
+    {
+        return Err(ApiError::Forbidden(format!("You don't have access to job [{job_id}]")));
+    }
+    Ok(job)
+}
+
 pub async fn get_job_logs(
     State(state): State<AppState>,
     caller: Caller,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = jobs::find(&state.db, &job_id).await?.ok_or_else(|| job_not_found(&job_id))?;
-    if job.author_id != caller.user_id {
-        return Err(ApiError::Forbidden(format!("You don't have access to read user logs of the job [{job_id}]")));
-    }
+    let job = log_reader_job(&state, &caller, &job_id, false).await?;
     super::streams::logs_answer(&state, &job, false).await
 }
 
@@ -439,10 +456,7 @@ pub async fn get_job_provider_logs(
     caller: Caller,
     Path(job_id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let job = jobs::find(&state.db, &job_id).await?.ok_or_else(|| job_not_found(&job_id))?;
-    if job.provider_id.is_none() || !manages_job_function(&state, &caller, &job, ProviderOperation::Logs).await? {
-        return Err(ApiError::Forbidden(format!("You don't have access to job [{job_id}]")));
-    }
+    let job = log_reader_job(&state, &caller, &job_id, true).await?;
     super::streams::logs_answer(&state, &job, true).await
 }
 

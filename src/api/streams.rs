@@ -18,12 +18,11 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::watch;
 
-use super::jobs::{event_json, job_not_found, manages_job_function, own_job};
+use super::jobs::{event_json, log_reader_job, own_job};
 use super::{ApiError, AppState};
 use crate::auth::Caller;
 use crate::db::jobs::{self, JobRow};
 use crate::domain::lifecycle::JobStatus;
-use crate::domain::visibility::ProviderOperation;
 use crate::follow::{EventsSeen, Hub, LOG_PIECE, LogSeen, LogSource, Utf8Pieces};
 
 /// How often an idle stream sends an SSE comment, so proxies keep it open.
@@ -133,10 +132,7 @@ pub async fn stream_job_logs(
     Query(query): Query<LogStreamQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let job = jobs::find(&state.db, &job_id).await?.ok_or_else(|| job_not_found(&job_id))?;
-    if job.author_id != caller.user_id {
-        return Err(ApiError::Forbidden(format!("You don't have access to read user logs of the job [{job_id}]")));
-    }
+    let job = log_reader_job(&state, &caller, &job_id, false).await?;
     stream_log(&state, job, false, &query, &headers).await
 }
 
@@ -148,10 +144,7 @@ pub async fn stream_job_provider_logs(
     Query(query): Query<LogStreamQuery>,
     headers: HeaderMap,
 ) -> Result<Response, ApiError> {
-    let job = jobs::find(&state.db, &job_id).await?.ok_or_else(|| job_not_found(&job_id))?;
-    if job.provider_id.is_none() || !manages_job_function(&state, &caller, &job, ProviderOperation::Logs).await? {
-        return Err(ApiError::Forbidden(format!("You don't have access to job [{job_id}]")));
-    }
+    let job = log_reader_job(&state, &caller, &job_id, true).await?;
     stream_log(&state, job, true, &query, &headers).await
 }
 
