@@ -118,6 +118,12 @@ pub async fn move_job(
     if !jobs::apply_move(db, job_id, &mv, publisher.outbox()).await? {
         return Ok(None);
     }
+    publish_move(publisher, job_id, &mv);
+    Ok(Some(mv.to))
+}
+
+/// Hands a written move to the publisher.
+fn publish_move(publisher: &Arc<dyn Publisher>, job_id: &str, mv: &lifecycle::Move) {
     events::publish(
         publisher,
         StatusEvent {
@@ -128,7 +134,6 @@ pub async fn move_job(
             created: db::format_timestamp(db::now_micros()),
         },
     );
-    Ok(Some(mv.to))
 }
 
 /// Applies a trigger to whatever status the job has now, retrying if another mover got there
@@ -183,27 +188,33 @@ pub fn count_in(capacity: &mut Capacity, job: &jobs::JobRow) {
     }
 }
 
-/// Status moves an admission pass writes at once.
-const ADMISSION_CONCURRENCY: usize = 16;
+/// Status moves an admission pass writes in one transaction: the first jobs of a long queue
+/// start while the next are being written.
+const ADMISSION_BATCH: usize = 100;
+
+/// The oldest queued jobs an admission pass considers.
+pub const ADMISSION_WINDOW: usize = 1000;
 
 /// One admission pass, shared by the backends: the oldest queued jobs that fit `capacity` and
-/// `limits` move to `PENDING`. Returns the ids that moved (another mover may have taken some).
+/// `limits` move to `PENDING`, each batch in one transaction, and `admitted` gets each id that
+/// moved (another mover may have taken some) as soon as its batch is committed. Returns how
+/// many moved.
 pub async fn admit_queued(
     db: &Db,
     publisher: &Arc<dyn Publisher>,
     capacity: &Capacity,
     limits: Limits,
-) -> Result<Vec<String>, db::Error> {
-    use futures::{StreamExt, TryStreamExt};
-    let queue = jobs::queued(db, 1000).await?;
-    // The decision is made for the whole pass; the moves are independent, so several at once.
-    let moves = futures::stream::iter(admission::admit(&queue, capacity, limits)).map(|job_id| {
-        let (db, publisher) = (db.clone(), Arc::clone(publisher));
-        async move {
-            let moved = move_job(&db, &publisher, &job_id, JobStatus::Queued, &Trigger::Admitted).await?;
-            Ok::<_, db::Error>(moved.map(|_| job_id))
+    mut admitted: impl FnMut(String),
+) -> Result<usize, db::Error> {
+    let queue = jobs::queued(db, ADMISSION_WINDOW as i64).await?;
+    let Some(mv) = lifecycle::decide(JobStatus::Queued, &Trigger::Admitted) else { return Ok(0) };
+    let mut count = 0;
+    for batch in admission::admit(&queue, capacity, limits).chunks(ADMISSION_BATCH) {
+        for job_id in jobs::apply_moves(db, batch, &mv, publisher.outbox()).await? {
+            publish_move(publisher, &job_id, &mv);
+            admitted(job_id);
+            count += 1;
         }
-    });
-    let moved: Vec<Option<String>> = moves.buffered(ADMISSION_CONCURRENCY).try_collect().await?;
-    Ok(moved.into_iter().flatten().collect())
+    }
+    Ok(count)
 }

@@ -5,6 +5,7 @@
 pub mod build;
 pub mod leader;
 pub mod reconcile;
+pub mod seen;
 pub mod status;
 
 use std::collections::BTreeMap;

@@ -132,10 +132,11 @@ impl LocalRunner {
             }
             count_in(&mut capacity, job);
         }
-        for job_id in admit_queued(&self.db, &self.publisher, &capacity, self.config.limits).await? {
+        admit_queued(&self.db, &self.publisher, &capacity, self.config.limits, |job_id| {
             let runner = Arc::clone(self);
             tokio::spawn(async move { runner.launch(job_id).await });
-        }
+        })
+        .await?;
         Ok(())
     }
 

@@ -217,6 +217,32 @@ async fn insert_with_limit_attached(
     .map_err(query_error("create job"))
 }
 
+/// What the controller reads of a job on every reconcile: its state, without its arguments,
+/// result or names.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct JobState {
+    pub status: String,
+    pub sub_status: Option<String>,
+    pub stop_requested: bool,
+    /// A provider's function (its log is split in two).
+    pub provider_function: bool,
+}
+
+impl JobState {
+    pub fn status(&self) -> JobStatus {
+        self.status.parse().unwrap_or(JobStatus::Failed)
+    }
+}
+
+pub async fn state(db: &Db, id: &str) -> Result<Option<JobState>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, JobState>(
+        "SELECT status, sub_status, stop_requested, provider_id IS NOT NULL AS provider_function FROM jobs WHERE id = $1")
+        .bind(id)
+        .fetch_optional(pool)
+        .await)
+    .map_err(query_error("find job"))
+}
+
 pub async fn find(db: &Db, id: &str) -> Result<Option<JobRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, JobRow>(concat!(job_select!(), "WHERE j.id = $1"))
         .bind(id)
@@ -229,53 +255,98 @@ pub async fn find(db: &Db, id: &str) -> Result<Option<JobRow>, Error> {
 /// whether it was applied. Terminal moves clear `sub_status` and the stored environment (which
 /// holds the caller's token). With `outbox`, the move is also recorded for the outbound sinks.
 pub async fn apply_move(db: &Db, job_id: &str, mv: &Move, outbox: bool) -> Result<bool, Error> {
-    let (db, job_id, mv) = (db.clone(), job_id.to_string(), mv.clone());
-    super::detached(async move { apply_move_attached(&db, &job_id, &mv, outbox).await }).await
+    Ok(!apply_moves(db, &[job_id.to_string()], mv, outbox).await?.is_empty())
 }
 
-async fn apply_move_attached(db: &Db, job_id: &str, mv: &Move, outbox: bool) -> Result<bool, Error> {
+/// Applies the same move to several jobs in one transaction (an admission pass): each job
+/// still in `mv.from` moves with its own event; the status counters are updated once per
+/// function. Returns the ids that moved, in the given order.
+pub async fn apply_moves(db: &Db, job_ids: &[String], mv: &Move, outbox: bool) -> Result<Vec<String>, Error> {
+    let (db, job_ids, mv) = (db.clone(), job_ids.to_vec(), mv.clone());
+    super::detached(async move { apply_moves_attached(&db, &job_ids, &mv, outbox).await }).await
+}
+
+async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bool) -> Result<Vec<String>, Error> {
+    if job_ids.is_empty() {
+        return Ok(Vec::new());
+    }
     let now = now_micros();
     let terminal = mv.to.is_terminal();
+    let data = mv.data.to_string();
+    // One statement moves them all (`$5...` are the ids), one more records their events.
+    let ids = (0..job_ids.len()).map(|i| format!("${}", i + 5)).collect::<Vec<_>>().join(", ");
+    let update = format!(
+        "UPDATE jobs SET status = $1, updated = $3, last_activity = $3, event_seq = event_seq + 1, \
+         sub_status = CASE WHEN $4 THEN NULL ELSE sub_status END, \
+         env_vars = CASE WHEN $4 THEN '{{}}' ELSE env_vars END \
+         WHERE status = $2 AND id IN ({ids}) \
+         RETURNING id, author_id, COALESCE(program_id, ''), created, event_seq"
+    );
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
         let mut tx = pool.begin().await?;
-        let updated: Option<(String, String, i64, i64)> = sqlx::query_as(
-            "UPDATE jobs SET status = $2, updated = $4, last_activity = $4, event_seq = event_seq + 1, \
-             sub_status = CASE WHEN $5 THEN NULL ELSE sub_status END, \
-             env_vars = CASE WHEN $5 THEN '{}' ELSE env_vars END \
-             WHERE id = $1 AND status = $3 RETURNING author_id, COALESCE(program_id, ''), created, event_seq")
-            .bind(job_id)
+        let mut query = sqlx::query_as::<_, (String, String, String, i64, i64)>(&update)
             .bind(mv.to.as_str())
             .bind(mv.from.as_str())
             .bind(now)
-            .bind(terminal)
-            .fetch_optional(&mut *tx)
-            .await?;
-        let Some((author_id, program_id, created, seq)) = updated else {
+            .bind(terminal);
+        for job_id in job_ids {
+            query = query.bind(job_id);
+        }
+        let updated = query.fetch_all(&mut *tx).await?;
+        // Jobs moved per (author, function, creation day), for the counters.
+        let mut counted: std::collections::BTreeMap<(String, String, i64), i64> = Default::default();
+        let mut seqs = std::collections::HashMap::new();
+        for (job_id, author_id, program_id, created, seq) in updated {
+            *counted.entry((author_id, program_id, day_of(created))).or_default() += 1;
+            seqs.insert(job_id, seq);
+        }
+        let moved: Vec<String> = job_ids.iter().filter(|id| seqs.contains_key(*id)).cloned().collect();
+        if !moved.is_empty() {
+            let rows = (0..moved.len())
+                .map(|i| format!("(${}, ${}, ${}, $1, 'STATUS_CHANGE', $2, $3, $4)", 5 + 3 * i, 6 + 3 * i, 7 + 3 * i))
+                .collect::<Vec<_>>()
+                .join(", ");
+            let insert = format!(
+                "INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) VALUES {rows}"
+            );
+            let mut query = sqlx::query(&insert).bind(now).bind(mv.origin.as_str()).bind(mv.context).bind(&data);
+            for job_id in &moved {
+                query = query.bind(new_id()).bind(job_id).bind(seqs[job_id]);
+            }
+            query.execute(&mut *tx).await?;
+        }
+        if outbox {
+            for job_id in &moved {
+                insert_outbox!(tx, job_id, seqs[job_id], now, Some(mv.from.as_str()), mv.to.as_str(), mv.origin.as_str(), mv.context);
+            }
+        }
+        if moved.is_empty() {
             tx.rollback().await?;
-            return Ok(false);
-        };
-        // Counter rows are always locked in status order, so concurrent moves cannot deadlock.
-        let mut changes = [(mv.from.as_str(), -1i64), (mv.to.as_str(), 1i64)];
+            return Ok(moved);
+        }
+        // Counter rows are always locked in (status, author, function, day) order, so concurrent
+        // moves cannot deadlock; they come last so the busiest rows are held the shortest.
+        let mut changes: Vec<(&str, &(String, String, i64), i64)> = Vec::new();
+        for (key, n) in &counted {
+            changes.push((mv.from.as_str(), key, -n));
+            changes.push((mv.to.as_str(), key, *n));
+        }
         changes.sort();
-        for (status, delta) in changes {
+        for (status, (author_id, program_id, day), delta) in changes {
             for statement in COUNT_ADD {
                 sqlx::query(statement)
-                    .bind(&author_id)
-                    .bind(&program_id)
+                    .bind(author_id)
+                    .bind(program_id)
                     .bind(status)
-                    .bind(day_of(created))
+                    .bind(day)
                     .bind(delta)
                     .execute(&mut *tx)
                     .await?;
             }
         }
-        insert_event!(tx, job_id, seq, now, "STATUS_CHANGE", mv.origin.as_str(), mv.context, mv.data.to_string());
-        if outbox {
-            insert_outbox!(tx, job_id, seq, now, Some(mv.from.as_str()), mv.to.as_str(), mv.origin.as_str(), mv.context);
-        }
         tx.commit().await?;
-        Ok(true)
+        Ok(moved)
     }.await)
     .map_err(query_error("move job status"))
 }

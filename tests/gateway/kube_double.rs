@@ -574,13 +574,21 @@ impl Store {
 
     /// The objects of `resource` in `namespace` (every namespace when `None`) that match.
     fn select(&self, resource: &ResourceDef, namespace: Option<&str>, selector: &Selector) -> Vec<Value> {
+        self.matching(resource, namespace, selector).cloned().collect()
+    }
+
+    fn matching<'a>(
+        &'a self,
+        resource: &'a ResourceDef,
+        namespace: Option<&'a str>,
+        selector: &'a Selector,
+    ) -> impl Iterator<Item = &'a Value> + 'a {
         self.objects
             .iter()
             .filter(|(key, _)| key.group == resource.group && key.plural == resource.plural)
-            .filter(|(key, _)| namespace.is_none_or(|ns| key.namespace == ns))
+            .filter(move |(key, _)| namespace.is_none_or(|ns| key.namespace == ns))
             .filter(|(_, object)| selector.matches(object))
-            .map(|(_, object)| object.clone())
-            .collect()
+            .map(|(_, object)| object)
     }
 
     fn next_revision(&mut self) -> u64 {
@@ -1615,15 +1623,17 @@ impl ApiServer {
 
     fn list_objects(&self, path: &ResourcePath, request: &ApiRequest) -> Result<Response, ApiError> {
         let selector = request.selector()?;
-        let (items, revision) = {
-            let store = self.lock();
-            (store.select(&path.resource, path.namespace.as_deref(), &selector), store.revision)
-        };
         let offset: usize = request.param("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
         let limit = request.param("limit").and_then(|l| l.parse().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
-        let page: Vec<Value> = items.iter().skip(offset).take(limit).cloned().collect();
+        // Only the page is copied, as an API server serves pages from its cache.
+        let (page, more, revision) = {
+            let store = self.lock();
+            let mut matching = store.matching(&path.resource, path.namespace.as_deref(), &selector).skip(offset);
+            let page: Vec<Value> = matching.by_ref().take(limit).cloned().collect();
+            (page, matching.next().is_some(), store.revision)
+        };
         let mut metadata = json!({"resourceVersion": revision.to_string()});
-        if offset.saturating_add(limit) < items.len() {
+        if more {
             metadata["continue"] = json!((offset + limit).to_string());
         }
         let view = request.view();

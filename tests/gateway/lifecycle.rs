@@ -15,6 +15,7 @@ both_backends!(
     a_job_past_the_timeout_is_stopped,
     jobs_left_running_by_a_dead_process_are_reconciled,
     admission_caps_running_jobs_per_user,
+    an_admission_batch_moves_only_the_jobs_still_queued,
     a_failing_publisher_never_blocks_a_move,
     a_job_reads_what_a_job_of_another_function_wrote,
 );
@@ -305,6 +306,48 @@ async fn jobs_left_running_by_a_dead_process_are_reconciled(backend: Backend) {
     let events = gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
     assert_eq!(events[0]["context"], "RECONCILE");
     assert!(events[0]["data"]["reason"].as_str().unwrap().contains("gone"), "{}", events[0]);
+}
+
+/// An admission pass moves its jobs in one transaction: only those still queued move (in the
+/// order given, unknown ids ignored), each with its own event, and the kept counts stay equal
+/// to the rows for every status, across users and functions.
+async fn an_admission_batch_moves_only_the_jobs_still_queued(backend: Backend) {
+    use gantry::domain::lifecycle::{JobStatus, Trigger, decide};
+    let gateway = Gateway::start(backend).await;
+    for (user, title) in [("alice", "fn"), ("alice", "other"), ("bob", "fn")] {
+        upload(&gateway, user, title).await;
+    }
+    let runs = [("alice", "fn"), ("bob", "fn"), ("alice", "other"), ("alice", "fn"), ("bob", "fn")];
+    let mut ids = Vec::new();
+    for (user, title) in runs {
+        ids.push(run(&gateway, user, json!({"title": title, "arguments": "{}"})).await);
+    }
+    // No runner: stopping a queued job stops it at once.
+    let stop = gateway.post_json(&format!("/api/v1/jobs/{}/stop/", ids[3]), "alice", json!({})).await;
+    assert_eq!(stop.status, 200, "{}", stop.json);
+    let mut batch = ids.clone();
+    batch.insert(2, "no-such-job".into());
+    let admitted = decide(JobStatus::Queued, &Trigger::Admitted).unwrap();
+    let moved = gantry::db::jobs::apply_moves(&gateway.state.db, &batch, &admitted, false).await.unwrap();
+    assert_eq!(moved, [ids[0].as_str(), &ids[1], &ids[2], &ids[4]], "the queued ones, in order");
+    let again = gantry::db::jobs::apply_moves(&gateway.state.db, &batch, &admitted, false).await.unwrap();
+    assert!(again.is_empty(), "a job moves once: {again:?}");
+    for (n, id) in ids.iter().enumerate() {
+        let user = runs[n].0;
+        let expected: &[(&str, &str)] = if n == 3 {
+            &[("QUEUED", "API"), ("STOPPED", "API")]
+        } else {
+            &[("QUEUED", "API"), ("PENDING", "SCHEDULER")]
+        };
+        let expected: Vec<(String, String)> = expected.iter().map(|(s, o)| (s.to_string(), o.to_string())).collect();
+        assert_eq!(statuses(&gateway, user, id).await, expected, "job {n}");
+    }
+    for status in ["QUEUED", "PENDING", "STOPPED"] {
+        let filter = gantry::db::jobs::JobFilter { status: Some(status.into()), ..Default::default() };
+        let (count, rows) = gantry::db::jobs::list(&gateway.state.db, &filter, None, 0).await.unwrap();
+        assert_eq!(count, rows.len() as i64, "kept count of {status}");
+        assert_eq!(rows.len(), [0, 4, 1][["QUEUED", "PENDING", "STOPPED"].iter().position(|s| *s == status).unwrap()]);
+    }
 }
 
 async fn admission_caps_running_jobs_per_user(backend: Backend) {

@@ -21,8 +21,9 @@ use serde_json::json;
 
 use super::build::{PodSettings, build_pod, pod_name};
 use super::leader::{Elector, LeaseSettings};
+use super::seen::PodsSeen;
 use super::status::{Observed, pod_trigger, resource_status};
-use crate::compute::{admit_queued, move_job};
+use crate::compute::{ADMISSION_WINDOW, admit_queued, move_job};
 use crate::crd::{FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus};
 use crate::db::{self, Db, jobs};
 use crate::domain::admission::{Capacity, Limits};
@@ -65,6 +66,11 @@ pub struct Context {
     /// A hash of the status this process last wrote to each resource: the resource in the
     /// controller's cache may not show that write yet, and writing it again is a wasted call.
     written: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    /// The job pods the leader's watch has seen (without their spec): read instead of asking
+    /// the API server on every reconcile.
+    pods_seen: std::sync::Mutex<Option<Arc<PodsSeen>>>,
+    /// Asks for an admission pass now (a queued job was seen) rather than at the next tick.
+    admission_wanted: tokio::sync::Notify,
 }
 
 impl Context {
@@ -76,7 +82,17 @@ impl Context {
         settings: ControllerSettings,
     ) -> Context {
         let metrics = Arc::new(Metrics::controller());
-        Context { client, db, storage, publisher, settings, metrics, written: Default::default() }
+        Context {
+            client,
+            db,
+            storage,
+            publisher,
+            settings,
+            metrics,
+            written: Default::default(),
+            pods_seen: Default::default(),
+            admission_wanted: Default::default(),
+        }
     }
 
     fn jobs(&self) -> Api<FunctionJob> {
@@ -85,6 +101,46 @@ impl Context {
 
     fn pods(&self) -> Api<Pod> {
         Api::namespaced(self.client.clone(), &self.settings.namespace)
+    }
+
+    /// The job's pod as last seen by the pod watch; when the watch has not seen it and `ask`,
+    /// as the API server has it (the watch may lag behind a pod just made).
+    async fn observe_pod(&self, job_id: &str, ask: bool) -> Result<Option<Pod>, Error> {
+        let name = pod_name(job_id);
+        let seen = self.pods_seen.lock().unwrap_or_else(|p| p.into_inner()).as_ref().and_then(|pods| pods.get(&name));
+        match seen {
+            Some(pod) => Ok(Some(pod)),
+            None if ask => self.pods().get_opt(&pod_name(job_id)).await.map_err(kube_error("read the pod", job_id)),
+            None => Ok(None),
+        }
+    }
+
+    /// Deletes the job's pod; one already gone is fine (the watch may not have shown that yet).
+    async fn delete_pod(&self, job_id: &str, params: &DeleteParams, operation: &'static str) -> Result<(), Error> {
+        match self.pods().delete(&pod_name(job_id), params).await {
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+            outcome => outcome.map(|_| ()).map_err(kube_error(operation, job_id)),
+        }
+    }
+
+    /// Creates the job's pod, or finds the one an earlier reconcile made (whose status write
+    /// did not happen): the name is the job's, so there is never a second pod. True when made now.
+    async fn create_pod(&self, job: &FunctionJob) -> Result<(Option<Pod>, bool), Error> {
+        let job_id = job.spec.job_id.as_str();
+        let desired = build_pod(job, &self.settings.pods);
+        let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
+        match self.pods().create(&params, &desired).await {
+            Ok(created) => {
+                if let Some(seen) = self.pods_seen.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                    seen.made(&created);
+                }
+                Ok((Some(created), true))
+            }
+            Err(kube::Error::Api(status)) if status.is_already_exists() || status.code == 409 => {
+                Ok((self.observe_pod(job_id, true).await?, false))
+            }
+            Err(error) => Err(kube_error("create the pod", job_id)(error)),
+        }
     }
 }
 
@@ -175,7 +231,7 @@ fn describe(trigger: &Trigger) -> Option<String> {
 
 async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
     let job_id = job.spec.job_id.as_str();
-    let Some(row) = jobs::find(&ctx.db, job_id).await.map_err(database_error(job_id))? else {
+    let Some(row) = jobs::state(&ctx.db, job_id).await.map_err(database_error(job_id))? else {
         // The gateway's sweep deletes such resources too; nothing to run for a job that is gone.
         tracing::warn!("FunctionJob without a job row; deleting it");
         ctx.jobs().delete(&job.name_any(), &DeleteParams::default()).await.map_err(kube_error("delete", job_id))?;
@@ -183,12 +239,12 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
     };
     let previous = job.status.clone().unwrap_or_default();
     let mut status = row.status();
-    // A queued job has no pod yet (pods are made only once admitted): no need to look.
-    let mut pod = if status == JobStatus::Queued && previous.pod_name.is_none() {
-        None
-    } else {
-        ctx.pods().get_opt(&pod_name(job_id)).await.map_err(kube_error("read the pod", job_id))?
-    };
+    // Unless the watch shows the pod, ask the API server, except for a queued job (pods are
+    // made only once admitted) and an admitted one without a recorded pod (about to get one:
+    // the create below finds a pod made already).
+    let ask =
+        previous.pod_name.is_some() || row.stop_requested || !matches!(status, JobStatus::Queued | JobStatus::Pending);
+    let mut pod = ctx.observe_pod(job_id, ask).await?;
     let mut message = previous.message.clone();
     let pod_created = previous.pod_name.is_some() || pod.is_some();
 
@@ -203,22 +259,19 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
             record(ctx, job, false, moved.as_str(), message.clone()).await;
         }
     } else if status == JobStatus::Pending && !pod_created {
-        let desired = build_pod(job, &ctx.settings.pods);
-        let created = ctx
-            .pods()
-            .patch(&pod_name(job_id), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&desired))
-            .await
-            .map_err(kube_error("create the pod", job_id))?;
+        let (found, created) = ctx.create_pod(job).await?;
         // The status written below already names it.
-        pod = Some(created);
-        record(ctx, job, false, "PodCreated", Some(format!("pod {} created", pod_name(job_id)))).await;
+        pod = found;
+        if created {
+            record(ctx, job, false, "PodCreated", Some(format!("pod {} created", pod_name(job_id)))).await;
+        }
     } else if pod_created {
         if row.stop_requested
             && !status.is_terminal()
             && pod.as_ref().is_some_and(|p| p.metadata.deletion_timestamp.is_none())
         {
             let params = DeleteParams { grace_period_seconds: Some(10), ..Default::default() };
-            ctx.pods().delete(&pod_name(job_id), &params).await.map_err(kube_error("stop the pod", job_id))?;
+            ctx.delete_pod(job_id, &params, "stop the pod").await?;
         }
         let now = k8s_openapi::jiff::Timestamp::now();
         if let Some(trigger) = pod_trigger(status, row.stop_requested, pod.as_ref(), now, ctx.settings.pending_deadline)
@@ -245,10 +298,7 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
     let finished_long_enough = completed
         .is_some_and(|at| k8s_openapi::jiff::Timestamp::now().duration_since(at).as_secs() >= keep.as_secs() as i64);
     if status.is_terminal() && logs_archived && pod.is_some() && finished_long_enough {
-        ctx.pods()
-            .delete(&pod_name(job_id), &DeleteParams::default())
-            .await
-            .map_err(kube_error("delete the pod", job_id))?;
+        ctx.delete_pod(job_id, &DeleteParams::default(), "delete the pod").await?;
     }
 
     let observed = Observed {
@@ -274,7 +324,10 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
         ctx.forget(job);
     }
     Ok(match status {
-        JobStatus::Queued => Action::await_change(),
+        JobStatus::Queued => {
+            ctx.admission_wanted.notify_one();
+            Action::await_change()
+        }
         // Pod changes wake it; the timer only catches a pod pending past the deadline.
         JobStatus::Pending => {
             Action::requeue((ctx.settings.pending_deadline / 4).clamp(Duration::from_secs(1), Duration::from_secs(60)))
@@ -314,7 +367,7 @@ impl Context {
 /// Makes sure the finished job's logs are in storage: the launcher ships them (its exit record
 /// comes last); if it could not, the pod's log is streamed through the prefix router, capped,
 /// and stored. True when the logs are archived (or there is nothing left to archive).
-async fn archive(ctx: &Context, job: &FunctionJob, row: &jobs::JobRow, pod: Option<&Pod>) -> Result<bool, Error> {
+async fn archive(ctx: &Context, job: &FunctionJob, row: &jobs::JobState, pod: Option<&Pod>) -> Result<bool, Error> {
     let job_id = job.spec.job_id.as_str();
     let archive_error = |source| Error::Archive { job_id: job_id.to_string(), source };
     if ctx.storage.read_to_bytes(&keys::job_exit(job_id)).await.map_err(archive_error)?.is_some() {
@@ -334,7 +387,7 @@ async fn archive(ctx: &Context, job: &FunctionJob, row: &jobs::JobRow, pod: Opti
             return Ok(false);
         }
     };
-    let mut router = LogRouter::new(row.provider_id.is_some(), ctx.settings.logs_size_limit);
+    let mut router = LogRouter::new(row.provider_function, ctx.settings.logs_size_limit);
     let mut lines = stream.lines();
     while let Some(line) =
         lines.try_next().await.map_err(|source| Error::PodLog { job_id: job_id.to_string(), source })?
@@ -356,8 +409,8 @@ async fn archive(ctx: &Context, job: &FunctionJob, row: &jobs::JobRow, pod: Opti
 /// The resource is being deleted: settle the job row and the archive, then let it go.
 async fn cleanup(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
     let job_id = job.spec.job_id.as_str();
-    let pod = ctx.pods().get_opt(&pod_name(job_id)).await.map_err(kube_error("read the pod", job_id))?;
-    if let Some(row) = jobs::find(&ctx.db, job_id).await.map_err(database_error(job_id))? {
+    let pod = ctx.observe_pod(job_id, true).await?;
+    if let Some(row) = jobs::state(&ctx.db, job_id).await.map_err(database_error(job_id))? {
         if !row.status().is_terminal() {
             let trigger = match row.status() {
                 JobStatus::Queued => Trigger::StopRequested,
@@ -370,10 +423,7 @@ async fn cleanup(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
         }
     }
     if pod.is_some() {
-        ctx.pods()
-            .delete(&pod_name(job_id), &DeleteParams::default())
-            .await
-            .map_err(kube_error("delete the pod", job_id))?;
+        ctx.delete_pod(job_id, &DeleteParams::default(), "delete the pod").await?;
     }
     ctx.forget(job);
     Ok(Action::await_change())
@@ -392,14 +442,14 @@ pub async fn admit(ctx: &Context, admitted: &Admitted) -> Result<usize, Error> {
             capacity.running_cpu += count;
         }
     }
-    let moved =
-        admit_queued(&ctx.db, &ctx.publisher, &capacity, ctx.settings.limits).await.map_err(database_error(""))?;
-    for job_id in &moved {
+    let moved = admit_queued(&ctx.db, &ctx.publisher, &capacity, ctx.settings.limits, |job_id| {
         // A job whose resource does not exist yet starts when the gateway's sweep creates it.
-        let _ = admitted.unbounded_send(ObjectRef::new(job_id).within(&ctx.settings.namespace));
-    }
-    ctx.metrics.admitted.inc_by(moved.len() as u64);
-    Ok(moved.len())
+        let _ = admitted.unbounded_send(ObjectRef::new(&job_id).within(&ctx.settings.namespace));
+        ctx.metrics.admitted.inc();
+    })
+    .await
+    .map_err(database_error(""))?;
+    Ok(moved)
 }
 
 /// Where admission passes hand admitted jobs to the controller.
@@ -434,12 +484,26 @@ async fn lead(ctx: Arc<Context>) {
     let _leading = Leading(Arc::clone(&ctx.metrics));
     let admission = Arc::clone(&ctx);
     let (admitted, to_reconcile) = futures::channel::mpsc::unbounded();
+    let admission_pass = |admission: Arc<Context>, admitted: Admitted| async move {
+        admit(&admission, &admitted).await.unwrap_or_else(|error| {
+            tracing::error!(error = &error as &dyn std::error::Error, "admission pass failed");
+            0
+        })
+    };
+    // A first pass before any reconcile: the jobs it admits are reconciled once, as PENDING,
+    // rather than first written QUEUED and then PENDING.
+    admission_pass(Arc::clone(&admission), admitted.clone()).await;
     let admitting = tokio::spawn(async move {
+        let mut full = false;
         loop {
-            if let Err(error) = admit(&admission, &admitted).await {
-                tracing::error!(error = &error as &dyn std::error::Error, "admission pass failed");
+            // After a pass that admitted a whole window, more may fit: go on at once.
+            if !full {
+                tokio::select! {
+                    () = tokio::time::sleep(admission.settings.admission_every) => {}
+                    () = admission.admission_wanted.notified() => {}
+                }
             }
-            tokio::time::sleep(admission.settings.admission_every).await;
+            full = admission_pass(Arc::clone(&admission), admitted.clone()).await >= ADMISSION_WINDOW;
         }
     });
     // Aborted with the leader's work however that ends (a lost lease drops this future).
@@ -449,11 +513,24 @@ async fn lead(ctx: Arc<Context>) {
     let (reader, writer) = reflector::store();
     let resources = watcher(ctx.jobs(), watcher::Config::default())
         .default_backoff()
+        // Field ownership is most of a resource's size on a real API server, and never read.
+        .modify(|job: &mut FunctionJob| job.metadata.managed_fields = None)
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
+    // Job pods, kept (without their spec, which nothing here reads) for the reconciles to look
+    // at; their changes, deletions included, wake their FunctionJob.
+    let seen = Arc::new(PodsSeen::default());
+    *ctx.pods_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&seen));
+    let news = Arc::clone(&seen);
+    let pods = watcher(ctx.pods(), watcher::Config::default().labels(crate::crd::LABEL_JOB_ID))
+        .default_backoff()
+        .inspect_ok(move |event| seen.observe(event))
+        .touched_objects()
+        // The pod a reconcile just made, as it made it, needs no second look.
+        .try_filter(move |pod| std::future::ready(news.is_news(pod)));
     Controller::for_stream(resources, reader)
-        .owns(ctx.pods(), watcher::Config::default().labels(crate::crd::LABEL_JOB_ID))
+        .owns_stream(pods)
         .reconcile_on(to_reconcile)
         .with_config(controller::Config::default().concurrency(ctx.settings.concurrency))
         .shutdown_on_signal()

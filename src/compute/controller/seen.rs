@@ -1,0 +1,236 @@
+//! The job pods the leader's pod watch has seen, kept small: only what the reconcile reads
+//! (creation and deletion times, the status), so tens of thousands of pods cost a few MB and no
+//! reconcile has to ask the API server for its pod. A relisted watch replaces the whole set at
+//! once, so a pod deleted while the watch was down does not linger.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use k8s_openapi::api::core::v1::{Pod, PodStatus};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
+use kube::runtime::watcher::Event;
+
+/// What is kept of one pod.
+#[derive(Debug, Clone, PartialEq)]
+struct SeenPod {
+    created: Option<Time>,
+    deleting: Option<Time>,
+    status: Option<Box<PodStatus>>,
+}
+
+impl SeenPod {
+    fn of(pod: &Pod) -> SeenPod {
+        let status = pod.status.as_ref().map(|status| {
+            let mut status = status.clone();
+            // What the reconcile never reads, and the bulk of a running pod's status.
+            for containers in [&mut status.container_statuses, &mut status.init_container_statuses] {
+                for container in containers.iter_mut().flatten() {
+                    container.allocated_resources = None;
+                    container.resources = None;
+                    container.volume_mounts = None;
+                    container.image_id = String::new();
+                    container.last_state = None;
+                }
+            }
+            status.ephemeral_container_statuses = None;
+            status.host_ips = None;
+            status.pod_ips = None;
+            status.resource_claim_statuses = None;
+            Box::new(status)
+        });
+        SeenPod {
+            created: pod.metadata.creation_timestamp.clone(),
+            deleting: pod.metadata.deletion_timestamp.clone(),
+            status,
+        }
+    }
+
+    fn to_pod(&self, name: &str) -> Pod {
+        Pod {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                creation_timestamp: self.created.clone(),
+                deletion_timestamp: self.deleting.clone(),
+                ..Default::default()
+            },
+            spec: None,
+            status: self.status.as_deref().cloned(),
+        }
+    }
+}
+
+/// The pods seen, by name, and the set a relist is building.
+#[derive(Debug, Default)]
+pub struct PodsSeen {
+    pods: Mutex<HashMap<String, Arc<SeenPod>>>,
+    relisting: Mutex<Option<HashMap<String, Arc<SeenPod>>>>,
+    /// Pods this controller made, by name, with the version its create returned.
+    made: Mutex<HashMap<String, String>>,
+}
+
+impl PodsSeen {
+    /// Notes a pod this controller just made: the watch's news of that very version is no news
+    /// to the reconcile that made it.
+    pub fn made(&self, pod: &Pod) {
+        if let (Some(name), Some(version)) = (&pod.metadata.name, &pod.metadata.resource_version) {
+            self.made.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), version.clone());
+        }
+    }
+
+    /// Whether a pod from the watch tells the reconcile something new: false only for the
+    /// version of a pod this controller made, as its create returned it.
+    pub fn is_news(&self, pod: &Pod) -> bool {
+        let Some(name) = &pod.metadata.name else { return true };
+        let made = self.made.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
+        made.is_none() || made != pod.metadata.resource_version
+    }
+
+    /// Takes in one watch event.
+    pub fn observe(&self, event: &Event<Pod>) {
+        let entry = |pod: &Pod| pod.metadata.name.clone().map(|name| (name, Arc::new(SeenPod::of(pod))));
+        match event {
+            Event::Apply(pod) => {
+                if let Some((name, seen)) = entry(pod) {
+                    self.lock_pods().insert(name, seen);
+                }
+            }
+            Event::Delete(pod) => {
+                if let Some(name) = &pod.metadata.name {
+                    self.lock_pods().remove(name);
+                }
+            }
+            Event::Init => *self.lock_relisting() = Some(HashMap::new()),
+            Event::InitApply(pod) => {
+                if let (Some(relisting), Some((name, seen))) = (self.lock_relisting().as_mut(), entry(pod)) {
+                    relisting.insert(name, seen);
+                }
+            }
+            Event::InitDone => {
+                if let Some(listed) = self.lock_relisting().take() {
+                    *self.lock_pods() = listed;
+                }
+            }
+        }
+    }
+
+    /// The pod named `name` as last seen (with only the fields the reconcile reads).
+    pub fn get(&self, name: &str) -> Option<Pod> {
+        let seen = self.lock_pods().get(name).cloned();
+        seen.map(|seen| seen.to_pod(name))
+    }
+
+    pub fn len(&self) -> usize {
+        self.lock_pods().len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    fn lock_pods(&self) -> std::sync::MutexGuard<'_, HashMap<String, Arc<SeenPod>>> {
+        self.pods.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_relisting(&self) -> std::sync::MutexGuard<'_, Option<HashMap<String, Arc<SeenPod>>>> {
+        self.relisting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::compute::controller::status::pod_trigger;
+    use crate::domain::lifecycle::JobStatus;
+    use serde_json::json;
+    use std::time::Duration;
+
+    fn pod(name: &str, status: serde_json::Value) -> Pod {
+        serde_json::from_value(json!({
+            "metadata": {
+                "name": name, "namespace": "jobs", "uid": "u-1", "resourceVersion": "7",
+                "creationTimestamp": "2026-01-01T00:50:00Z",
+                "labels": {"gantry.dev/job-id": "x"},
+                "ownerReferences": [{"apiVersion": "gantry.dev/v1alpha1", "kind": "FunctionJob", "name": "x", "uid": "u-0", "controller": true}]
+            },
+            "spec": {"containers": [{"name": "job", "image": "runner:1"}]},
+            "status": status
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn a_seen_pod_decides_as_the_full_pod_does() {
+        let now: k8s_openapi::jiff::Timestamp = "2026-01-01T01:00:00Z".parse().unwrap();
+        let statuses = [
+            json!({"phase": "Pending", "containerStatuses": [{"name": "job", "image": "bad:1", "imageID": "", "ready": false, "restartCount": 0,
+                "state": {"waiting": {"reason": "ImagePullBackOff", "message": "not found"}}}]}),
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable", "message": "0/3 nodes"}]}),
+            json!({"phase": "Running", "startTime": "2026-01-01T00:51:00Z"}),
+            json!({"phase": "Succeeded"}),
+            json!({"phase": "Failed", "reason": "DeadlineExceeded", "message": "too long"}),
+        ];
+        let seen = PodsSeen::default();
+        for status in statuses {
+            let full = pod("gantry-job-x", status);
+            seen.observe(&Event::Apply(full.clone()));
+            let kept = seen.get("gantry-job-x").unwrap();
+            assert!(kept.spec.is_none() && kept.metadata.labels.is_none(), "only what is read is kept");
+            assert_eq!(kept.metadata.creation_timestamp, full.metadata.creation_timestamp);
+            for current in [JobStatus::Pending, JobStatus::Running] {
+                for stop in [false, true] {
+                    assert_eq!(
+                        pod_trigger(current, stop, Some(&kept), now, Duration::from_secs(60)),
+                        pod_trigger(current, stop, Some(&full), now, Duration::from_secs(60)),
+                        "{:?}",
+                        full.status
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn only_the_version_a_create_returned_is_no_news() {
+        let seen = PodsSeen::default();
+        let phase = |phase: &str| json!({"phase": phase});
+        let made = pod("a", phase("Pending"));
+        seen.made(&made);
+        assert!(seen.pod_is_news("b", "7"), "another pod");
+        assert!(!seen.is_news(&made), "the pod as made");
+        assert!(seen.is_news(&made), "once only");
+        seen.made(&made);
+        let mut changed = pod("a", phase("Running"));
+        changed.metadata.resource_version = Some("8".into());
+        assert!(seen.is_news(&changed), "a later version");
+        assert!(seen.is_news(&made), "the note is gone after any news of the pod");
+    }
+
+    impl PodsSeen {
+        fn pod_is_news(&self, name: &str, version: &str) -> bool {
+            let mut other = pod(name, json!({}));
+            other.metadata.resource_version = Some(version.into());
+            self.is_news(&other)
+        }
+    }
+
+    #[test]
+    fn deletions_and_relists_leave_only_the_pods_that_exist() {
+        let seen = PodsSeen::default();
+        let phase = |phase: &str| json!({"phase": phase});
+        seen.observe(&Event::Apply(pod("a", phase("Pending"))));
+        seen.observe(&Event::Apply(pod("b", phase("Pending"))));
+        seen.observe(&Event::Apply(pod("a", phase("Running"))));
+        assert_eq!(seen.get("a").unwrap().status.unwrap().phase.as_deref(), Some("Running"));
+        seen.observe(&Event::Delete(pod("b", phase("Pending"))));
+        assert!(seen.get("b").is_none());
+        // The watch restarts: `a` went away meanwhile, `c` appeared. Until the list is done,
+        // the old set stands.
+        seen.observe(&Event::Init);
+        seen.observe(&Event::InitApply(pod("c", phase("Pending"))));
+        assert!(seen.get("a").is_some() && seen.get("c").is_none());
+        seen.observe(&Event::InitDone);
+        assert!(seen.get("a").is_none());
+        assert_eq!(seen.get("c").unwrap().metadata.name.as_deref(), Some("c"));
+        assert_eq!(seen.len(), 1);
+    }
+}
