@@ -121,7 +121,7 @@ pub struct ControllerArgs {
     /// Seconds a finished job's pod is kept (for `kubectl logs`) before it is deleted.
     #[arg(long, env = "GANTRY_KEEP_FINISHED_PODS_SECONDS", default_value_t = 0)]
     pub keep_finished_pods_seconds: u64,
-    /// Milliseconds between admission passes.
+    /// Milliseconds between admission passes when no queued job wakes one.
     #[arg(long, env = "GANTRY_SCHEDULER_TICK_MS", default_value_t = 500)]
     pub scheduler_tick_ms: u64,
     /// Reconciles running at once (bounds memory and API load with many jobs).
