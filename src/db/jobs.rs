@@ -440,11 +440,13 @@ pub struct EventRow {
     pub data: String,
 }
 
-/// Events of a job, newest first, optionally of one type.
+/// Events of a job, newest first, optionally of one type. The order is the per-job sequence
+/// (the order they were recorded in): a writer takes its timestamp before it waits for the job
+/// row, so two racing writers' timestamps may come out the other way round.
 pub async fn list_events(db: &Db, job_id: &str, event_type: Option<&str>) -> Result<Vec<EventRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, EventRow>(
         "SELECT id, seq, created, event_type, origin, context, data FROM job_events \
-         WHERE job_id = $1 AND ($2 IS NULL OR event_type = $2) ORDER BY created DESC, id DESC")
+         WHERE job_id = $1 AND ($2 IS NULL OR event_type = $2) ORDER BY seq DESC")
         .bind(job_id)
         .bind(event_type)
         .fetch_all(pool)

@@ -474,9 +474,10 @@ async fn an_event_stream_resumes_with_last_event_id_without_gaps_or_repeats(back
     let job = gateway.get(&format!("/api/v1/jobs/{job_id}/"), "alice").await.json;
     assert!(terminal(&job), "the stream ended only after the job did: {job}");
 
+    // Newest first: the reverse of the stream's order.
     let mut listed: Vec<Value> =
         gateway.get(&format!("/api/v1/jobs/{job_id}/events/"), "alice").await.json.as_array().unwrap().clone();
-    listed.sort_by_key(|event| event["created"].as_str().unwrap().to_string());
+    listed.reverse();
     let streamed: Vec<Value> = seen.iter().map(|event| serde_json::from_str(&event.data).unwrap()).collect();
     assert_eq!(streamed.len(), 7, "4 status moves and 3 errors: {streamed:?}");
     let streamed_ids: Vec<&str> = streamed.iter().map(|e| e["id"].as_str().unwrap()).collect();
