@@ -52,8 +52,13 @@ pub struct JobRow {
 
 impl JobRow {
     pub fn status(&self) -> JobStatus {
-        self.status.parse().unwrap_or(JobStatus::Failed)
+        status_of(&self.status)
     }
+}
+
+/// A stored status; an unknown one (never written by this code) reads as FAILED.
+fn status_of(stored: &str) -> JobStatus {
+    stored.parse().unwrap_or(JobStatus::Failed)
 }
 
 /// Adds `$5` to the counts of (author `$1`, program `$2`, status `$3`), in total and for the
@@ -230,7 +235,7 @@ pub struct JobState {
 
 impl JobState {
     pub fn status(&self) -> JobStatus {
-        self.status.parse().unwrap_or(JobStatus::Failed)
+        status_of(&self.status)
     }
 }
 

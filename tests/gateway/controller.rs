@@ -153,6 +153,23 @@ impl Cluster {
         reply.json["id"].as_str().unwrap().to_string()
     }
 
+    /// Uploads and runs a function that first notes its run in a file outside any pod (read
+    /// back by `runs`), then runs `rest` (Python, `time` imported). Returns the job id.
+    async fn run_counted(&self, rest: &str) -> String {
+        let runs = self.folders.path().join("runs.txt");
+        let main = format!(
+            "import time\nwith open({:?}, 'a') as f:\n    f.write('ran\\n')\n{rest}",
+            runs.display().to_string()
+        );
+        self.upload("fn", &main).await;
+        self.run("fn", "{}").await
+    }
+
+    /// One `ran` line per run of the function of `run_counted`.
+    fn runs(&self) -> String {
+        std::fs::read_to_string(self.folders.path().join("runs.txt")).unwrap_or_default()
+    }
+
     async fn finished(&self, id: &str) -> Value {
         self.gateway
             .wait_for_job("alice", id, 60, |job| {
@@ -416,14 +433,8 @@ async fn logs_the_launcher_could_not_ship_are_archived_from_the_pod_log() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_controller_killed_at_any_point_loses_nothing_and_repeats_nothing() {
     let cluster = Cluster::start(Duration::from_secs(600)).await;
-    // Each run of the function leaves a line in a file outside any pod.
-    let runs = cluster.folders.path().join("runs.txt");
-    let main = format!(
-        "import time\nwith open({:?}, 'a') as f:\n    f.write('ran\\n')\nprint('[PUBLIC] working', flush=True)\ntime.sleep(1.5)\nprint('[PUBLIC] done')\n",
-        runs.display().to_string()
-    );
-    cluster.upload("fn", &main).await;
-    let id = cluster.run("fn", "{}").await;
+    let id =
+        cluster.run_counted("print('[PUBLIC] working', flush=True)\ntime.sleep(1.5)\nprint('[PUBLIC] done')\n").await;
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     let mut restarts = 0;
     loop {
@@ -440,8 +451,7 @@ async fn a_controller_killed_at_any_point_loses_nothing_and_repeats_nothing() {
     }
     assert!(restarts > 5, "only {restarts} restarts");
     assert_eq!(cluster.statuses(&id).await, ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED"], "each move once");
-    let runs = std::fs::read_to_string(runs).unwrap();
-    assert_eq!(runs, "ran\n", "the function ran in one pod, once");
+    assert_eq!(cluster.runs(), "ran\n", "the function ran in one pod, once");
     let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
     assert_eq!(logs["logs"], "working\ndone\n");
 }
@@ -455,13 +465,7 @@ async fn a_pod_made_before_a_crash_is_adopted_not_made_again() {
     use k8s_openapi::api::core::v1::Pod;
     let cluster = Cluster::start(Duration::from_secs(600)).await;
     cluster.controller.lock().unwrap().abort();
-    let runs = cluster.folders.path().join("runs.txt");
-    let main = format!(
-        "with open({:?}, 'a') as f:\n    f.write('ran\\n')\nprint('[PUBLIC] done')\n",
-        runs.display().to_string()
-    );
-    cluster.upload("fn", &main).await;
-    let id = cluster.run("fn", "{}").await;
+    let id = cluster.run_counted("print('[PUBLIC] done')\n").await;
     let resource = cluster.resource_until(&id, |_| true).await;
     // What the dead controller did: admit the job and make its pod.
     let admitted = decide(JobStatus::Queued, &Trigger::Admitted).unwrap();
@@ -474,7 +478,7 @@ async fn a_pod_made_before_a_crash_is_adopted_not_made_again() {
     let job = cluster.finished(&id).await;
     assert_eq!(job["status"], "SUCCEEDED", "{job}");
     assert_eq!(cluster.statuses(&id).await, ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED"], "each move once");
-    assert_eq!(std::fs::read_to_string(runs).unwrap(), "ran\n", "the function ran in one pod, once");
+    assert_eq!(cluster.runs(), "ran\n", "the function ran in one pod, once");
     let reasons: Vec<Value> = cluster
         .api
         .list(Kind::EVENT, NAMESPACE)

@@ -107,12 +107,16 @@ impl Context {
     /// as the API server has it (the watch may lag behind a pod just made).
     async fn observe_pod(&self, job_id: &str, ask: bool) -> Result<Option<Pod>, Error> {
         let name = pod_name(job_id);
-        let seen = self.pods_seen.lock().unwrap_or_else(|p| p.into_inner()).as_ref().and_then(|pods| pods.get(&name));
-        match seen {
+        match self.pods_seen().and_then(|pods| pods.get(&name)) {
             Some(pod) => Ok(Some(pod)),
-            None if ask => self.pods().get_opt(&pod_name(job_id)).await.map_err(kube_error("read the pod", job_id)),
+            None if ask => self.pods().get_opt(&name).await.map_err(kube_error("read the pod", job_id)),
             None => Ok(None),
         }
+    }
+
+    /// The leader's view of job pods (none before it leads).
+    fn pods_seen(&self) -> Option<Arc<PodsSeen>> {
+        self.pods_seen.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Deletes the job's pod; one already gone is fine (the watch may not have shown that yet).
@@ -131,14 +135,12 @@ impl Context {
         let params = PostParams { field_manager: Some(FIELD_MANAGER.into()), ..Default::default() };
         match self.pods().create(&params, &desired).await {
             Ok(created) => {
-                if let Some(seen) = self.pods_seen.lock().unwrap_or_else(|p| p.into_inner()).as_ref() {
+                if let Some(seen) = self.pods_seen() {
                     seen.made(&created);
                 }
                 Ok((Some(created), true))
             }
-            Err(kube::Error::Api(status)) if status.is_already_exists() || status.code == 409 => {
-                Ok((self.observe_pod(job_id, true).await?, false))
-            }
+            Err(kube::Error::Api(status)) if status.code == 409 => Ok((self.observe_pod(job_id, true).await?, false)),
             Err(error) => Err(kube_error("create the pod", job_id)(error)),
         }
     }
