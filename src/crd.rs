@@ -25,6 +25,8 @@ pub const LABEL_JOB_ID: &str = "gantry.dev/job-id";
 pub const LABEL_FUNCTION: &str = "gantry.dev/function";
 /// Label with the job's user.
 pub const LABEL_USER: &str = "gantry.dev/user";
+/// Name of the container that runs the job in its pod (the other is the launcher's init copy).
+pub const JOB_CONTAINER: &str = "job";
 /// Key in the job's Secret holding the caller's token.
 pub const SECRET_TOKEN_KEY: &str = "token";
 /// Prefix of the keys in the job's Secret holding the function's environment variables.

@@ -53,6 +53,10 @@ pub struct Metrics {
     pub admitted: Counter,
     /// Bytes of job logs the controller archived from pod logs (the launcher could not ship them).
     pub archived_bytes: Counter,
+    /// Logs given up as lost (the pod's log could not be read within the give-up time).
+    pub logs_lost: Counter,
+    /// Finished FunctionJobs deleted after their keep window.
+    pub collected: Counter,
     /// 1 while this replica holds the leader Lease (or runs without election).
     pub leader: Gauge,
     /// API requests by method and answer code.
@@ -71,6 +75,8 @@ impl Metrics {
             reconcile_seconds: seconds_histogram(),
             admitted: Counter::default(),
             archived_bytes: Counter::default(),
+            logs_lost: Counter::default(),
+            collected: Counter::default(),
             leader: Gauge::default(),
             http_requests: Family::default(),
             http_seconds: seconds_histogram(),
@@ -99,6 +105,12 @@ impl Metrics {
             "controller_archived_log_bytes",
             "Bytes of job logs archived from pod logs",
             metrics.archived_bytes.clone(),
+        );
+        registry.register("controller_logs_lost", "Job logs given up as lost", metrics.logs_lost.clone());
+        registry.register(
+            "controller_collected",
+            "Finished FunctionJobs deleted after their keep window",
+            metrics.collected.clone(),
         );
         registry.register("controller_leader", "1 while this replica is the acting leader", metrics.leader.clone());
         metrics.register_jobs();

@@ -121,6 +121,15 @@ pub struct ControllerArgs {
     /// Seconds a finished job's pod is kept (for `kubectl logs`) before it is deleted.
     #[arg(long, env = "GANTRY_KEEP_FINISHED_PODS_SECONDS", default_value_t = 0)]
     pub keep_finished_pods_seconds: u64,
+    /// Seconds a finished job's FunctionJob is kept (`kubectl get fj` shows the recent past)
+    /// before it is deleted; 0 deletes it as soon as its log, pod and Secret are settled. The job
+    /// stays in the database and its objects in storage either way.
+    #[arg(long, env = "GANTRY_KEEP_FINISHED_JOBS_SECONDS", default_value_t = 3600)]
+    pub keep_finished_jobs_seconds: u64,
+    /// Seconds reading a finished pod's log for archiving is retried (with backoff, also while
+    /// its FunctionJob is being deleted) before the log is given up as lost, with a Warning.
+    #[arg(long, env = "GANTRY_ARCHIVE_GIVE_UP_SECONDS", default_value_t = 600)]
+    pub archive_give_up_seconds: u64,
     /// Milliseconds between admission passes when no queued job wakes one.
     #[arg(long, env = "GANTRY_SCHEDULER_TICK_MS", default_value_t = 500)]
     pub scheduler_tick_ms: u64,
@@ -189,6 +198,8 @@ impl ControllerArgs {
             },
             pending_deadline: Duration::from_secs(self.pending_deadline_seconds),
             keep_finished_pods: Duration::from_secs(self.keep_finished_pods_seconds),
+            keep_finished_jobs: Duration::from_secs(self.keep_finished_jobs_seconds),
+            archive_give_up: Duration::from_secs(self.archive_give_up_seconds),
             limits: self.limits.limits(),
             admission_every: Duration::from_millis(self.scheduler_tick_ms.max(10)),
             concurrency: self.reconcile_concurrency.max(1),

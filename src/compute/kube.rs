@@ -130,6 +130,10 @@ impl KubeBackend {
         let kube = |operation| move |source| Error::Kube { operation, job_id: job_id.to_string(), source };
         let job =
             jobs::find(&self.db, job_id).await.map_err(database)?.ok_or(Error::JobGone { job_id: job_id.into() })?;
+        if job.status().is_terminal() {
+            // Finished (stopped while queued, or collected after its keep window): never made again.
+            return Ok(());
+        }
         let launch = jobs::launch_info(&self.db, job_id)
             .await
             .map_err(database)?
@@ -265,7 +269,8 @@ pub struct Repairs {
 
 /// The drift decision, pure: `active` are the non-terminal jobs, `resources` the listed
 /// `(name, job id)` pairs, `existing` the job ids among them known to have a row (besides the
-/// active ones). Terminal jobs keep their resource; nothing else is touched.
+/// active ones). A finished job's resource is left to the controller, which collects it after its
+/// keep window; it is never made again. Nothing else is touched.
 pub fn drift(active: &HashSet<String>, resources: &[(String, String)], existing: &HashSet<String>) -> Repairs {
     let present: HashSet<&str> = resources.iter().map(|(_, id)| id.as_str()).collect();
     let mut create: Vec<String> = active.iter().filter(|id| !present.contains(id.as_str())).cloned().collect();
@@ -308,7 +313,7 @@ impl Compute for KubeBackend {
     async fn live_log(self: Arc<Self>, job_id: &str, provider: bool) -> Option<String> {
         let job = jobs::find(&self.db, job_id).await.ok()??;
         let pods: Api<Pod> = Api::namespaced(self.client.clone(), &self.settings.namespace);
-        let params = LogParams { container: Some("job".into()), ..Default::default() };
+        let params = LogParams { container: Some(crate::crd::JOB_CONTAINER.into()), ..Default::default() };
         let text = pods.logs(&pod_name(job_id), &params).await.ok()?;
         let mut router = LogRouter::new(job.provider_id.is_some(), self.settings.logs_size_limit);
         router.push_text(&text);

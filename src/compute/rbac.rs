@@ -41,14 +41,16 @@ pub const GATEWAY: &[Rule] = &[
 /// `gantry controller`: watches FunctionJobs (reading them from its cache, never one by one)
 /// and their pods, manages its finalizer (`patch`; pods' owner references do not block their
 /// owner's deletion, so `functionjobs/finalizers` is not needed),
-/// deletes resources without a job row, writes their status, creates, reads, stops and
-/// deletes pods, reads pod logs for archiving, records Events, holds the leader
+/// deletes resources without a job row and finished ones after their keep window, writes their
+/// status, creates, reads, stops and deletes pods, deletes a finished job's Secret (its token),
+/// reads pod logs for archiving, records Events, holds the leader
 /// Lease, and checks at start that the CRD is installed.
 pub const CONTROLLER: &[Rule] = &[
     rule(crate::crd::GROUP, "functionjobs", &["delete", "list", "patch", "watch"]),
     rule(crate::crd::GROUP, "functionjobs/status", &["patch"]),
     rule("", "pods", &["create", "delete", "get", "list", "watch"]),
     rule("", "pods/log", &["get"]),
+    rule("", "secrets", &["delete"]),
     rule("events.k8s.io", "events", &["create"]),
     rule("coordination.k8s.io", "leases", &["create", "get", "update"]),
     Rule {

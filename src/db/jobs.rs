@@ -434,6 +434,40 @@ async fn insert_error_event_attached(db: &Db, job_id: &str, data: &serde_json::V
     .map_err(query_error("record job event"))
 }
 
+/// Records an event about a job whatever its status (for example `LOG_LOST` on a finished job),
+/// from the scheduler. False when the job does not exist.
+pub async fn insert_finished_event(
+    db: &Db,
+    job_id: &str,
+    event_type: &str,
+    context: &str,
+    data: &serde_json::Value,
+) -> Result<bool, Error> {
+    let (db, job_id, event_type, context, data) =
+        (db.clone(), job_id.to_string(), event_type.to_string(), context.to_string(), data.to_string());
+    super::detached(async move {
+        let now = now_micros();
+        let _writer = db.write_lock().await;
+        on_db!(db, pool => async {
+            let mut tx = pool.begin().await?;
+            let seq: Option<i64> =
+                sqlx::query_scalar("UPDATE jobs SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq")
+                    .bind(&job_id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+            let Some(seq) = seq else {
+                tx.rollback().await?;
+                return Ok(false);
+            };
+            insert_event!(tx, &job_id, seq, now, &event_type, "SCHEDULER", &context, &data);
+            tx.commit().await?;
+            Ok(true)
+        }.await)
+        .map_err(query_error("record job event"))
+    })
+    .await
+}
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct EventRow {
     pub id: String,

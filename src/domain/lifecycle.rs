@@ -80,6 +80,9 @@ pub enum Trigger {
     Started,
     /// Its process ended by itself.
     Exited { success: bool },
+    /// It failed for a reason the backend can name (a non-zero exit, out of memory, a failed
+    /// init step).
+    Crashed { reason: String },
     /// A user asked to stop it and the backend accepted.
     StopRequested,
     /// It ran longer than `PROGRAM_TIMEOUT`.
@@ -127,6 +130,9 @@ pub fn decide(current: JobStatus, trigger: &Trigger) -> Option<Move> {
         (Pending | Running, Trigger::Exited { success }) => {
             (if *success { Succeeded } else { Failed }, Origin::Scheduler, "UPDATE_JOB_STATUS", None)
         }
+        (Pending | Running, Trigger::Crashed { reason }) => {
+            (Failed, Origin::Scheduler, "UPDATE_JOB_STATUS", Some(reason.clone()))
+        }
         (Queued | Pending | Running, Trigger::StopRequested) => (Stopped, Origin::Api, "STOP_JOB", None),
         (Pending | Running, Trigger::TimedOut) => {
             (Stopped, Origin::Scheduler, "UPDATE_JOB_STATUS", Some("the job exceeded PROGRAM_TIMEOUT".to_string()))
@@ -167,6 +173,7 @@ mod tests {
             Trigger::TimedOut,
             Trigger::Lost { reason: "x".into() },
             Trigger::LaunchFailed { reason: "x".into() },
+            Trigger::Crashed { reason: "x".into() },
         ];
         for status in [Succeeded, Failed, Stopped] {
             for trigger in &triggers {
@@ -189,6 +196,8 @@ mod tests {
         assert_eq!((lost.to, lost.context), (Failed, "RECONCILE"));
         assert_eq!(lost.data["reason"], "process gone after restart");
         assert_eq!(decide(Queued, &Trigger::Exited { success: true }), None);
+        let crashed = decide(Pending, &Trigger::Crashed { reason: "out of memory".into() }).unwrap();
+        assert_eq!((crashed.to, crashed.data["reason"].as_str()), (Failed, Some("out of memory")));
         assert_eq!(decide(Running, &Trigger::Admitted), None);
     }
 

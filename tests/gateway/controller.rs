@@ -18,14 +18,14 @@ use crate::harness::{Backend, Gateway, tar_of};
 use crate::kube_double::{ApiServer, Kind};
 use crate::kubelet_double::{Fault, Kubelet};
 
-const NAMESPACE: &str = "default";
+pub(crate) const NAMESPACE: &str = "default";
 
-struct Cluster {
-    gateway: Gateway,
-    api: ApiServer,
-    kubelet: Kubelet,
-    settings: ControllerSettings,
-    controller: std::sync::Mutex<tokio::task::JoinHandle<()>>,
+pub(crate) struct Cluster {
+    pub(crate) gateway: Gateway,
+    pub(crate) api: ApiServer,
+    pub(crate) kubelet: Kubelet,
+    pub(crate) settings: ControllerSettings,
+    pub(crate) controller: std::sync::Mutex<tokio::task::JoinHandle<()>>,
     folders: tempfile::TempDir,
 }
 
@@ -69,7 +69,7 @@ impl Drop for Cluster {
 }
 
 impl Cluster {
-    async fn start(pending_deadline: Duration) -> Cluster {
+    pub(crate) async fn start(pending_deadline: Duration) -> Cluster {
         Self::start_with(pending_deadline, Duration::from_secs(3600)).await
     }
 
@@ -78,7 +78,17 @@ impl Cluster {
     }
 
     /// A cluster whose gateway and controller share `gateway`'s database, storage and publisher.
-    async fn start_on(mut gateway: Gateway, pending_deadline: Duration, timeout: Duration) -> Cluster {
+    async fn start_on(gateway: Gateway, pending_deadline: Duration, timeout: Duration) -> Cluster {
+        Self::start_tuned(gateway, pending_deadline, timeout, |_| {}).await
+    }
+
+    /// As `start_on`, with the controller's settings changed by `tune` first.
+    pub(crate) async fn start_tuned(
+        mut gateway: Gateway,
+        pending_deadline: Duration,
+        timeout: Duration,
+        tune: impl FnOnce(&mut ControllerSettings),
+    ) -> Cluster {
         let api = ApiServer::new();
         api.install_crd(&gantry::crd::crd_yaml()).await;
         let folders = tempfile::tempdir().unwrap();
@@ -106,11 +116,13 @@ impl Cluster {
         let gateway_url = format!("http://{}", listener.local_addr().unwrap());
         let app = gantry::api::app(gateway.state.clone());
         tokio::spawn(async move { axum::serve(listener, tower::make::Shared::new(app)).await });
-        let settings = ControllerSettings {
+        let mut settings = ControllerSettings {
             namespace: NAMESPACE.into(),
             pods: pod_settings(folders.path(), &gateway_url),
             pending_deadline,
             keep_finished_pods: Duration::ZERO,
+            keep_finished_jobs: Duration::from_secs(3600),
+            archive_give_up: Duration::from_secs(600),
             limits: Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
             admission_every: Duration::from_millis(50),
             concurrency: 16,
@@ -118,19 +130,20 @@ impl Cluster {
             identity: "controller-test".into(),
             leader: None,
         };
+        tune(&mut settings);
         let controller = std::sync::Mutex::new(start_controller(&gateway, &api, &settings));
         let kubelet = Kubelet::start(api.clone(), NAMESPACE);
         Cluster { gateway, api, kubelet, settings, controller, folders }
     }
 
     /// Kills the controller wherever it is and starts a new one.
-    fn restart_controller(&self) {
+    pub(crate) fn restart_controller(&self) {
         let mut running = self.controller.lock().unwrap();
         running.abort();
         *running = start_controller(&self.gateway, &self.api, &self.settings);
     }
 
-    async fn upload(&self, title: &str, main: &str) {
+    pub(crate) async fn upload(&self, title: &str, main: &str) {
         let artifact = tar_of(&[("main.py", main.as_bytes())]);
         let reply = self
             .gateway
@@ -144,7 +157,7 @@ impl Cluster {
         assert_eq!(reply.status, 200, "{}", reply.json);
     }
 
-    async fn run(&self, title: &str, arguments: &str) -> String {
+    pub(crate) async fn run(&self, title: &str, arguments: &str) -> String {
         let reply = self
             .gateway
             .post_json("/api/v1/programs/run/", "alice", json!({"title": title, "arguments": arguments}))
@@ -155,7 +168,7 @@ impl Cluster {
 
     /// Uploads and runs a function that first notes its run in a file outside any pod (read
     /// back by `runs`), then runs `rest` (Python, `time` imported). Returns the job id.
-    async fn run_counted(&self, rest: &str) -> String {
+    pub(crate) async fn run_counted(&self, rest: &str) -> String {
         let runs = self.folders.path().join("runs.txt");
         let main = format!(
             "import time\nwith open({:?}, 'a') as f:\n    f.write('ran\\n')\n{rest}",
@@ -166,11 +179,11 @@ impl Cluster {
     }
 
     /// One `ran` line per run of the function of `run_counted`.
-    fn runs(&self) -> String {
+    pub(crate) fn runs(&self) -> String {
         std::fs::read_to_string(self.folders.path().join("runs.txt")).unwrap_or_default()
     }
 
-    async fn finished(&self, id: &str) -> Value {
+    pub(crate) async fn finished(&self, id: &str) -> Value {
         self.gateway
             .wait_for_job("alice", id, 60, |job| {
                 matches!(job["status"].as_str(), Some("SUCCEEDED" | "FAILED" | "STOPPED"))
@@ -178,7 +191,7 @@ impl Cluster {
             .await
     }
 
-    async fn statuses(&self, id: &str) -> Vec<String> {
+    pub(crate) async fn statuses(&self, id: &str) -> Vec<String> {
         let events = self.gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
         let mut moves: Vec<String> = events
             .as_array()
@@ -192,7 +205,7 @@ impl Cluster {
     }
 
     /// Waits for `check` on the FunctionJob of `id`.
-    async fn resource_until(&self, id: &str, check: impl Fn(&Value) -> bool) -> Value {
+    pub(crate) async fn resource_until(&self, id: &str, check: impl Fn(&Value) -> bool) -> Value {
         let deadline = std::time::Instant::now() + Duration::from_secs(30);
         loop {
             if let Some(resource) = self.api.get(Kind::FUNCTION_JOB, NAMESPACE, id)
@@ -210,7 +223,7 @@ impl Cluster {
     }
 }
 
-const MAIN: &str = "import json, os, sys\nwith open(os.environ['ARGUMENTS_PATH']) as f:\n    n = json.load(f)['n']\nprint('[PUBLIC] doubling', n)\nprint('internal detail', file=sys.stderr)\nos.makedirs(os.path.dirname(os.environ['RESULTS_PATH']), exist_ok=True)\nwith open(os.environ['RESULTS_PATH'], 'w') as f:\n    json.dump({'doubled': 2 * n, 'token': os.environ['ENV_JOB_GATEWAY_TOKEN'], 'id': os.environ['FUNCTIONS_IDENTIFIER']}, f)\nif n < 0:\n    sys.exit(3)\n";
+pub(crate) const MAIN: &str = "import json, os, sys\nwith open(os.environ['ARGUMENTS_PATH']) as f:\n    n = json.load(f)['n']\nprint('[PUBLIC] doubling', n)\nprint('internal detail', file=sys.stderr)\nos.makedirs(os.path.dirname(os.environ['RESULTS_PATH']), exist_ok=True)\nwith open(os.environ['RESULTS_PATH'], 'w') as f:\n    json.dump({'doubled': 2 * n, 'token': os.environ['ENV_JOB_GATEWAY_TOKEN'], 'id': os.environ['FUNCTIONS_IDENTIFIER']}, f)\nif n < 0:\n    sys.exit(3)\n";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_runs_as_a_pod_from_run_to_result() {

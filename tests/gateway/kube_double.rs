@@ -1726,11 +1726,33 @@ impl ApiServer {
     }
 
     /// `pods/{name}/log`: the text set by [`ApiServer::set_pod_log`]. `follow` answers the text
-    /// so far and ends; `tailLines` and `limitBytes` are honoured.
+    /// so far and ends; `tailLines` and `limitBytes` are honoured. As the real server: a pod not
+    /// bound to a node, or a container that never ran (no `running` or `terminated` state), has
+    /// no log: 400 with the kubelet's words.
     fn pod_log(&self, path: &ResourcePath, name: &str, request: &ApiRequest) -> Result<Response, ApiError> {
         let store = self.lock();
-        if !store.objects.contains_key(&ObjectKey::new(&path.resource, path.namespace(), name)) {
+        let Some(pod) = store.objects.get(&ObjectKey::new(&path.resource, path.namespace(), name)) else {
             return Err(ApiError::not_found(&path.resource, name));
+        };
+        if pod["spec"]["nodeName"].as_str().unwrap_or_default().is_empty() {
+            return Err(ApiError::bad_request(&format!("pod {name} does not have a host assigned")));
+        }
+        let container = request
+            .param("container")
+            .map(str::to_string)
+            .or_else(|| pod["spec"]["containers"][0]["name"].as_str().map(str::to_string))
+            .unwrap_or_default();
+        let statuses = pod["status"]["containerStatuses"].as_array().cloned().unwrap_or_default();
+        let state = statuses.iter().find(|c| c["name"] == container.as_str()).map(|c| c["state"].clone());
+        let ran = state.as_ref().is_some_and(|s| !s["running"].is_null() || !s["terminated"].is_null());
+        if !ran {
+            let reason = state
+                .as_ref()
+                .and_then(|s| s["waiting"]["reason"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "ContainerCreating".into());
+            return Err(ApiError::bad_request(&format!(
+                "container \"{container}\" in pod \"{name}\" is waiting to start: {reason}"
+            )));
         }
         let text = store.pod_logs.get(&(path.namespace().to_string(), name.to_string())).cloned().unwrap_or_default();
         let mut text = match request.param("tailLines").and_then(|n| n.parse::<usize>().ok()) {

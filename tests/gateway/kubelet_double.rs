@@ -24,6 +24,35 @@ pub enum Fault {
     NeverSchedule,
     /// The pod disappears once it runs (a node lost with it).
     LostWhileRunning,
+    /// The init container (the launcher's copy) fails: the job's container never starts.
+    InitFails,
+    /// The container is killed by the kernel at its memory limit once it has written a line
+    /// (`OOMKilled`, exit 137): every process of the container dies at once, nothing is shipped.
+    OutOfMemory,
+    /// The node evicts the pod once its container has written a line (the kubelet stops the
+    /// container as for a deletion, then reports `Failed`/`Evicted`).
+    Evicted,
+    /// The job's Secret is deleted before the container starts (`CreateContainerConfigError`).
+    SecretMissing,
+}
+
+/// Kills `pid` and every process descended from it with SIGKILL (what the kernel's OOM killer does
+/// to a container's cgroup).
+fn kill_tree(pid: u32) {
+    let mut children: HashMap<u32, Vec<u32>> = HashMap::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Some(child) = entry.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else { continue };
+        let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+        let parent = stat.rsplit_once(')').and_then(|(_, rest)| rest.split_whitespace().nth(1)?.parse::<u32>().ok());
+        if let Some(parent) = parent {
+            children.entry(parent).or_default().push(child);
+        }
+    }
+    let mut pending = vec![pid];
+    while let Some(next) = pending.pop() {
+        unsafe { libc::kill(next as i32, libc::SIGKILL) };
+        pending.extend(children.get(&next).into_iter().flatten());
+    }
 }
 
 #[derive(Clone)]
@@ -182,6 +211,16 @@ impl Kubelet {
             _ => {}
         }
         self.api.bind(&self.namespace, name, "node-double");
+        if fault == Some(Fault::SecretMissing) {
+            let secret = main["env"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find_map(|v| v["valueFrom"]["secretKeyRef"]["name"].as_str().map(str::to_string));
+            if let Some(secret) = secret {
+                self.api.delete_now(Kind::SECRET, &self.namespace, &secret);
+            }
+        }
         while let Err(missing) = self.environment(&main) {
             self.set_status(
                 name,
@@ -196,10 +235,26 @@ impl Kubelet {
         }
         let volumes = Volumes::of(&pod);
         for init in pod["spec"]["initContainers"].as_array().into_iter().flatten() {
-            let status = self.command(init, function, &volumes).output().await;
+            let mut command = self.command(init, function, &volumes);
+            if fault == Some(Fault::InitFails) {
+                command = tokio::process::Command::new("sh");
+                command.args(["-c", "echo 'cp: cannot create regular file: Read-only file system' >&2; exit 1"]);
+            }
+            let status = command.output().await;
             eprintln!("kubelet double: init {:?}", status);
-            if !status.is_ok_and(|s| s.status.success()) {
-                return self.set_status(name, json!({"phase": "Failed", "reason": "InitFailed"}));
+            let code = status.as_ref().ok().and_then(|s| s.status.code()).unwrap_or(128);
+            if code != 0 {
+                // As the kubelet: the init container terminated with its code, the job's
+                // container waits for it forever, and (restartPolicy Never) the pod fails.
+                let finished = now();
+                return self.set_status(
+                    name,
+                    json!({"phase": "Failed",
+                        "initContainerStatuses": [{"name": init["name"], "image": init["image"], "imageID": "", "ready": false, "restartCount": 0,
+                            "state": {"terminated": {"exitCode": code, "reason": "Error", "startedAt": finished, "finishedAt": finished}}}],
+                        "containerStatuses": [{"name": "job", "image": image, "imageID": "", "ready": false, "restartCount": 0,
+                            "state": {"waiting": {"reason": "PodInitializing"}}}]}),
+                );
             }
         }
         let Ok(mut child) = self.command(&main, function, &volumes).spawn() else {
@@ -245,6 +300,8 @@ impl Kubelet {
             .as_u64()
             .map(|seconds| std::time::Instant::now() + Duration::from_secs(seconds));
         let mut deadline_exceeded = false;
+        let mut out_of_memory = false;
+        let mut evicted = false;
         let exit = loop {
             tokio::select! {
                 status = child.wait() => break status.ok().and_then(|s| s.code()),
@@ -252,7 +309,16 @@ impl Kubelet {
                     let text = String::from_utf8_lossy(&output.lock().expect("lock")).into_owned();
                     self.api.set_pod_log(&self.namespace, name, &text);
                     deadline_exceeded = deadline.is_some_and(|at| std::time::Instant::now() >= at);
-                    if !self.present(name) || deadline_exceeded {
+                    if fault == Some(Fault::OutOfMemory) && !text.is_empty() {
+                        out_of_memory = true;
+                        if let Some(pid) = child.id() {
+                            kill_tree(pid);
+                        }
+                        let _ = child.wait().await;
+                        break Some(137);
+                    }
+                    evicted = fault == Some(Fault::Evicted) && !text.is_empty();
+                    if !self.present(name) || deadline_exceeded || evicted {
                         // Deleted: stop the containers as the kubelet would (SIGTERM, then SIGKILL
                         // after the grace period).
                         let grace = self
@@ -287,12 +353,23 @@ impl Kubelet {
             return;
         }
         let finished = now();
+        if evicted {
+            return self.set_status(
+                name,
+                json!({"phase": "Failed", "reason": "Evicted", "startTime": started,
+                       "message": "The node was low on resource: memory. Threshold quantity: 100Mi, available: 80Mi.",
+                       "containerStatuses": [{"name": "job", "image": image, "imageID": "", "ready": false, "restartCount": 0,
+                           "state": {"terminated": {"exitCode": code, "startedAt": started, "finishedAt": finished, "reason": "Error"}}}]}),
+            );
+        }
         if deadline_exceeded {
             // As the kubelet: the pod fails with reason DeadlineExceeded.
             self.set_status(
                 name,
                 json!({"phase": "Failed", "reason": "DeadlineExceeded", "startTime": started,
-                       "message": "Pod was active on the node longer than the specified deadline"}),
+                       "message": "Pod was active on the node longer than the specified deadline",
+                       "containerStatuses": [{"name": "job", "image": image, "imageID": "", "ready": false, "restartCount": 0,
+                           "state": {"terminated": {"exitCode": code, "startedAt": started, "finishedAt": finished, "reason": "Error"}}}]}),
             );
             return;
         }
@@ -303,7 +380,7 @@ impl Kubelet {
                 "startTime": started,
                 "containerStatuses": [{"name": "job", "image": image, "imageID": "", "ready": false, "restartCount": 0,
                     "state": {"terminated": {"exitCode": code, "startedAt": started, "finishedAt": finished,
-                                              "reason": if code == 0 { "Completed" } else { "Error" }}}}]
+                                              "reason": if out_of_memory { "OOMKilled" } else if code == 0 { "Completed" } else { "Error" }}}}]
             }),
         );
         if !self.present(name) {

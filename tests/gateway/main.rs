@@ -16,6 +16,7 @@ mod kubelet_double;
 mod lifecycle;
 mod messages;
 mod openapi;
+mod pod_endings;
 mod programs;
 mod scoped_access;
 mod streams;

@@ -233,7 +233,7 @@ pub fn build_pod(job: &FunctionJob, settings: &PodSettings) -> Pod {
         ..Default::default()
     };
     let main = Container {
-        name: "job".into(),
+        name: crate::crd::JOB_CONTAINER.into(),
         image: Some(spec.image.clone().unwrap_or_else(|| settings.runner_image.clone())),
         command: Some(vec![launcher, "launch".into()]),
         env: Some(environment(job, settings)),

@@ -19,10 +19,11 @@ use kube::runtime::{WatchStreamExt, predicates};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
+use super::build::secret_name;
 use super::build::{PodSettings, build_pod, pod_name};
 use super::leader::{Elector, LeaseSettings};
 use super::seen::PodsSeen;
-use super::status::{Observed, pod_trigger, resource_status};
+use super::status::{LogState, Observed, condition_is, log_source, pod_trigger, resource_status};
 use crate::compute::{ADMISSION_WINDOW, admit_queued, move_job};
 use crate::crd::{FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus};
 use crate::db::{self, Db, jobs};
@@ -42,6 +43,10 @@ pub struct ControllerSettings {
     pub pending_deadline: Duration,
     /// How long a finished job's pod is kept (for `kubectl logs`) before it is deleted.
     pub keep_finished_pods: Duration,
+    /// How long a finished job's `FunctionJob` is kept before it is deleted (0: at once).
+    pub keep_finished_jobs: Duration,
+    /// How long archiving a log is retried (with backoff) before the log is given up as lost.
+    pub archive_give_up: Duration,
     pub limits: Limits,
     /// How often queued jobs are considered for admission.
     pub admission_every: Duration,
@@ -127,6 +132,16 @@ impl Context {
         }
     }
 
+    /// Deletes the job's Secret (the caller's token): its pod is done with it. Gone already is fine.
+    async fn delete_secret(&self, job_id: &str) -> Result<(), Error> {
+        let secrets: Api<k8s_openapi::api::core::v1::Secret> =
+            Api::namespaced(self.client.clone(), &self.settings.namespace);
+        match secrets.delete(&secret_name(job_id), &DeleteParams::default()).await {
+            Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+            outcome => outcome.map(|_| ()).map_err(kube_error("delete the job's Secret", job_id)),
+        }
+    }
+
     /// Creates the job's pod, or finds the one an earlier reconcile made (whose status write
     /// did not happen): the name is the job's, so there is never a second pod. True when made now.
     async fn create_pod(&self, job: &FunctionJob) -> Result<(Option<Pod>, bool), Error> {
@@ -156,6 +171,8 @@ pub enum Error {
     Archive { job_id: String, source: storage::Error },
     #[error("failed to read the log of the pod of job {job_id}")]
     PodLog { job_id: String, source: std::io::Error },
+    #[error("the log of job {job_id} is not archived yet ({reason}); retrying in {} s", retry_after.as_secs())]
+    ArchivePending { job_id: String, reason: String, retry_after: Duration },
     #[error("finalizer of job {job_id} failed")]
     Finalizer { job_id: String, source: Box<kube::runtime::finalizer::Error<Error>> },
 }
@@ -187,10 +204,24 @@ pub async fn reconcile(job: Arc<FunctionJob>, ctx: Arc<Context>) -> Result<Actio
     outcome
 }
 
-/// Transient failures retry soon; the resource is reconciled again anyway on every change.
+/// Transient failures retry soon; the resource is reconciled again anyway on every change. A log
+/// still to archive before the resource may go retries on its own backoff.
 pub fn error_policy(_job: Arc<FunctionJob>, error: &Error, _ctx: Arc<Context>) -> Action {
+    use kube::runtime::finalizer::Error as FinalizerError;
+    if let Error::Finalizer { source, .. } = error
+        && let FinalizerError::CleanupFailed(Error::ArchivePending { retry_after, .. }) = source.as_ref()
+    {
+        tracing::info!(error = error as &dyn std::error::Error, "the resource waits for its log");
+        return Action::requeue(*retry_after);
+    }
     tracing::warn!(error = error as &dyn std::error::Error, "reconcile failed; retrying");
     Action::requeue(Duration::from_secs(5))
+}
+
+/// The wait before the next try to archive a log, `elapsed` after the first: doubling from 1 s,
+/// at most a minute.
+pub fn archive_backoff(elapsed: Duration) -> Duration {
+    elapsed.clamp(Duration::from_secs(1), Duration::from_secs(60))
 }
 
 /// Records a Kubernetes Event about the resource (what `kubectl describe fj` shows). Each is
@@ -224,7 +255,9 @@ async fn record(ctx: &Context, job: &FunctionJob, warning: bool, reason: &str, n
 /// A trigger's words for the resource's status and its Kubernetes Event.
 fn describe(trigger: &Trigger) -> Option<String> {
     match trigger {
-        Trigger::LaunchFailed { reason } | Trigger::Lost { reason } => Some(reason.clone()),
+        Trigger::LaunchFailed { reason } | Trigger::Lost { reason } | Trigger::Crashed { reason } => {
+            Some(reason.clone())
+        }
         Trigger::TimedOut => Some("the job exceeded PROGRAM_TIMEOUT".into()),
         Trigger::StopRequested => Some("stopped at the user's request".into()),
         _ => None,
@@ -244,8 +277,12 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
     // Unless the watch shows the pod, ask the API server, except for a queued job (pods are
     // made only once admitted) and an admitted one without a recorded pod (about to get one:
     // the create below finds a pod made already).
-    let ask =
-        previous.pod_name.is_some() || row.stop_requested || !matches!(status, JobStatus::Queued | JobStatus::Pending);
+    // A pod recorded gone for good is never looked for again.
+    let pod_gone = condition_is(&previous, "PodDeleted");
+    let ask = !pod_gone
+        && (previous.pod_name.is_some()
+            || row.stop_requested
+            || !matches!(status, JobStatus::Queued | JobStatus::Pending));
     let mut pod = ctx.observe_pod(job_id, ask).await?;
     let mut message = previous.message.clone();
     let pod_created = previous.pod_name.is_some() || pod.is_some();
@@ -287,27 +324,50 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
         }
     }
 
-    let mut logs_archived = previous.logs_archived;
-    if status.is_terminal() && !logs_archived {
-        logs_archived = archive(ctx, job, &row, pod.as_ref()).await?;
-    }
     let completed = match (status.is_terminal(), &previous.completion_time) {
         (true, Some(time)) => Some(time.0),
         (true, None) => Some(k8s_openapi::jiff::Timestamp::now()),
         (false, _) => None,
     };
-    let keep = ctx.settings.keep_finished_pods;
-    let finished_long_enough = completed
-        .is_some_and(|at| k8s_openapi::jiff::Timestamp::now().duration_since(at).as_secs() >= keep.as_secs() as i64);
-    if status.is_terminal() && logs_archived && pod.is_some() && finished_long_enough {
-        ctx.delete_pod(job_id, &DeleteParams::default(), "delete the pod").await?;
+    let since_end = completed.map(elapsed_since).unwrap_or_default();
+
+    // Once finished: the log settled, the token deleted, the pod deleted after its keep window,
+    // then the resource itself after its own. Each step is recorded in the status, so none is
+    // repeated and a settled job costs no API call until it is collected.
+    let mut logs = LogState::of(&previous);
+    let mut archive_retry = None;
+    if status.is_terminal() && !logs.settled() {
+        let why_none = message.clone().unwrap_or_else(|| format!("the job ended {}", status.as_str()));
+        match settle_log(ctx, job, &row, pod.as_ref(), &why_none, since_end).await? {
+            Ok(settled) => logs = settled,
+            Err(retry_after) => archive_retry = Some(retry_after),
+        }
+    }
+    let mut secret_deleted = condition_is(&previous, "SecretDeleted");
+    if status.is_terminal() && !secret_deleted {
+        ctx.delete_secret(job_id).await?;
+        secret_deleted = true;
+    }
+    let keep_pod = ctx.settings.keep_finished_pods;
+    let mut pod_deleted = pod_gone;
+    if status.is_terminal() && logs.settled() && !pod_deleted {
+        match &pod {
+            None => pod_deleted = true,
+            Some(found) if since_end >= keep_pod && found.metadata.deletion_timestamp.is_none() => {
+                ctx.delete_pod(job_id, &DeleteParams::default(), "delete the pod").await?;
+            }
+            // Being deleted (its watch event wakes this), or still within its keep window.
+            Some(_) => {}
+        }
     }
 
     let observed = Observed {
         status,
         sub_status: row.sub_status.as_deref(),
         pod: pod.as_ref(),
-        logs_archived,
+        logs: &logs,
+        secret_deleted,
+        pod_deleted,
         message: message.as_deref(),
         generation: job.metadata.generation,
         completed,
@@ -321,9 +381,20 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
     if job.status.as_ref() != Some(&desired) {
         write_status(ctx, job, &desired).await?;
     }
-    if status.is_terminal() && logs_archived && pod.is_none() {
-        // Nothing will change any more.
+    let settled = status.is_terminal() && logs.settled() && secret_deleted && pod_deleted;
+    let keep_job = ctx.settings.keep_finished_jobs;
+    if settled && since_end >= keep_job {
+        // History lives in the database and the object storage; the cluster keeps work in
+        // flight and the recent past. The finalizer's cleanup finds everything settled.
+        match ctx.jobs().delete(&job.name_any(), &DeleteParams::default()).await {
+            Err(kube::Error::Api(status)) if status.is_not_found() => {}
+            outcome => {
+                outcome.map_err(kube_error("collect the finished FunctionJob", job_id))?;
+            }
+        }
+        ctx.metrics.collected.inc();
         ctx.forget(job);
+        return Ok(Action::await_change());
     }
     Ok(match status {
         JobStatus::Queued => {
@@ -335,9 +406,20 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
             Action::requeue((ctx.settings.pending_deadline / 4).clamp(Duration::from_secs(1), Duration::from_secs(60)))
         }
         JobStatus::Running => Action::requeue(Duration::from_secs(60)),
-        _ if pod.is_some() => Action::requeue(keep.max(Duration::from_secs(1))),
-        _ => Action::await_change(),
+        _ => match archive_retry {
+            Some(retry_after) => Action::requeue(retry_after),
+            // The pod's deletion is under way (its watch event wakes this; the timer is a net)
+            // or its keep window runs.
+            None if !pod_deleted => Action::requeue(keep_pod.saturating_sub(since_end).max(Duration::from_secs(5))),
+            None => Action::requeue(keep_job.saturating_sub(since_end).max(Duration::from_secs(1))),
+        },
     })
+}
+
+/// Time since `at` (zero for a time in the future).
+fn elapsed_since(at: k8s_openapi::jiff::Timestamp) -> Duration {
+    let seconds = k8s_openapi::jiff::Timestamp::now().duration_since(at).as_secs_f64();
+    Duration::from_secs_f64(seconds.max(0.0))
 }
 
 /// Writes the resource's status, unless this process wrote exactly that last time.
@@ -366,63 +448,144 @@ impl Context {
     }
 }
 
-/// Makes sure the finished job's logs are in storage: the launcher ships them (its exit record
-/// comes last); if it could not, the pod's log is streamed through the prefix router, capped,
-/// and stored. True when the logs are archived (or there is nothing left to archive).
-async fn archive(ctx: &Context, job: &FunctionJob, row: &jobs::JobState, pod: Option<&Pod>) -> Result<bool, Error> {
+/// Settles a finished job's log: in storage already (the launcher ships it, its exit record
+/// last), archived now from the pod's log (through the prefix router, capped), or, when there is
+/// none to read (the container never ran, the pod is gone), an explicit `no log: <why>` in its
+/// place. A pod log that cannot be read is retried: `Err(wait)`; after `archive_give_up` it is
+/// given up as lost, with a Warning and a job event saying why. Nothing goes silently.
+async fn settle_log(
+    ctx: &Context,
+    job: &FunctionJob,
+    row: &jobs::JobState,
+    pod: Option<&Pod>,
+    why_none: &str,
+    trying_for: Duration,
+) -> Result<Result<LogState, Duration>, Error> {
     let job_id = job.spec.job_id.as_str();
     let archive_error = |source| Error::Archive { job_id: job_id.to_string(), source };
     if ctx.storage.read_to_bytes(&keys::job_exit(job_id)).await.map_err(archive_error)?.is_some() {
-        return Ok(true);
+        return Ok(Ok(LogState::Archived));
     }
-    let Some(pod) = pod else { return Ok(true) };
-    let started = pod.status.as_ref().and_then(|s| s.container_statuses.as_ref()).is_some_and(|c| !c.is_empty());
-    if !started {
-        return Ok(true);
-    }
-    let params = LogParams { container: Some("job".into()), ..Default::default() };
-    let stream = match ctx.pods().log_stream(&pod_name(job_id), &params).await {
-        Ok(stream) => stream,
-        // The kubelet may not serve it (yet): try again on the next reconcile.
-        Err(error) => {
-            tracing::warn!(error = &error as &dyn std::error::Error, "failed to read the pod log for archiving");
-            return Ok(false);
-        }
+    let readable = match pod {
+        Some(pod) => log_source(pod),
+        None => Err(format!("the job's pod is gone and left no log ({why_none})")),
     };
-    let mut router = LogRouter::new(row.provider_function, ctx.settings.logs_size_limit);
-    let mut lines = stream.lines();
-    while let Some(line) =
-        lines.try_next().await.map_err(|source| Error::PodLog { job_id: job_id.to_string(), source })?
-    {
-        router.push_line(&line);
+    let why = match readable {
+        Ok(()) => match read_pod_log(ctx, job_id, row.provider_function).await {
+            Ok((user, provider)) => {
+                store_log(ctx, job_id, user, provider).await?;
+                record(ctx, job, false, "LogsArchived", Some("archived from the pod's log".into())).await;
+                return Ok(Ok(LogState::Archived));
+            }
+            Err(error) if trying_for < ctx.settings.archive_give_up => {
+                let retry_after = archive_backoff(trying_for);
+                tracing::warn!(job.id = %job_id, %error, retry_in = retry_after.as_secs(), "the pod's log could not be read for archiving");
+                return Ok(Err(retry_after));
+            }
+            Err(error) => {
+                let why = format!("the pod's log could not be read for {} s, giving up: {error}", trying_for.as_secs());
+                return settle_without_log(ctx, job, row, LogState::Lost(why)).await.map(Ok);
+            }
+        },
+        Err(why) => why,
+    };
+    // A log already there (archived by an earlier reconcile whose status write was lost).
+    if ctx.storage.read_to_bytes(&keys::job_user_log(job_id)).await.map_err(archive_error)?.is_some() {
+        return Ok(Ok(LogState::Archived));
     }
-    let user_log = router.user.render();
-    ctx.metrics.archived_bytes.inc_by(user_log.len() as u64);
-    ctx.storage.put_bytes(&keys::job_user_log(job_id), user_log.into()).await.map_err(archive_error)?;
-    if router.provider_function() {
-        let provider_log = router.provider.render();
-        ctx.metrics.archived_bytes.inc_by(provider_log.len() as u64);
-        ctx.storage.put_bytes(&keys::job_provider_log(job_id), provider_log.into()).await.map_err(archive_error)?;
-    }
-    record(ctx, job, false, "LogsArchived", Some("archived from the pod's log".into())).await;
-    Ok(true)
+    settle_without_log(ctx, job, row, LogState::NoLog(why)).await.map(Ok)
 }
 
-/// The resource is being deleted: settle the job row and the archive, then let it go.
+/// The pod's log, split by prefix as the launcher splits it: (user log, provider log).
+async fn read_pod_log(ctx: &Context, job_id: &str, provider: bool) -> Result<(String, Option<String>), String> {
+    let params = LogParams { container: Some(crate::crd::JOB_CONTAINER.into()), ..Default::default() };
+    let stream = ctx.pods().log_stream(&pod_name(job_id), &params).await.map_err(|error| error.to_string())?;
+    let mut router = LogRouter::new(provider, ctx.settings.logs_size_limit);
+    let mut lines = stream.lines();
+    while let Some(line) = lines.try_next().await.map_err(|error| error.to_string())? {
+        router.push_line(&line);
+    }
+    let provider_log = router.provider_function().then(|| router.provider.render());
+    Ok((router.user.render(), provider_log))
+}
+
+async fn store_log(ctx: &Context, job_id: &str, user: String, provider: Option<String>) -> Result<(), Error> {
+    let archive_error = |source| Error::Archive { job_id: job_id.to_string(), source };
+    ctx.metrics.archived_bytes.inc_by(user.len() as u64);
+    ctx.storage.put_bytes(&keys::job_user_log(job_id), user.into()).await.map_err(archive_error)?;
+    if let Some(provider) = provider {
+        ctx.metrics.archived_bytes.inc_by(provider.len() as u64);
+        ctx.storage.put_bytes(&keys::job_provider_log(job_id), provider.into()).await.map_err(archive_error)?;
+    }
+    Ok(())
+}
+
+/// Puts `no log: <why>` where the log would be, and says so: a Kubernetes Event (a Warning when
+/// a log was lost) and, for a lost log, a job event (`LOG_LOST`) the API lists.
+async fn settle_without_log(
+    ctx: &Context,
+    job: &FunctionJob,
+    row: &jobs::JobState,
+    state: LogState,
+) -> Result<LogState, Error> {
+    let job_id = job.spec.job_id.as_str();
+    let (lost, why) = match &state {
+        LogState::Lost(why) => (true, why.clone()),
+        LogState::NoLog(why) => (false, why.clone()),
+        _ => return Ok(state),
+    };
+    let note = format!("no log: {why}\n");
+    store_log(ctx, job_id, note.clone(), row.provider_function.then(|| note.clone())).await?;
+    if lost {
+        ctx.metrics.logs_lost.inc();
+        let data = json!({"message": format!("the job's log was lost: {why}")});
+        jobs::insert_finished_event(&ctx.db, job_id, "LOG_LOST", "ARCHIVE_LOGS", &data)
+            .await
+            .map_err(database_error(job_id))?;
+        record(ctx, job, true, "LogLost", Some(why)).await;
+    } else {
+        record(ctx, job, false, "NoLog", Some(why)).await;
+    }
+    Ok(state)
+}
+
+/// The resource is being deleted: settle the job row, the log and the token, delete the pod,
+/// then let it go. A log that cannot be archived yet holds the resource (an error keeps the
+/// finalizer) until `archive_give_up` after the deletion began; then it is given up as lost.
 async fn cleanup(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
     let job_id = job.spec.job_id.as_str();
-    let pod = ctx.observe_pod(job_id, true).await?;
+    let previous = job.status.clone().unwrap_or_default();
+    let pod_gone = condition_is(&previous, "PodDeleted");
+    let pod = ctx.observe_pod(job_id, !pod_gone).await?;
     if let Some(row) = jobs::state(&ctx.db, job_id).await.map_err(database_error(job_id))? {
+        let mut message = previous.message.clone();
         if !row.status().is_terminal() {
             let trigger = match row.status() {
                 JobStatus::Queued => Trigger::StopRequested,
                 _ => Trigger::Lost { reason: "the job's FunctionJob was deleted".into() },
             };
-            move_job(&ctx.db, &ctx.publisher, job_id, row.status(), &trigger).await.map_err(database_error(job_id))?;
+            if let Some(moved) = move_job(&ctx.db, &ctx.publisher, job_id, row.status(), &trigger)
+                .await
+                .map_err(database_error(job_id))?
+            {
+                message = describe(&trigger);
+                record(ctx, job, moved == JobStatus::Failed, moved.as_str(), message.clone()).await;
+            }
         }
-        if !job.status.as_ref().is_some_and(|s| s.logs_archived) && !archive(ctx, job, &row, pod.as_ref()).await? {
-            return Ok(Action::requeue(Duration::from_secs(5)));
+        if !LogState::of(&previous).settled() {
+            let since = job.metadata.deletion_timestamp.as_ref().map(|t| elapsed_since(t.0)).unwrap_or_default();
+            let why_none = message.unwrap_or_else(|| "the job's FunctionJob was deleted".into());
+            if let Err(retry_after) = settle_log(ctx, job, &row, pod.as_ref(), &why_none, since).await? {
+                return Err(Error::ArchivePending {
+                    job_id: job_id.to_string(),
+                    reason: "the pod's log could not be read".into(),
+                    retry_after,
+                });
+            }
         }
+    }
+    if !condition_is(&previous, "SecretDeleted") {
+        ctx.delete_secret(job_id).await?;
     }
     if pod.is_some() {
         ctx.delete_pod(job_id, &DeleteParams::default(), "delete the pod").await?;

@@ -77,6 +77,7 @@ pub fn pod_trigger(
     let reason = status.and_then(|s| s.reason.as_deref()).unwrap_or_default();
     let message = status.and_then(|s| s.message.as_deref()).unwrap_or("no detail");
     match phase {
+        "Pending" if pod.metadata.deletion_timestamp.is_some() && stop_requested => Some(Trigger::StopRequested),
         "Pending" if pod.metadata.deletion_timestamp.is_some() => {
             Some(Trigger::Lost { reason: "the job's pod was deleted before it started".into() })
         }
@@ -91,9 +92,146 @@ pub fn pod_trigger(
         "Failed" if reason == "Evicted" || reason == "Preempting" || reason == "Shutdown" => {
             Some(Trigger::Lost { reason: format!("the job's pod was ended by the cluster ({reason}): {message}") })
         }
-        "Failed" => Some(Trigger::Exited { success: false }),
+        "Failed" => Some(match failure_reason(pod) {
+            Some(reason) => Trigger::Crashed { reason },
+            None if !reason.is_empty() => {
+                Trigger::Crashed { reason: format!("the job's pod failed ({reason}): {message}") }
+            }
+            None => Trigger::Exited { success: false },
+        }),
         _ => None,
     }
+}
+
+/// Terminated reasons of a container that never ran its command (its log is empty or absent).
+const NEVER_RAN: [&str; 2] = ["ContainerCannotRun", "StartError"];
+
+/// Why a failed pod failed, in words a user can act on: an init container that failed, the job's
+/// container killed for memory or ended with an error code. `None` when no container says.
+pub fn failure_reason(pod: &Pod) -> Option<String> {
+    let status = pod.status.as_ref()?;
+    for init in status.init_container_statuses.iter().flatten() {
+        let Some(ended) = init.state.as_ref().and_then(|s| s.terminated.as_ref()) else { continue };
+        if ended.exit_code != 0 {
+            return Some(format!(
+                "the init container {} failed with exit code {} ({}): {}; the job's container never started",
+                init.name,
+                ended.exit_code,
+                ended.reason.as_deref().unwrap_or("Error"),
+                ended.message.as_deref().unwrap_or("no detail")
+            ));
+        }
+    }
+    for container in status.container_statuses.iter().flatten() {
+        let Some(ended) = container.state.as_ref().and_then(|s| s.terminated.as_ref()) else { continue };
+        let reason = ended.reason.as_deref().unwrap_or("Error");
+        if reason == "OOMKilled" {
+            return Some(format!(
+                "the job ran out of memory: its container {} was killed at its memory limit (OOMKilled, exit code {}); run it with a larger function size",
+                container.name, ended.exit_code
+            ));
+        }
+        if NEVER_RAN.contains(&reason) {
+            return Some(format!(
+                "the job's container {} could not run ({reason}): {}",
+                container.name,
+                ended.message.as_deref().unwrap_or("no detail")
+            ));
+        }
+        if ended.exit_code != 0 {
+            return Some(format!(
+                "the job's container {} exited with code {} ({reason})",
+                container.name, ended.exit_code
+            ));
+        }
+    }
+    None
+}
+
+/// Whether the pod's log can be read: its job container ran (or runs). Otherwise, why there is
+/// no log (a log request would be refused, now and on every retry).
+pub fn log_source(pod: &Pod) -> Result<(), String> {
+    let status = pod.status.as_ref();
+    let job = status
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|containers| containers.iter().find(|c| c.name == crate::crd::JOB_CONTAINER));
+    let state = job.and_then(|c| c.state.as_ref());
+    if let Some(state) = state {
+        let ended = state.terminated.as_ref();
+        if state.running.is_some()
+            || ended.is_some_and(|e| !NEVER_RAN.contains(&e.reason.as_deref().unwrap_or_default()))
+        {
+            return Ok(());
+        }
+    }
+    if let Some(reason) = failure_reason(pod) {
+        return Err(reason);
+    }
+    if let Some(waiting) = state.and_then(|s| s.waiting.as_ref()) {
+        return Err(format!(
+            "the job's container never started ({}: {})",
+            waiting.reason.as_deref().unwrap_or("waiting"),
+            waiting.message.as_deref().unwrap_or("no detail")
+        ));
+    }
+    let scheduled = status
+        .and_then(|s| s.conditions.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .all(|c| c.type_ != "PodScheduled" || c.status == "True");
+    Err(if scheduled {
+        "the job's container never started".into()
+    } else {
+        "the job's pod was never scheduled on a node".into()
+    })
+}
+
+/// Where a finished job's log stands; the `LogsArchived` condition of the resource keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LogState {
+    /// Not settled: the job runs, or archiving is still being tried.
+    Unsettled,
+    /// In storage: shipped by the launcher or archived from the pod's log.
+    Archived,
+    /// There never was one, for this reason (the job's container never ran).
+    NoLog(String),
+    /// There was one, but it could not be archived in time, for this reason.
+    Lost(String),
+}
+
+impl LogState {
+    pub fn settled(&self) -> bool {
+        *self != LogState::Unsettled
+    }
+
+    /// The state the resource's status records.
+    pub fn of(status: &FunctionJobStatus) -> LogState {
+        if !status.logs_archived {
+            return LogState::Unsettled;
+        }
+        let condition = status.conditions.iter().find(|c| c.type_ == "LogsArchived");
+        let message = condition.map(|c| c.message.clone()).unwrap_or_default();
+        match condition.map(|c| c.reason.as_str()) {
+            Some("NoLog") => LogState::NoLog(message),
+            Some("LogLost") => LogState::Lost(message),
+            _ => LogState::Archived,
+        }
+    }
+
+    /// The condition's reason and message.
+    fn condition(&self) -> (&'static str, &str) {
+        match self {
+            LogState::Unsettled => ("NotYet", ""),
+            LogState::Archived => ("Archived", ""),
+            LogState::NoLog(why) => ("NoLog", why),
+            LogState::Lost(why) => ("LogLost", why),
+        }
+    }
+}
+
+/// Whether the condition `kind` of a status is true.
+pub fn condition_is(status: &FunctionJobStatus, kind: &str) -> bool {
+    status.conditions.iter().any(|c| c.type_ == kind && c.status == "True")
 }
 
 fn phase_of(status: JobStatus) -> JobPhase {
@@ -113,7 +251,11 @@ pub struct Observed<'a> {
     pub status: JobStatus,
     pub sub_status: Option<&'a str>,
     pub pod: Option<&'a Pod>,
-    pub logs_archived: bool,
+    pub logs: &'a LogState,
+    /// The job's Secret was deleted (its pod is done with the token).
+    pub secret_deleted: bool,
+    /// The job's pod is gone for good (deleted after the keep window, or never made).
+    pub pod_deleted: bool,
     pub message: Option<&'a str>,
     pub generation: Option<i64>,
     /// When the job reached a terminal status, if it did.
@@ -157,6 +299,7 @@ pub fn resource_status(observed: &Observed<'_>) -> FunctionJobStatus {
     let running = status == JobStatus::Running;
     let finished = status.is_terminal();
     let message = observed.message.unwrap_or_default();
+    let (log_reason, log_message) = observed.logs.condition();
     FunctionJobStatus {
         phase: Some(phase_of(status)),
         sub_status: observed.sub_status.filter(|_| running).map(str::to_string),
@@ -169,17 +312,26 @@ pub fn resource_status(observed: &Observed<'_>) -> FunctionJobStatus {
             condition(previous, "Admitted", admitted, if admitted { "PodCreated" } else { "Queued" }, "", observed),
             condition(previous, "Running", running, status.as_str(), "", observed),
             condition(previous, "Finished", finished, status.as_str(), message, observed),
+            condition(previous, "LogsArchived", observed.logs.settled(), log_reason, log_message, observed),
             condition(
                 previous,
-                "LogsArchived",
-                observed.logs_archived,
-                if observed.logs_archived { "Archived" } else { "NotYet" },
+                "SecretDeleted",
+                observed.secret_deleted,
+                if observed.secret_deleted { "JobFinished" } else { "InUse" },
+                "",
+                observed,
+            ),
+            condition(
+                previous,
+                "PodDeleted",
+                observed.pod_deleted,
+                if observed.pod_deleted { "Gone" } else { "Present" },
                 "",
                 observed,
             ),
         ],
         observed_generation: observed.generation,
-        logs_archived: observed.logs_archived,
+        logs_archived: observed.logs.settled(),
         message: observed.message.map(str::to_string),
     }
 }
@@ -279,7 +431,9 @@ mod tests {
             status: JobStatus::Running,
             sub_status: Some("MAPPING"),
             pod: Some(&running_pod),
-            logs_archived: false,
+            logs: &LogState::Unsettled,
+            secret_deleted: false,
+            pod_deleted: false,
             message: None,
             generation: Some(1),
             completed: None,
@@ -295,7 +449,9 @@ mod tests {
             status: JobStatus::Succeeded,
             sub_status: Some("MAPPING"),
             pod: None,
-            logs_archived: true,
+            logs: &LogState::Archived,
+            secret_deleted: true,
+            pod_deleted: true,
             message: None,
             generation: Some(1),
             completed: Some(later),
@@ -311,5 +467,98 @@ mod tests {
         assert_eq!(by_kind(&done, "Finished").status, "True");
         assert_eq!(by_kind(&done, "Finished").last_transition_time.0, later);
         assert!(done.logs_archived && by_kind(&done, "LogsArchived").status == "True");
+    }
+
+    fn terminated(name: &str, code: i32, reason: &str) -> serde_json::Value {
+        json!({"name": name, "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+               "state": {"terminated": {"exitCode": code, "reason": reason}}})
+    }
+
+    #[test]
+    fn failed_pods_say_why_in_words_a_user_can_act_on() {
+        let oom = trigger(
+            JobStatus::Running,
+            json!({"phase": "Failed", "containerStatuses": [terminated("job", 137, "OOMKilled")]}),
+        );
+        assert!(
+            matches!(&oom, Some(Trigger::Crashed { reason }) if reason.contains("out of memory") && reason.contains("larger function size")),
+            "{oom:?}"
+        );
+        let exit = trigger(
+            JobStatus::Running,
+            json!({"phase": "Failed", "containerStatuses": [terminated("job", 3, "Error")]}),
+        );
+        assert!(
+            matches!(&exit, Some(Trigger::Crashed { reason }) if reason.contains("exited with code 3")),
+            "{exit:?}"
+        );
+        let init = trigger(
+            JobStatus::Pending,
+            json!({"phase": "Failed", "initContainerStatuses": [terminated("place-launcher", 1, "Error")],
+                   "containerStatuses": [{"name": "job", "image": "x", "imageID": "", "ready": false, "restartCount": 0,
+                                          "state": {"waiting": {"reason": "PodInitializing"}}}]}),
+        );
+        assert!(
+            matches!(&init, Some(Trigger::Crashed { reason }) if reason.contains("init container place-launcher failed")),
+            "{init:?}"
+        );
+        let rejected =
+            trigger(JobStatus::Pending, json!({"phase": "Failed", "reason": "OutOfcpu", "message": "node full"}));
+        assert!(matches!(&rejected, Some(Trigger::Crashed { reason }) if reason.contains("OutOfcpu")), "{rejected:?}");
+        // Stopped while its pod was still pending: a stop, not a loss.
+        let mut pending = pod(json!({"phase": "Pending"}));
+        pending.metadata.deletion_timestamp = Some(Time(now()));
+        let stopped = pod_trigger(JobStatus::Pending, true, Some(&pending), now(), DEADLINE);
+        assert_eq!(stopped, Some(Trigger::StopRequested));
+    }
+
+    #[test]
+    fn a_log_is_read_only_from_a_container_that_ran() {
+        let ran = pod(json!({"phase": "Failed", "containerStatuses": [terminated("job", 1, "Error")]}));
+        assert_eq!(log_source(&ran), Ok(()));
+        let running =
+            pod(json!({"phase": "Running", "containerStatuses": [{"name": "job", "image": "x", "imageID": "",
+            "ready": true, "restartCount": 0, "state": {"running": {}}}]}));
+        assert_eq!(log_source(&running), Ok(()));
+        let pulling = pod(
+            json!({"phase": "Pending", "containerStatuses": [{"name": "job", "image": "x", "imageID": "",
+            "ready": false, "restartCount": 0, "state": {"waiting": {"reason": "ImagePullBackOff", "message": "denied"}}}]}),
+        );
+        let why = log_source(&pulling).unwrap_err();
+        assert!(why.contains("never started") && why.contains("ImagePullBackOff"), "{why}");
+        let unscheduled = pod(
+            json!({"phase": "Pending", "conditions": [{"type": "PodScheduled", "status": "False", "reason": "Unschedulable"}]}),
+        );
+        assert!(log_source(&unscheduled).unwrap_err().contains("never scheduled"));
+        let init = pod(json!({"phase": "Failed", "initContainerStatuses": [terminated("place-launcher", 2, "Error")]}));
+        assert!(log_source(&init).unwrap_err().contains("init container"));
+        let cannot = pod(json!({"phase": "Failed", "containerStatuses": [terminated("job", 128, "StartError")]}));
+        assert!(log_source(&cannot).unwrap_err().contains("could not run"));
+    }
+
+    #[test]
+    fn the_log_state_survives_in_the_status() {
+        for state in [
+            LogState::Unsettled,
+            LogState::Archived,
+            LogState::NoLog("never started".into()),
+            LogState::Lost("log read refused".into()),
+        ] {
+            let status = resource_status(&Observed {
+                status: JobStatus::Failed,
+                sub_status: None,
+                pod: None,
+                logs: &state,
+                secret_deleted: true,
+                pod_deleted: false,
+                message: Some("x"),
+                generation: Some(1),
+                completed: Some(now()),
+                previous: None,
+                now: now(),
+            });
+            assert_eq!(LogState::of(&status), state);
+            assert!(condition_is(&status, "SecretDeleted") && !condition_is(&status, "PodDeleted"));
+        }
     }
 }

@@ -1,0 +1,435 @@
+//! Every way a job's pod can end, driven through the API server and kubelet doubles with the
+//! real controller: the job's final status with a reason a user can act on (in the API, the
+//! FunctionJob's status and a Kubernetes Event), the log archived or an explicit `no log: <why>`,
+//! the pod and the Secret gone, and not one more API call about the job once it settled. Then
+//! the finalizer holding a resource whose log cannot be archived, and the collection of finished
+//! resources.
+
+use std::time::Duration;
+
+use gantry::compute::controller::build::{pod_name, secret_name};
+use serde_json::{Value, json};
+
+use crate::controller::{Cluster, MAIN, NAMESPACE};
+use crate::harness::{Backend, Gateway};
+use crate::kube_double::{ApiServer, Kind};
+use crate::kubelet_double::Fault;
+
+/// Prints a line, then sleeps until something ends it.
+const SLEEPER: &str = "import time\nprint('[PUBLIC] started', flush=True)\ntime.sleep(300)\n";
+
+/// What the test does to the job while it lives.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Act {
+    Nothing,
+    /// `POST jobs/{id}/stop/` as soon as its pod exists, still pending.
+    StopWhilePending,
+    /// `kubectl delete pod` (a graceful delete) once the job has written its first line.
+    DeletePodWhileRunning,
+    /// `kubectl delete fj` once the job has written its first line.
+    DeleteResourceWhileRunning,
+}
+
+struct Ending {
+    /// The function's title (the kubelet double's faults go by it).
+    function: &'static str,
+    main: &'static str,
+    arguments: &'static str,
+    fault: Option<Fault>,
+    act: Act,
+    status: &'static str,
+    /// Part of the reason shown in the FunctionJob's status and its Events (and in the API's
+    /// status event, but for a user's own stop).
+    reason: &'static str,
+    /// Part of what `logs/` answers.
+    log: &'static str,
+}
+
+const ENDINGS: &[Ending] = &[
+    Ending {
+        function: "pull",
+        main: MAIN,
+        arguments: r#"{"n": 1}"#,
+        fault: Some(Fault::PullFails),
+        act: Act::Nothing,
+        status: "FAILED",
+        reason: "ErrImagePull",
+        log: "no log: the job's container never started (ErrImagePull",
+    },
+    Ending {
+        function: "init",
+        main: MAIN,
+        arguments: r#"{"n": 1}"#,
+        fault: Some(Fault::InitFails),
+        act: Act::Nothing,
+        status: "FAILED",
+        reason: "the init container place-launcher failed with exit code 1",
+        log: "no log: the init container place-launcher failed",
+    },
+    Ending {
+        function: "exit",
+        main: MAIN,
+        arguments: r#"{"n": -1}"#,
+        fault: None,
+        act: Act::Nothing,
+        status: "FAILED",
+        reason: "exited with code 3",
+        log: "doubling -1",
+    },
+    Ending {
+        function: "oom",
+        main: SLEEPER,
+        arguments: "{}",
+        fault: Some(Fault::OutOfMemory),
+        act: Act::Nothing,
+        status: "FAILED",
+        reason: "ran out of memory",
+        // The launcher was killed with the function: archived from the pod's log.
+        log: "started",
+    },
+    Ending {
+        function: "evicted",
+        main: SLEEPER,
+        arguments: "{}",
+        fault: Some(Fault::Evicted),
+        act: Act::Nothing,
+        status: "FAILED",
+        reason: "Evicted",
+        log: "started",
+    },
+    Ending {
+        function: "lost",
+        main: SLEEPER,
+        arguments: "{}",
+        fault: Some(Fault::LostWhileRunning),
+        act: Act::Nothing,
+        status: "FAILED",
+        reason: "disappeared",
+        log: "no log: the job's pod is gone",
+    },
+    Ending {
+        function: "unschedulable",
+        main: MAIN,
+        arguments: r#"{"n": 1}"#,
+        fault: Some(Fault::NeverSchedule),
+        act: Act::Nothing,
+        status: "FAILED",
+        reason: "could not be scheduled",
+        log: "no log: the job's pod was never scheduled",
+    },
+    Ending {
+        function: "deleted",
+        main: SLEEPER,
+        arguments: "{}",
+        fault: None,
+        act: Act::DeletePodWhileRunning,
+        status: "FAILED",
+        reason: "deleted while it ran",
+        log: "started",
+    },
+    Ending {
+        function: "nosecret",
+        main: MAIN,
+        arguments: r#"{"n": 1}"#,
+        fault: Some(Fault::SecretMissing),
+        act: Act::Nothing,
+        status: "FAILED",
+        reason: "CreateContainerConfigError",
+        log: "no log: the job's container never started (CreateContainerConfigError",
+    },
+    Ending {
+        function: "resource",
+        main: SLEEPER,
+        arguments: "{}",
+        fault: None,
+        act: Act::DeleteResourceWhileRunning,
+        status: "FAILED",
+        reason: "FunctionJob was deleted",
+        log: "started",
+    },
+    Ending {
+        function: "stopped",
+        main: MAIN,
+        arguments: r#"{"n": 1}"#,
+        fault: Some(Fault::NeverSchedule),
+        act: Act::StopWhilePending,
+        status: "STOPPED",
+        reason: "stopped at the user's request",
+        log: "no log: ",
+    },
+];
+
+/// API calls about one job: requests naming it (its resource, pod, Secret, pod log) and the
+/// Kubernetes Events about it.
+fn calls_about(api: &ApiServer, id: &str) -> usize {
+    let requests = api.requests().iter().filter(|(_, path)| path.contains(id)).count();
+    let events = api.list(Kind::EVENT, NAMESPACE).iter().filter(|e| e["regarding"]["name"] == id).count();
+    requests + events
+}
+
+/// The Kubernetes Events about the resource of `id`: (type, reason, note).
+fn events_about(api: &ApiServer, id: &str) -> Vec<(String, String, String)> {
+    api.list(Kind::EVENT, NAMESPACE)
+        .iter()
+        .filter(|e| e["regarding"]["name"] == id)
+        .map(|e| {
+            let text = |field: &str| e[field].as_str().unwrap_or_default().to_string();
+            (text("type"), text("reason"), text("note"))
+        })
+        .collect()
+}
+
+fn condition(resource: &Value, kind: &str) -> Value {
+    resource["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|c| c["type"] == kind)
+        .cloned()
+        .unwrap_or_default()
+}
+
+/// Waits until the job of `id` is settled: finished, its log settled, its pod and Secret gone,
+/// and (unless `collected`) its resource saying so. Returns the resource, if kept.
+async fn settled(cluster: &Cluster, id: &str, collected: bool) -> Option<Value> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let resource = cluster.api.get(Kind::FUNCTION_JOB, NAMESPACE, id);
+        let pod = cluster.api.get(Kind::POD, NAMESPACE, &pod_name(id));
+        let secret = cluster.api.get(Kind::SECRET, NAMESPACE, &secret_name(id));
+        let resource_done = match &resource {
+            None => collected,
+            Some(r) => {
+                !collected
+                    && ["LogsArchived", "SecretDeleted", "PodDeleted"]
+                        .iter()
+                        .all(|kind| condition(r, kind)["status"] == "True")
+            }
+        };
+        if resource_done && pod.is_none() && secret.is_none() {
+            return resource;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "job {id} never settled:\nresource {resource:?}\npod {pod:?}\nsecret present: {}",
+            secret.is_some()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn act(cluster: &Cluster, id: &str, act: Act) {
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(cluster.api.client(), NAMESPACE);
+    let resources: kube::Api<gantry::crd::FunctionJob> = kube::Api::namespaced(cluster.api.client(), NAMESPACE);
+    match act {
+        Act::Nothing => {}
+        Act::StopWhilePending => {
+            let deadline = std::time::Instant::now() + Duration::from_secs(30);
+            while cluster.api.get(Kind::POD, NAMESPACE, &pod_name(id)).is_none() {
+                assert!(std::time::Instant::now() < deadline, "no pod for {id}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            let stop = cluster.gateway.post_json(&format!("/api/v1/jobs/{id}/stop/"), "alice", json!({})).await;
+            assert_eq!(stop.status, 200, "{}", stop.json);
+        }
+        Act::DeletePodWhileRunning | Act::DeleteResourceWhileRunning => {
+            let deadline = std::time::Instant::now() + Duration::from_secs(60);
+            loop {
+                let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
+                if logs["logs"].as_str().unwrap_or_default().contains("started") {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "{id} never started: {logs}");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            if act == Act::DeletePodWhileRunning {
+                pods.delete(&pod_name(id), &Default::default()).await.unwrap();
+            } else {
+                resources.delete(id, &Default::default()).await.unwrap();
+            }
+        }
+    }
+}
+
+/// Checks everything a user and an operator see of a settled job.
+async fn check_ending(cluster: &Cluster, ending: &Ending, id: &str) {
+    let name = ending.function;
+    let job = cluster.finished(id).await;
+    assert_eq!(job["status"], ending.status, "{name}: {job}");
+    let collected = ending.act == Act::DeleteResourceWhileRunning;
+    let resource = settled(cluster, id, collected).await;
+    if ending.act != Act::StopWhilePending {
+        let events = cluster.gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
+        assert!(events.to_string().contains(ending.reason), "{name}: the API's events say why: {events}");
+    }
+    if let Some(resource) = &resource {
+        let message = resource["status"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(ending.reason), "{name}: the resource says why: {resource}");
+        assert_eq!(resource["status"]["phase"], ending.status, "{name}: {resource}");
+        let logs = condition(resource, "LogsArchived");
+        let no_log = ending.log.starts_with("no log: ");
+        assert_eq!(logs["reason"], if no_log { "NoLog" } else { "Archived" }, "{name}: {logs}");
+    }
+    let events = events_about(&cluster.api, id);
+    assert!(
+        events.iter().any(|(_, _, note)| note.contains(ending.reason)),
+        "{name}: a Kubernetes Event says why: {events:?}"
+    );
+    let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
+    let text = logs["logs"].as_str().unwrap_or_default();
+    assert!(text.contains(ending.log), "{name}: the log: {logs}");
+}
+
+/// The table: every ending at once on one cluster (a 4 s pending deadline), then the quiet
+/// after: nothing more is asked about any settled job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_way_a_pod_ends_is_settled_and_leaves_nothing_behind() {
+    let gateway = Gateway::start(Backend::PostgresS3).await;
+    let cluster = Cluster::start_tuned(gateway, Duration::from_secs(4), Duration::from_secs(3600), |settings| {
+        settings.limits.jobs_per_user = 32;
+        settings.limits.cpu_slots = 32;
+    })
+    .await;
+    let mut ids = Vec::new();
+    for ending in ENDINGS {
+        cluster.upload(ending.function, ending.main).await;
+        if let Some(fault) = &ending.fault {
+            cluster.kubelet.inject(ending.function, fault.clone());
+        }
+    }
+    for ending in ENDINGS {
+        ids.push(cluster.run(ending.function, ending.arguments).await);
+    }
+    let acts = ENDINGS.iter().zip(&ids).map(|(ending, id)| act(&cluster, id, ending.act));
+    futures::future::join_all(acts).await;
+    for (ending, id) in ENDINGS.iter().zip(&ids) {
+        check_ending(&cluster, ending, id).await;
+    }
+    // Settled means quiet: no request and no Event about any of them any more.
+    let before: Vec<usize> = ids.iter().map(|id| calls_about(&cluster.api, id)).collect();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let after: Vec<usize> = ids.iter().map(|id| calls_about(&cluster.api, id)).collect();
+    for ((ending, before), after) in ENDINGS.iter().zip(&before).zip(&after) {
+        assert_eq!(before, after, "{}: API calls after it settled", ending.function);
+    }
+}
+
+/// A pod past `activeDeadlineSeconds` (PROGRAM_TIMEOUT): STOPPED with the reason, the log the
+/// launcher shipped on SIGTERM, and nothing left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pod_past_its_deadline_is_settled_and_leaves_nothing_behind() {
+    let gateway = Gateway::start(Backend::PostgresS3).await;
+    let cluster = Cluster::start_tuned(gateway, Duration::from_secs(600), Duration::from_secs(2), |_| {}).await;
+    let ending = Ending {
+        function: "sleeper",
+        main: SLEEPER,
+        arguments: "{}",
+        fault: None,
+        act: Act::Nothing,
+        status: "STOPPED",
+        reason: "PROGRAM_TIMEOUT",
+        log: "started",
+    };
+    cluster.upload(ending.function, ending.main).await;
+    let id = cluster.run(ending.function, ending.arguments).await;
+    check_ending(&cluster, &ending, &id).await;
+    let before = calls_about(&cluster.api, &id);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(calls_about(&cluster.api, &id), before, "API calls after it settled");
+}
+
+/// A log that cannot be read holds the resource being deleted (finalizer kept, pod kept to read
+/// it from) and is retried; after the give-up time the log is recorded lost with a Warning and a
+/// job event, and the resource goes. A log refused only for a while is archived on a retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finalizer_holds_until_the_log_is_settled_and_then_lets_go_with_a_warning() {
+    let gateway = Gateway::start(Backend::PostgresS3).await;
+    let cluster = Cluster::start_tuned(gateway, Duration::from_secs(600), Duration::from_secs(3600), |settings| {
+        settings.archive_give_up = Duration::from_secs(4);
+    })
+    .await;
+    // The launcher can ship nothing: the log must come from the pod.
+    cluster.kubelet.refuse_writes("fn");
+    let main = "import time\nprint('[PUBLIC] working', flush=True)\ntime.sleep(1)\nprint('[PUBLIC] done')\n";
+    cluster.upload("fn", main).await;
+
+    let refused = cluster.run("fn", "{}").await;
+    cluster.api.fail_next("GET", &format!("{}/log", pod_name(&refused)), 400, 1_000_000);
+    cluster.finished(&refused).await;
+    let resources: kube::Api<gantry::crd::FunctionJob> = kube::Api::namespaced(cluster.api.client(), NAMESPACE);
+    resources.delete(&refused, &Default::default()).await.unwrap();
+    let deleted_at = std::time::Instant::now();
+    // Held: still there, marked for deletion, its pod kept, no log yet.
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let held = cluster.api.get(Kind::FUNCTION_JOB, NAMESPACE, &refused).expect("the finalizer holds the resource");
+    assert!(!held["metadata"]["deletionTimestamp"].is_null(), "{held}");
+    assert!(cluster.api.get(Kind::POD, NAMESPACE, &pod_name(&refused)).is_some(), "the pod is kept to read its log");
+    let tries =
+        cluster.api.requests().iter().filter(|(_, p)| p.contains(&format!("{}/log", pod_name(&refused)))).count();
+    assert!((2..=12).contains(&tries), "retried with backoff, not in a loop: {tries} log reads");
+    // Then released, saying so.
+    settled(&cluster, &refused, true).await;
+    assert!(deleted_at.elapsed() >= Duration::from_secs(3), "released only after the give-up time");
+    let warnings: Vec<_> = events_about(&cluster.api, &refused)
+        .into_iter()
+        .filter(|(kind, reason, _)| kind == "Warning" && reason == "LogLost")
+        .collect();
+    assert_eq!(warnings.len(), 1, "{:?}", events_about(&cluster.api, &refused));
+    assert!(warnings[0].2.contains("could not be read"), "{warnings:?}");
+    let events = cluster.gateway.get(&format!("/api/v1/jobs/{refused}/events/"), "alice").await.json;
+    let lost: Vec<&Value> = events.as_array().unwrap().iter().filter(|e| e["event_type"] == "LOG_LOST").collect();
+    assert_eq!(lost.len(), 1, "{events}");
+    assert!(lost[0]["data"]["message"].as_str().unwrap().contains("the job's log was lost"), "{events}");
+    let logs = cluster.gateway.get(&format!("/api/v1/jobs/{refused}/logs/"), "alice").await.json;
+    assert!(logs["logs"].as_str().unwrap().starts_with("no log: the pod's log could not be read"), "{logs}");
+
+    // Refused twice, then served: archived, no warning.
+    let flaky = cluster.run("fn", "{}").await;
+    cluster.api.fail_next("GET", &format!("{}/log", pod_name(&flaky)), 400, 2);
+    cluster.finished(&flaky).await;
+    let resource = settled(&cluster, &flaky, false).await.unwrap();
+    assert_eq!(condition(&resource, "LogsArchived")["reason"], "Archived", "{resource}");
+    let logs = cluster.gateway.get(&format!("/api/v1/jobs/{flaky}/logs/"), "alice").await.json;
+    assert!(logs["logs"].as_str().unwrap().starts_with("working\ndone\n"), "{logs}");
+    assert!(events_about(&cluster.api, &flaky).iter().all(|(kind, _, _)| kind != "Warning"));
+}
+
+/// A finished job's Secret goes when its pod is done; its FunctionJob after the keep window; the
+/// API answers for the job exactly as before, and the gateway's sweep never makes it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_resources_are_collected_and_the_api_answers_as_before() {
+    let gateway = Gateway::start(Backend::PostgresS3).await;
+    let cluster = Cluster::start_tuned(gateway, Duration::from_secs(600), Duration::from_secs(3600), |settings| {
+        settings.keep_finished_jobs = Duration::from_secs(3);
+    })
+    .await;
+    cluster.upload("fn", MAIN).await;
+    let id = cluster.run("fn", r#"{"n": 4}"#).await;
+    let job = cluster.finished(&id).await;
+    assert_eq!(job["status"], "SUCCEEDED", "{job}");
+    // The Secret (the caller's token) goes with the pod; the resource stays for its window.
+    let kept = settled(&cluster, &id, false).await.expect("kept within its window");
+    assert_eq!(kept["status"]["phase"], "SUCCEEDED");
+    let answers = |id: String| {
+        let gateway = &cluster.gateway;
+        async move {
+            let mut seen = Vec::new();
+            for path in ["", "result/", "logs/", "events/"] {
+                seen.push(gateway.get(&format!("/api/v1/jobs/{id}/{path}"), "alice").await.json);
+            }
+            seen.push(gateway.get("/api/v1/jobs/", "alice").await.json);
+            seen
+        }
+    };
+    let before = answers(id.clone()).await;
+    settled(&cluster, &id, true).await;
+    assert_eq!(answers(id.clone()).await, before, "the API answers as before the collection");
+    // Several sweeps later it is still gone, and nothing tried to make it again.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert!(cluster.api.get(Kind::FUNCTION_JOB, NAMESPACE, &id).is_none());
+    let after_collection = cluster.api.requests().len();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let late: Vec<(String, String)> =
+        cluster.api.requests()[after_collection..].iter().filter(|(_, path)| path.contains(&id)).cloned().collect();
+    assert!(late.is_empty(), "nothing about the collected job: {late:?}");
+}
