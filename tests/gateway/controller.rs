@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gantry::compute::controller::build::{Placement, PodSettings, pod_name};
+use gantry::compute::controller::build::{Placement, PodSettings, pod_name, secret_name};
 use gantry::compute::controller::leader::LeaseSettings;
 use gantry::compute::controller::reconcile::{Context, ControllerSettings};
 use gantry::compute::kube::{KubeBackend, KubeSettings};
@@ -550,12 +550,21 @@ async fn a_container_image_function_runs_in_its_image() {
 #[ignore = "benchmark: run bench/controller.sh"]
 async fn bench_pods_created_per_second() {
     use gantry::crd::{FunctionJob, FunctionJobSpec, FunctionRef, JobResources};
-    let sizes: Vec<usize> = std::env::var("GANTRY_BENCH_JOBS")
-        .unwrap_or_else(|_| "1000,10000".into())
+    // `queued[:history[:stale]]`: finished jobs already in the database, and how many of the
+    // newest of them still have a FunctionJob and a Secret to collect.
+    let runs: Vec<(usize, usize, usize)> = std::env::var("GANTRY_BENCH_JOBS")
+        .unwrap_or_else(|_| "1000,10000,1000:100000,1000:100000:1000".into())
         .split(',')
-        .map(|n| n.trim().parse().expect("GANTRY_BENCH_JOBS: numbers"))
+        .map(|run| {
+            let numbers: Vec<usize> = run
+                .trim()
+                .split(':')
+                .map(|n| n.parse().expect("GANTRY_BENCH_JOBS: queued[:history[:stale]],..."))
+                .collect();
+            (numbers[0], numbers.get(1).copied().unwrap_or(0), numbers.get(2).copied().unwrap_or(0))
+        })
         .collect();
-    for jobs_count in sizes {
+    for (jobs_count, history, stale) in runs {
         let gateway = Gateway::start(Backend::PostgresS3).await;
         gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
         let program_id =
@@ -564,6 +573,11 @@ async fn bench_pods_created_per_second() {
         let api = ApiServer::new();
         api.install_crd(&gantry::crd::crd_yaml()).await;
         let resources: kube::Api<FunctionJob> = kube::Api::namespaced(api.client(), NAMESPACE);
+        // History: finished jobs with their events, of which the newest `stale` still have a
+        // FunctionJob and a Secret from before a restart, finished past the keep window.
+        if history > 0 {
+            seed_history(&gateway, &api, &program_id, &author.id, history, stale).await;
+        }
         let queue = |count: usize| {
             let (db, resources, program_id, author_id) =
                 (gateway.state.db.clone(), resources.clone(), program_id.clone(), author.id.clone());
@@ -668,8 +682,13 @@ async fn bench_pods_created_per_second() {
                 .map(|line| line.split_whitespace().nth(1).unwrap_or("0").parse::<u64>().unwrap_or(0) / 1024)
                 .unwrap_or(0)
         };
+        let run = match (history, stale) {
+            (0, _) => format!("queued={jobs_count}"),
+            (_, 0) => format!("queued={jobs_count} history={history}"),
+            _ => format!("queued={jobs_count} history={history} stale={stale}"),
+        };
         println!(
-            "BENCH queued={jobs_count} pods_per_second={:.0} all_pods_seconds={:.2} first_pod_ms={} run_to_pod_ms={} controller_peak_mib={} controller_now_mib={}",
+            "BENCH {run} pods_per_second={:.0} all_pods_seconds={:.2} first_pod_ms={} run_to_pod_ms={} controller_peak_mib={} controller_now_mib={}",
             jobs_count as f64 / elapsed.as_secs_f64(),
             elapsed.as_secs_f64(),
             first_pod.unwrap_or(elapsed).as_millis(),
@@ -680,7 +699,7 @@ async fn bench_pods_created_per_second() {
         // Where the two cores went while the pods were made (CPU milliseconds per pod).
         let per_pod = |seconds: f64| seconds * 1000.0 / jobs_count as f64;
         println!(
-            "BENCH queued={jobs_count} cpu_ms_per_pod: controller={:.2} api_double_and_bench={:.2} postgres={:.2}",
+            "BENCH {run} cpu_ms_per_pod: controller={:.2} api_double_and_bench={:.2} postgres={:.2}",
             per_pod(controller_cpu),
             per_pod(double_cpu),
             per_pod(postgres_cpu),
@@ -708,8 +727,108 @@ async fn bench_pods_created_per_second() {
             .filter(|(_, count)| **count > jobs_count / 2)
             .map(|(call, count)| format!("{call}={:.2}", *count as f64 / (jobs_count + 1) as f64))
             .collect();
-        println!("BENCH queued={jobs_count} api_calls_per_job: {}", per_job.join(" "));
+        println!("BENCH {run} api_calls_per_job: {}", per_job.join(" "));
+        if history > 0 {
+            // What the cluster holds once the controller caught up: the jobs in flight (no kubelet
+            // runs them here) plus finished ones within the keep window (none).
+            let in_flight = jobs_count + 1;
+            let deadline = std::time::Instant::now() + Duration::from_secs(120);
+            while api.list(Kind::FUNCTION_JOB, NAMESPACE).len() > in_flight && std::time::Instant::now() < deadline {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            let count = |kind| api.list(kind, NAMESPACE).len();
+            let (resources, secrets, pods) = (count(Kind::FUNCTION_JOB), count(Kind::SECRET), count(Kind::POD));
+            println!(
+                "BENCH {run} cluster_objects={} (functionjobs={resources} secrets={secrets} pods={pods}) in_flight={in_flight} controller_peak_mib={}",
+                resources + secrets + pods,
+                memory("VmHWM"),
+            );
+        }
         let _ = controller.kill().await;
+    }
+}
+
+/// Puts `count` finished jobs of `author` in the database (with four events each, as a job's
+/// life leaves), the way a long-running installation has them, and gives the newest `stale` a
+/// FunctionJob and a Secret as a controller that stopped before collecting them left them:
+/// settled, finished two hours ago.
+async fn seed_history(
+    gateway: &Gateway,
+    api: &ApiServer,
+    program_id: &str,
+    author_id: &str,
+    count: usize,
+    stale: usize,
+) {
+    let gantry::db::Db::Postgres(pool) = &gateway.state.db else { panic!("the benchmark runs on PostgreSQL") };
+    let now = chrono::Utc::now().timestamp_micros();
+    sqlx::query(
+        "INSERT INTO jobs (id, program_id, author_id, status, runner, created, updated, last_activity, event_seq) \
+         SELECT gen_random_uuid()::text, $1, $2, (ARRAY['SUCCEEDED','FAILED','STOPPED'])[1 + g % 3], 'kubernetes', \
+                $3 - g * 60000000, $3 - g * 60000000 + 7200000000, $3 - g * 60000000, 4 \
+         FROM generate_series(1, $4) AS g",
+    )
+    .bind(program_id)
+    .bind(author_id)
+    .bind(now - 7_200_000_000)
+    .bind(count as i64)
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
+         SELECT gen_random_uuid()::text, j.id, s, j.created + s, 'STATUS_CHANGE', 'SCHEDULER', 'UPDATE_JOB_STATUS', \
+                '{\"status\": \"' || (ARRAY['QUEUED','PENDING','RUNNING',j.status])[s] || '\"}' \
+         FROM jobs j, generate_series(1, 4) AS s WHERE j.status <> 'QUEUED'",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    for table in ["job_counts", "job_counts_by_day"] {
+        sqlx::query(&format!("DELETE FROM {table}")).execute(pool).await.unwrap();
+    }
+    sqlx::query(
+        "INSERT INTO job_counts (author_id, program_id, status, n) \
+         SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY 1, 2, 3",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
+         SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4",
+    )
+    .execute(pool)
+    .await
+    .unwrap();
+    sqlx::query("ANALYZE").execute(pool).await.unwrap();
+    let newest: Vec<(String, String)> =
+        sqlx::query_as("SELECT id, status FROM jobs WHERE status <> 'QUEUED' ORDER BY created DESC LIMIT $1")
+            .bind(stale as i64)
+            .fetch_all(pool)
+            .await
+            .unwrap();
+    let finished = (chrono::Utc::now() - chrono::Duration::hours(2)).to_rfc3339();
+    let resources: kube::Api<gantry::crd::FunctionJob> = kube::Api::namespaced(api.client(), NAMESPACE);
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(api.client(), NAMESPACE);
+    for (id, status) in &newest {
+        let resource: gantry::crd::FunctionJob = serde_json::from_value(json!({
+            "apiVersion": "gantry.dev/v1alpha1", "kind": "FunctionJob",
+            "metadata": {"name": id, "namespace": NAMESPACE, "finalizers": [gantry::crd::FINALIZER],
+                         "labels": {gantry::crd::LABEL_JOB_ID: id}},
+            "spec": {"jobId": id, "function": {"title": "fn"}, "artifact": "artifacts/x.tar", "entrypoint": "main.py",
+                     "timeoutSeconds": 3600, "user": "alice", "secretName": secret_name(id)},
+        }))
+        .unwrap();
+        resources.create(&Default::default(), &resource).await.unwrap();
+        let status = json!({"phase": status, "podName": pod_name(id), "completionTime": finished, "logsArchived": true,
+                            "conditions": [{"type": "LogsArchived", "status": "True", "reason": "Archived", "message": "",
+                                            "lastTransitionTime": finished}]});
+        api.update_status(Kind::FUNCTION_JOB, NAMESPACE, id, status);
+        let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(json!({
+            "metadata": {"name": secret_name(id), "namespace": NAMESPACE}, "data": {"token": "dG9rZW4="}}))
+        .unwrap();
+        secrets.create(&Default::default(), &secret).await.unwrap();
     }
 }
 

@@ -6,7 +6,8 @@
 //! the `gantry` binary and for `kubectl` (see `/work/shared/design/TESTING.md`).
 //!
 //! It reproduces the behaviours kube-client and kube-runtime 5 rely on:
-//! - resources: core `pods` (+ `pods/status`, `pods/log`), `secrets`, `configmaps`, `events`,
+//! - resources: core `pods` (+ `pods/status`, `pods/log`, refused with 400 for a pod not bound
+//!   to a node or a container that never ran, as the kubelet refuses it), `secrets`, `configmaps`, `events`,
 //!   `namespaces`; `events.k8s.io/v1` `events` (what kube-runtime's `Recorder` posts);
 //!   `coordination.k8s.io/v1` `leases`; `apiextensions.k8s.io/v1` `customresourcedefinitions`,
 //!   and every resource a CRD written to the double declares (scope, short names, printer

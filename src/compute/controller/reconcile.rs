@@ -337,7 +337,7 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
     let mut logs = LogState::of(&previous);
     let mut archive_retry = None;
     if status.is_terminal() && !logs.settled() {
-        let why_none = message.clone().unwrap_or_else(|| format!("the job ended {}", status.as_str()));
+        let why_none = why_no_pod_log(status, message.as_deref(), pod_created);
         match settle_log(ctx, job, &row, pod.as_ref(), &why_none, since_end).await? {
             Ok(settled) => logs = settled,
             Err(retry_after) => archive_retry = Some(retry_after),
@@ -416,6 +416,17 @@ async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
     })
 }
 
+/// Why a job without a pod has no log: it ended before its pod was made, or the pod went
+/// without the launcher shipping one.
+fn why_no_pod_log(status: JobStatus, message: Option<&str>, pod_made: bool) -> String {
+    let detail = message.map(|m| format!(": {m}")).unwrap_or_default();
+    if pod_made {
+        format!("the job's pod is gone and left no log{detail}")
+    } else {
+        format!("the job ended {} before its pod was made{detail}", status.as_str())
+    }
+}
+
 /// Time since `at` (zero for a time in the future).
 fn elapsed_since(at: k8s_openapi::jiff::Timestamp) -> Duration {
     let seconds = k8s_openapi::jiff::Timestamp::now().duration_since(at).as_secs_f64();
@@ -468,7 +479,7 @@ async fn settle_log(
     }
     let readable = match pod {
         Some(pod) => log_source(pod),
-        None => Err(format!("the job's pod is gone and left no log ({why_none})")),
+        None => Err(why_none.to_string()),
     };
     let why = match readable {
         Ok(()) => match read_pod_log(ctx, job_id, row.provider_function).await {
@@ -559,7 +570,8 @@ async fn cleanup(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
     let pod = ctx.observe_pod(job_id, !pod_gone).await?;
     if let Some(row) = jobs::state(&ctx.db, job_id).await.map_err(database_error(job_id))? {
         let mut message = previous.message.clone();
-        if !row.status().is_terminal() {
+        let mut status = row.status();
+        if !status.is_terminal() {
             let trigger = match row.status() {
                 JobStatus::Queued => Trigger::StopRequested,
                 _ => Trigger::Lost { reason: "the job's FunctionJob was deleted".into() },
@@ -568,13 +580,15 @@ async fn cleanup(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
                 .await
                 .map_err(database_error(job_id))?
             {
+                status = moved;
                 message = describe(&trigger);
                 record(ctx, job, moved == JobStatus::Failed, moved.as_str(), message.clone()).await;
             }
         }
         if !LogState::of(&previous).settled() {
             let since = job.metadata.deletion_timestamp.as_ref().map(|t| elapsed_since(t.0)).unwrap_or_default();
-            let why_none = message.unwrap_or_else(|| "the job's FunctionJob was deleted".into());
+            let pod_made = previous.pod_name.is_some() || pod.is_some();
+            let why_none = why_no_pod_log(status, message.as_deref(), pod_made);
             if let Err(retry_after) = settle_log(ctx, job, &row, pod.as_ref(), &why_none, since).await? {
                 return Err(Error::ArchivePending {
                     job_id: job_id.to_string(),
