@@ -1,14 +1,19 @@
-//! `gantry admin`: users, groups, providers, grants and functions managed without SQL.
+//! `gantry admin`: users, groups, providers, grants and functions managed without SQL, and the
+//! history's garbage collection (`gc`, see `retention`).
 
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 
 use crate::db::{self, DatabaseArgs, Db};
+use crate::storage::{Storage, StorageArgs};
 
 #[derive(Debug, Args)]
 pub struct AdminArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
+    /// The object storage, opened by `gc` only (the other commands need no storage credentials).
+    #[command(flatten)]
+    pub storage: StorageArgs,
     #[command(subcommand)]
     pub command: AdminCommand,
 }
@@ -84,13 +89,28 @@ pub enum AdminCommand {
     },
     /// Queue every undeliverable job event again (after fixing the sink), to be sent at once.
     EventsRetry,
+    /// Delete finished jobs (SUCCEEDED, FAILED, STOPPED) last updated more than --older-than days
+    /// ago, with their events, runtime jobs and objects (arguments, result, logs), in batches.
+    Gc {
+        /// Days since a finished job's last update: a number, 0 or more (fractions allowed).
+        #[arg(long, value_parser = crate::retention::parse_days)]
+        older_than: std::time::Duration,
+        /// Say what would be deleted (jobs, events, objects, the oldest and newest job) and
+        /// delete nothing.
+        #[arg(long)]
+        dry_run: bool,
+    },
 }
 
 impl AdminArgs {
     pub async fn run(self) -> anyhow::Result<()> {
-        let Self { database, command } = self;
+        let Self { database, storage, command } = self;
         let db = database.open().await?;
-        println!("{}", admin(&db, command).await?);
+        let storage = match command {
+            AdminCommand::Gc { .. } => Some(storage.open(&database.data_dir)?),
+            _ => None,
+        };
+        println!("{}", admin_with(&db, storage.as_ref(), command).await?);
         Ok(())
     }
 }
@@ -116,8 +136,13 @@ async fn find_provider(db: &Db, name: &str) -> anyhow::Result<db::providers::Pro
     })
 }
 
-/// Carries out one admin command and says what it did.
+/// Carries out one admin command that needs only the database, and says what it did.
 pub async fn admin(db: &Db, command: AdminCommand) -> anyhow::Result<String> {
+    admin_with(db, None, command).await
+}
+
+/// Carries out one admin command and says what it did; `gc` needs `storage`.
+pub async fn admin_with(db: &Db, storage: Option<&Storage>, command: AdminCommand) -> anyhow::Result<String> {
     use crate::db::{programs, providers, users};
     Ok(match command {
         AdminCommand::CreateProvider { name, registry } => {
@@ -200,6 +225,16 @@ pub async fn admin(db: &Db, command: AdminCommand) -> anyhow::Result<String> {
             format!(
                 "{requeued} undeliverable events queued again (a running publisher sends them within its poll period)"
             )
+        }
+        AdminCommand::Gc { older_than, dry_run } => {
+            let storage = storage.context("gantry admin gc needs the object storage")?;
+            let policy = crate::retention::Policy::new(older_than);
+            let now = db::now_micros();
+            let report = match dry_run {
+                true => crate::retention::survey(db, storage, &policy, now).await?,
+                false => crate::retention::collect(db, storage, &policy, now).await?,
+            };
+            report.to_string()
         }
     })
 }

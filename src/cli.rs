@@ -26,7 +26,7 @@ pub enum Command {
     Controller(Box<crate::compute::controller::ControllerArgs>),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
-    /// Manage users, groups, providers and grants without SQL.
+    /// Manage users, groups, providers and grants without SQL; delete old finished jobs (`gc`).
     Admin(AdminArgs),
     /// Run one job: unpack its artifact, run `python <entrypoint>`, ship result and logs. Started
     /// by the runner for each job, never by hand.

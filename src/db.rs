@@ -7,6 +7,7 @@ pub mod jobs;
 pub mod outbox;
 pub mod programs;
 pub mod providers;
+pub mod retention;
 pub mod storage_steps;
 pub mod users;
 

@@ -13,6 +13,7 @@ use crate::api::ApiArgs;
 use crate::compute::kube::{KubeBackend, KubeSettings};
 use crate::db::{self, DatabaseArgs};
 use crate::domain::sizes::Resources;
+use crate::retention::RetentionArgs;
 use crate::secrets::TokenCipher;
 use crate::serve::{parse_timeout, serve_http};
 use crate::state::AppState;
@@ -65,6 +66,8 @@ pub struct GatewayArgs {
     #[command(flatten)]
     pub database: DatabaseArgs,
     #[command(flatten)]
+    pub retention: RetentionArgs,
+    #[command(flatten)]
     pub storage: StorageArgs,
     #[command(flatten)]
     pub api: ApiArgs,
@@ -98,6 +101,7 @@ impl GatewayArgs {
             listen,
             admin_listen,
             database,
+            retention,
             storage,
             api,
             cluster,
@@ -122,6 +126,7 @@ impl GatewayArgs {
         storage.check().await.context("object storage is not reachable")?;
         let (client, namespace) = cluster.connect().await?;
         let publisher = events.start(&db).await?;
+        println!("job history: {}", retention.start(&db, &storage));
         let backend = Arc::new(KubeBackend {
             client,
             db: db.clone(),

@@ -17,6 +17,7 @@ pub mod events;
 pub mod follow;
 pub mod gateway;
 pub mod ops;
+pub mod retention;
 pub mod secrets;
 pub mod serve;
 pub mod state;

@@ -14,6 +14,7 @@ use crate::compute::isolation;
 use crate::compute::local::{LocalRunner, RunnerConfig};
 use crate::compute::{Compute, LimitsArgs, Queue};
 use crate::db::{self, DatabaseArgs, Db};
+use crate::retention::RetentionArgs;
 use crate::secrets::TokenCipher;
 use crate::state::AppState;
 use crate::storage::{Storage, StorageArgs};
@@ -31,6 +32,8 @@ pub struct ServeArgs {
     pub api: ApiArgs,
     #[command(flatten)]
     pub jobs: JobArgs,
+    #[command(flatten)]
+    pub retention: RetentionArgs,
     #[command(flatten)]
     pub events: crate::events::EventArgs,
 }
@@ -112,7 +115,7 @@ pub fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
 
 impl ServeArgs {
     pub async fn run(self) -> anyhow::Result<()> {
-        let Self { listen, database, storage, api, jobs, events } = self;
+        let Self { listen, database, storage, api, jobs, retention, events } = self;
         // Jobs run on this machine: keep this process's memory and environment out of their reach.
         isolation::forbid_dumping().context("failed to make gantry non-dumpable")?;
         let auth = Arc::new(api.auth.authenticator()?);
@@ -138,6 +141,7 @@ impl ServeArgs {
         );
         let publisher = events.start(&db).await?;
         println!("job status events: {}", events.describe());
+        println!("job history: {}", retention.start(&db, &storage));
         let work_root = absolute(&database.data_dir.join("jobs"))?;
         let (storage_args, storage_env) = launcher_storage(&storage_settings, &database.data_dir)?;
         let isolation = match jobs.runner {

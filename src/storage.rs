@@ -403,6 +403,56 @@ impl Storage {
         }
     }
 
+    /// Deletes every object under `prefix` (ending with `/`), at any depth, and returns how many
+    /// there were. Nothing there is not an error, so a deletion cut short can simply be repeated.
+    /// On local storage the folder goes too, with any partial upload staged in it.
+    pub async fn delete_tree(&self, prefix: &str) -> Result<u64, Error> {
+        let objects = self.list_tree(prefix).await?;
+        match self {
+            Storage::Local { root } => {
+                let folder = Self::local_path(root, prefix.trim_end_matches('/'))?;
+                match tokio::fs::remove_dir_all(&folder).await {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                    Err(source) => return Err(Error::Local { operation: "delete", key: prefix.into(), source }),
+                }
+            }
+            Storage::S3 { client, bucket, prefix: root } => {
+                use aws_sdk_s3::types::{Delete, ObjectIdentifier};
+                // One request deletes at most 1,000 keys.
+                for chunk in objects.chunks(1000) {
+                    let identifiers = chunk
+                        .iter()
+                        .map(|object| ObjectIdentifier::builder().key(format!("{root}{}", object.key)).build())
+                        .collect::<Result<Vec<_>, _>>()
+                        .map_err(|e| s3_error("delete", bucket, prefix, e))?;
+                    let delete = Delete::builder()
+                        .set_objects(Some(identifiers))
+                        .quiet(true)
+                        .build()
+                        .map_err(|e| s3_error("delete", bucket, prefix, e))?;
+                    let output = client
+                        .delete_objects()
+                        .bucket(bucket)
+                        .delete(delete)
+                        .send()
+                        .await
+                        .map_err(|e| s3_error("delete", bucket, prefix, e))?;
+                    if let Some(failure) = output.errors().first() {
+                        let key = failure.key().and_then(|k| k.strip_prefix(root.as_str())).unwrap_or(prefix);
+                        let message = format!(
+                            "{}: {}",
+                            failure.code().unwrap_or("error"),
+                            failure.message().unwrap_or("no message")
+                        );
+                        return Err(s3_error("delete", bucket, key, io::Error::other(message)));
+                    }
+                }
+            }
+        }
+        Ok(objects.len() as u64)
+    }
+
     /// Moves the object `from` to `to`, replacing `to`.
     pub async fn rename(&self, from: &str, to: &str) -> Result<(), Error> {
         match self {
@@ -604,6 +654,12 @@ pub mod keys {
         format!("jobs/{job_id}/exit.json")
     }
 
+    /// Folder (ending with `/`) holding every object of one job: the keys above and anything a
+    /// later version adds for the job. Deleting a job deletes this folder.
+    pub fn job_objects(job_id: &str) -> String {
+        format!("jobs/{job_id}/")
+    }
+
     /// Folder (ending with `/`) of a provider's files for one of its functions.
     pub fn provider_files(provider: &str, title: &str) -> String {
         format!("providers/{provider}/{title}/data/")
@@ -619,6 +675,19 @@ pub mod keys {
             assert_eq!(user_files("alice", Some(("ibm", "fn"))), "users/alice/providers/ibm/fn/data/");
             assert_eq!(provider_files("ibm", "fn"), "providers/ibm/fn/data/");
             assert_eq!(artifact("p", "u"), "artifacts/p/u.tar");
+        }
+
+        #[test]
+        fn every_job_object_lies_in_the_jobs_folder() {
+            let folder = job_objects("j1");
+            assert_eq!(folder, "jobs/j1/");
+            for key in
+                [job_arguments("j1"), job_result("j1"), job_user_log("j1"), job_provider_log("j1"), job_exit("j1")]
+            {
+                assert!(key.starts_with(&folder), "{key}");
+            }
+            // One job's folder is never a prefix of another's.
+            assert!(!job_objects("j10").starts_with(&folder));
         }
 
         #[test]

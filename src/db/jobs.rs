@@ -63,7 +63,7 @@ fn status_of(stored: &str) -> JobStatus {
 
 /// Adds `$5` to the counts of (author `$1`, program `$2`, status `$3`), in total and for the
 /// creation day `$4`.
-const COUNT_ADD: [&str; 2] = [
+pub(super) const COUNT_ADD: [&str; 2] = [
     "INSERT INTO job_counts (author_id, program_id, status, n) VALUES ($1, $2, $3, $5) \
      ON CONFLICT (author_id, program_id, status) DO UPDATE SET n = job_counts.n + excluded.n",
     "INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) VALUES ($1, $2, $3, $4, $5) \
@@ -73,7 +73,7 @@ const COUNT_ADD: [&str; 2] = [
 /// Microseconds in a day: the counts are kept per creation day.
 const DAY_MICROS: i64 = 86_400_000_000;
 
-fn day_of(micros: i64) -> i64 {
+pub(super) fn day_of(micros: i64) -> i64 {
     micros.div_euclid(DAY_MICROS)
 }
 

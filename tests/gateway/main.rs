@@ -18,6 +18,7 @@ mod messages;
 mod openapi;
 mod pod_endings;
 mod programs;
+mod retention;
 mod scoped_access;
 mod streams;
 mod system;
