@@ -1,7 +1,8 @@
 //! The job launcher (`gantry launch`), the process that runs inside every job: as a child of the
 //! local runner or as the pod's command. It fetches the function's artifact and unpacks it
 //! member by member, places the arguments file, runs `python <entrypoint>` in its own process
-//! group, passes the output through to its own stdout/stderr while routing it into the user and
+//! group with stdout and stderr on one pipe (so lines keep the order they were written in), passes
+//! the output through to its own stdout while routing it into the user and
 //! provider logs (`domain::logs`), keeps live copies of both logs in the work directory, and at
 //! the end ships the result, the logs and an exit record to object storage. The exit record is
 //! written last, so its presence means everything else of the job is archived.
@@ -699,7 +700,17 @@ fn existing_file(root: &Path, relative: &str) -> Option<PathBuf> {
     std::fs::symlink_metadata(&current).ok()?.is_file().then_some(current)
 }
 
-fn spawn(launch: &Launch, environment: &[(OsString, OsString)], script: &str) -> Result<Child, Error> {
+/// The function's process and the read end of its output: stdout and stderr are one pipe (as a
+/// shell's `2>&1`), so the log keeps the order in which the process wrote its lines.
+struct Started {
+    child: Child,
+    output: std::io::PipeReader,
+}
+
+fn spawn(launch: &Launch, environment: &[(OsString, OsString)], script: &str) -> Result<Started, Error> {
+    let spawn_error = |source| Error::Spawn { python: launch.python.clone(), source };
+    let (output, writer) = std::io::pipe().map_err(spawn_error)?;
+    let error_writer = writer.try_clone().map_err(spawn_error)?;
     let mut command = Command::new(&launch.python);
     if let Some(isolation) = &launch.isolation {
         let prepared = sandbox(launch, isolation, environment).prepare()?;
@@ -714,11 +725,14 @@ fn spawn(launch: &Launch, environment: &[(OsString, OsString)], script: &str) ->
         .env_clear()
         .envs(environment.iter().map(|(name, value)| (name, value)))
         .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .spawn()
-        .map_err(|source| Error::Spawn { python: launch.python.clone(), source })
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::from(error_writer))
+        .process_group(0);
+    let child = command.spawn().map_err(spawn_error)?;
+    // The command holds this process's copies of the write end: dropped here, the pipe ends
+    // when the last process of the job closes it.
+    drop(command);
+    Ok(Started { child, output })
 }
 
 /// The logs of the running job, shared by the two output readers and the live-log writer.
@@ -740,18 +754,20 @@ struct Ending {
 
 /// Reads the output until python exits, keeping the live logs current; on `stop`, terminates
 /// the process group, then kills it after `STOP_GRACE`.
-async fn supervise<F: Future<Output = ()>>(launch: &Launch, mut child: Child, mut stop: Pin<&mut F>) -> Ending {
+async fn supervise<F: Future<Output = ()>>(launch: &Launch, started: Started, mut stop: Pin<&mut F>) -> Ending {
     let live = Arc::new(Mutex::new(Live {
         router: LogRouter::new(launch.provider_function, launch.logs_size_limit),
         changed: true,
     }));
+    let Started { mut child, output } = started;
     let group = child.id();
     let mut readers = Vec::new();
-    if let Some(stdout) = child.stdout.take() {
-        readers.push(tokio::spawn(pump(stdout, tokio::io::stdout(), live.clone(), launch.logs_size_limit)));
-    }
-    if let Some(stderr) = child.stderr.take() {
-        readers.push(tokio::spawn(pump(stderr, tokio::io::stderr(), live.clone(), launch.logs_size_limit)));
+    // One stream for both (the order the process wrote in), echoed to the launcher's stdout.
+    match tokio::net::unix::pipe::Receiver::from_owned_fd(std::os::fd::OwnedFd::from(output)) {
+        Ok(output) => {
+            readers.push(tokio::spawn(pump(output, tokio::io::stdout(), live.clone(), launch.logs_size_limit)));
+        }
+        Err(error) => eprintln!("gantry launch: failed to read the job's output: {error}"),
     }
 
     let mut ticker = tokio::time::interval(LIVE_LOG_INTERVAL);
@@ -813,7 +829,7 @@ fn signal_group(group: Option<u32>, signal: libc::c_int) {
     }
 }
 
-/// Copies one output pipe of the job to `echo` unchanged and routes its lines into the logs.
+/// Copies the job's output pipe to `echo` unchanged and routes its lines into the logs.
 /// Write errors on `echo` (the launcher's own output closed) are ignored.
 async fn pump(
     mut pipe: impl AsyncRead + Unpin,

@@ -212,14 +212,26 @@ impl Kubelet {
         }
         self.api.bind(&self.namespace, name, "node-double");
         if fault == Some(Fault::SecretMissing) {
+            // Gone, and kept gone (the gateway applies the Secret twice: a delete between the two
+            // would otherwise be undone), until the pod is deleted.
             let secret = main["env"]
                 .as_array()
                 .into_iter()
                 .flatten()
-                .find_map(|v| v["valueFrom"]["secretKeyRef"]["name"].as_str().map(str::to_string));
-            if let Some(secret) = secret {
+                .find_map(|v| v["valueFrom"]["secretKeyRef"]["name"].as_str().map(str::to_string))
+                .unwrap_or_default();
+            while self.present(name) {
                 self.api.delete_now(Kind::SECRET, &self.namespace, &secret);
+                let missing = format!("secret \"{secret}\" not found");
+                self.set_status(
+                    name,
+                    json!({"phase": "Pending", "containerStatuses": [{
+                    "name": "job", "image": image, "imageID": "", "ready": false, "restartCount": 0,
+                    "state": {"waiting": {"reason": "CreateContainerConfigError", "message": missing}}}]}),
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
             }
+            return;
         }
         while let Err(missing) = self.environment(&main) {
             self.set_status(

@@ -14,6 +14,7 @@ mod kube_double_tests;
 #[allow(dead_code)]
 mod kubelet_double;
 mod lifecycle;
+mod log_order;
 mod messages;
 mod openapi;
 mod pod_endings;
