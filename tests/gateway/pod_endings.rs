@@ -400,14 +400,22 @@ async fn a_finalizer_holds_until_the_log_is_settled_and_then_lets_go_with_a_warn
 async fn finished_resources_are_collected_and_the_api_answers_as_before() {
     let gateway = Gateway::start(Backend::PostgresS3).await;
     let cluster = Cluster::start_tuned(gateway, Duration::from_secs(600), Duration::from_secs(3600), |settings| {
-        settings.keep_finished_jobs = Duration::from_secs(3);
+        settings.keep_finished_pods = Duration::from_secs(5);
+        settings.keep_finished_jobs = Duration::from_secs(7);
     })
     .await;
     cluster.upload("fn", MAIN).await;
     let id = cluster.run("fn", r#"{"n": 4}"#).await;
     let job = cluster.finished(&id).await;
     assert_eq!(job["status"], "SUCCEEDED", "{job}");
-    // The Secret (the caller's token) goes with the pod; the resource stays for its window.
+    // The Secret (the caller's token) goes as soon as the pod is done with it; the pod stays for
+    // its keep window (`kubectl logs`), the resource for its own.
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while cluster.api.get(Kind::SECRET, NAMESPACE, &secret_name(&id)).is_some() {
+        assert!(std::time::Instant::now() < deadline, "the finished job's Secret was not deleted");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(cluster.api.get(Kind::POD, NAMESPACE, &pod_name(&id)).is_some(), "the pod is kept for its window");
     let kept = settled(&cluster, &id, false).await.expect("kept within its window");
     assert_eq!(kept["status"]["phase"], "SUCCEEDED");
     let answers = |id: String| {
