@@ -27,6 +27,9 @@ done
 cargo build --release --quiet --bin gantry
 GANTRY=$ROOT/target/release/gantry
 WORK=$(mktemp -d)
+# Run as root, gantry runs jobs as nobody, which must pass through the data dirs' parent (search
+# only), as tests/run.sh does for its own.
+chmod 711 "$WORK"
 SERVER=""
 stop_server() { if [ -n "$SERVER" ]; then kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; SERVER=""; fi; }
 cleanup() { stop_server; if [ -n "${KEEP_WORK:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
@@ -130,6 +133,13 @@ print(f"| {count} | {delays[len(delays) // 2]:.0f} | {delays[-1]:.0f} |")
 PY
 }
 
+# The jobs' interpreter itself, not a wrapper such as a pyenv shim (which alone costs ~100 ms);
+# run as root, one that nobody (the jobs' user) can run: a pyenv under /root may not be.
+JOB_PYTHON=$(python3 -c 'import sys; print(sys.executable)')
+if [ "$(id -u)" = 0 ] && ! (cd / && runuser -u nobody -- "$JOB_PYTHON" -c '') >/dev/null 2>&1; then
+  JOB_PYTHON=/usr/bin/python3
+fi
+
 for backend in $BACKENDS; do
   echo
   echo "## $backend"
@@ -149,8 +159,7 @@ for backend in $BACKENDS; do
   SERVER_PID=$SERVER TESTS="${LOAD_TESTS:-a b c e}" bash "$LOAD_SH" "http://127.0.0.1:$port" "$TOKEN" be0c0000-0000-0000-0000-00000000c350 bench-fn
   stop_server
   # Run-to-start on a fresh database, with the local runner.
-  # The interpreter itself, not a wrapper such as a pyenv shim (which alone costs ~100 ms).
-  starts_flags=(--python "$(python3 -c 'import sys; print(sys.executable)')")
+  starts_flags=(--python "$JOB_PYTHON")
   if [ -n "$pg_bench_url" ]; then
     psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $name WITH (FORCE)" -c "CREATE DATABASE $name"
     starts_flags+=(--database-url "$pg_bench_url")

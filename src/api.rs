@@ -3,6 +3,7 @@
 //! endpoint that takes a body (`RequestFields`: JSON, form-urlencoded or multipart).
 
 pub mod files;
+pub mod idempotency;
 pub mod jobs;
 pub mod openapi;
 pub mod programs;

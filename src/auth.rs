@@ -81,8 +81,9 @@ pub struct AuthArgs {
     /// every request.
     #[arg(long, env = "GANTRY_OIDC_GROUPS_CLAIM")]
     pub oidc_groups_claim: Option<String>,
-    /// oidc: shortest seconds between two fetches of the provider's keys caused by tokens
-    /// signed with a key not seen yet (a rotation).
+    /// oidc: once a token signed with a key not seen yet made the provider's keys be fetched,
+    /// the seconds before another such token may (forged key ids cannot flood the provider); the
+    /// first such token after any other fetch fetches at once (a rotation).
     #[arg(long, env = "GANTRY_OIDC_KEY_REFRESH_SECONDS", default_value_t = 10)]
     pub oidc_key_refresh_seconds: u64,
     /// runtime_platform: IAM's base URL (API key exchange, keys, access groups).

@@ -30,6 +30,8 @@ pub enum ApiError {
     #[error("{0}")]
     TooManyRequests(String),
     #[error("{0}")]
+    UnprocessableEntity(String),
+    #[error("{0}")]
     Locked(String),
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
@@ -91,6 +93,7 @@ impl IntoResponse for ApiError {
             ),
             ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, json!({ "message": message })),
             ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, json!({ "message": message })),
+            ApiError::UnprocessableEntity(_) => (StatusCode::UNPROCESSABLE_ENTITY, json!({ "message": message })),
             ApiError::Locked(_) => (StatusCode::LOCKED, json!({ "message": message })),
             ApiError::Internal(source) => {
                 tracing::error!(error = &*source as &dyn std::error::Error, "request failed");

@@ -1,7 +1,9 @@
 //! The outbound event stream. Every job status move is logged once committed (the default sink);
-//! with NATS JetStream or webhooks configured, it is also recorded in an outbox in the move's own
+//! with NATS JetStream or webhooks configured, every job event (status moves, sub-status changes,
+//! errors sent by the function, a lost log) is also recorded in an outbox in the event's own
 //! transaction, and a publisher delivers the outbox at least once, in order per job, as
-//! CloudEvents. A sink that is down never blocks or undoes a move: its events wait in the outbox.
+//! CloudEvents whose `sequence` is the job event's number (1..n, no gaps). A sink that is down
+//! never blocks or undoes a move: its events wait in the outbox.
 
 pub mod sinks;
 
@@ -16,8 +18,24 @@ use crate::db::outbox::{self, Attempt, DrainLock, OutboxRow};
 use crate::db::{self, Db};
 use sinks::{Sink, SinkError};
 
-/// The CloudEvents `type` of a status move.
+/// The CloudEvents `type` of a status move (job event `STATUS_CHANGE`).
 pub const STATUS_EVENT_TYPE: &str = "dev.gantry.job.status";
+/// The CloudEvents `type` of a sub-status change (job event `SUB_STATUS_CHANGE`).
+pub const SUB_STATUS_EVENT_TYPE: &str = "dev.gantry.job.sub_status";
+/// The CloudEvents `type` of an error the function sent (job event `ERROR`).
+pub const ERROR_EVENT_TYPE: &str = "dev.gantry.job.error";
+/// The CloudEvents `type` of a job whose log was lost (job event `LOG_LOST`).
+pub const LOG_LOST_EVENT_TYPE: &str = "dev.gantry.job.log_lost";
+
+/// The CloudEvents `type` of a job event of type `event_type` (as `events/` lists it): the types
+/// above, and `dev.gantry.job.<type in lower case>` for any other.
+pub fn cloud_event_type(event_type: &str) -> String {
+    match event_type {
+        "STATUS_CHANGE" => STATUS_EVENT_TYPE.to_string(),
+        "SUB_STATUS_CHANGE" => SUB_STATUS_EVENT_TYPE.to_string(),
+        other => format!("dev.gantry.job.{}", other.to_ascii_lowercase()),
+    }
+}
 
 /// One committed status move, as the log sink writes it.
 #[derive(Debug, Clone, Serialize)]
@@ -33,10 +51,14 @@ pub struct StatusEvent {
 pub trait Publisher: Send + Sync {
     fn publish(&self, event: &StatusEvent) -> Result<(), String>;
 
-    /// Whether moves are also recorded in the outbox (some outbound sink is configured).
+    /// Whether job events are also recorded in the outbox (some outbound sink is configured).
     fn outbox(&self) -> bool {
         false
     }
+
+    /// Says that a job event other than a status move was committed (with its outbox row), so
+    /// it leaves without waiting for the next poll.
+    fn recorded(&self) {}
 }
 
 /// The default sink: one structured log line per move (`target: gantry::events`).
@@ -82,6 +104,45 @@ pub struct MoveData {
     pub time: String,
 }
 
+/// The `data` of a published job event other than a status move: the job, its status and
+/// sub-status when the event was recorded, and the event's own fields (its `data` as `events/`
+/// lists it): `sub_status` of a sub-status change; `code`, `message`, `exception`, `args` of an
+/// error; `message` of a lost log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct EventData {
+    pub job_id: String,
+    /// The function's title (null once the function is deleted).
+    pub function: Option<String>,
+    /// The provider's name; null for a user's own function.
+    pub provider: Option<String>,
+    /// The job's author.
+    pub user: String,
+    pub status: String,
+    pub sub_status: Option<String>,
+    pub origin: String,
+    pub context: String,
+    pub time: String,
+    /// The event's own fields; none of them replaces one of the fields above.
+    #[serde(flatten)]
+    pub fields: serde_json::Map<String, serde_json::Value>,
+}
+
+impl EventData {
+    /// Adds the fields of the event's stored `data` (a JSON object; anything else is kept as
+    /// `value`), leaving out those that would repeat a field of the job.
+    pub fn with_fields(mut self, data: &str) -> EventData {
+        const JOB_FIELDS: [&str; 9] =
+            ["job_id", "function", "provider", "user", "status", "sub_status", "origin", "context", "time"];
+        let fields = match serde_json::from_str::<serde_json::Value>(data) {
+            Ok(serde_json::Value::Object(fields)) => fields,
+            Ok(serde_json::Value::Null) | Err(_) => serde_json::Map::new(),
+            Ok(other) => serde_json::Map::from_iter([("value".to_string(), other)]),
+        };
+        self.fields = fields.into_iter().filter(|(name, _)| !JOB_FIELDS.contains(&name.as_str())).collect();
+        self
+    }
+}
+
 /// The CloudEvents 1.0 JSON form of an outbox row.
 pub fn cloud_event(source: &str, row: &OutboxRow) -> serde_json::Value {
     let data: serde_json::Value = serde_json::from_str(&row.data).unwrap_or(serde_json::Value::Null);
@@ -89,7 +150,7 @@ pub fn cloud_event(source: &str, row: &OutboxRow) -> serde_json::Value {
         "specversion": "1.0",
         "id": row.id,
         "source": source,
-        "type": STATUS_EVENT_TYPE,
+        "type": row.event_type,
         "subject": row.job_id,
         "time": db::format_timestamp(row.created),
         "datacontenttype": "application/json",
@@ -101,7 +162,7 @@ pub fn cloud_event(source: &str, row: &OutboxRow) -> serde_json::Value {
 /// Where events go besides the log, and how hard to try.
 #[derive(Debug, Clone, clap::Args)]
 pub struct EventArgs {
-    /// NATS server to publish job status events to (JetStream), e.g. nats://127.0.0.1:4222.
+    /// NATS server to publish job events to (JetStream), e.g. nats://127.0.0.1:4222.
     #[arg(long, env = "GANTRY_EVENTS_NATS_URL")]
     pub events_nats_url: Option<String>,
     /// Subject prefix: each event goes to `<prefix>.<job id>`.
@@ -195,6 +256,10 @@ impl Publisher for OutboxPublisher {
 
     fn outbox(&self) -> bool {
         true
+    }
+
+    fn recorded(&self) {
+        self.wake.notify_one();
     }
 }
 
@@ -322,5 +387,49 @@ impl Drainer {
             done.push(sink.name().to_string());
         }
         (done.join(","), Ok(()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_job_event_type_has_its_cloud_event_type() {
+        assert_eq!(cloud_event_type("STATUS_CHANGE"), STATUS_EVENT_TYPE);
+        assert_eq!(cloud_event_type("SUB_STATUS_CHANGE"), SUB_STATUS_EVENT_TYPE);
+        assert_eq!(cloud_event_type("ERROR"), ERROR_EVENT_TYPE);
+        assert_eq!(cloud_event_type("LOG_LOST"), LOG_LOST_EVENT_TYPE);
+    }
+
+    fn event_data() -> EventData {
+        EventData {
+            job_id: "j1".into(),
+            function: Some("f".into()),
+            provider: None,
+            user: "alice".into(),
+            status: "RUNNING".into(),
+            sub_status: Some("MAPPING".into()),
+            origin: "API".into(),
+            context: "SET_SUB_STATUS".into(),
+            time: "2026-01-01T00:00:00Z".into(),
+            fields: Default::default(),
+        }
+    }
+
+    #[test]
+    fn event_data_carries_the_events_fields_without_repeating_the_jobs() {
+        let data = serde_json::to_value(event_data().with_fields(r#"{"sub_status": "MAPPING"}"#)).unwrap();
+        assert_eq!(data.as_object().unwrap().len(), 9, "{data}");
+        assert_eq!(data["sub_status"], "MAPPING");
+        let error = r#"{"code": "E1", "message": "m", "exception": "x", "args": [1], "status": "forged"}"#;
+        let data = serde_json::to_value(event_data().with_fields(error)).unwrap();
+        assert_eq!(data["status"], "RUNNING", "a field of the event never replaces the job's: {data}");
+        assert_eq!(
+            (&data["code"], &data["message"], &data["exception"], &data["args"]),
+            (&serde_json::json!("E1"), &serde_json::json!("m"), &serde_json::json!("x"), &serde_json::json!([1]))
+        );
+        let data = serde_json::to_value(event_data().with_fields("[1, 2]")).unwrap();
+        assert_eq!(data["value"], serde_json::json!([1, 2]));
     }
 }

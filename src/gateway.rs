@@ -127,6 +127,7 @@ impl GatewayArgs {
         let (client, namespace) = cluster.connect().await?;
         let publisher = events.start(&db).await?;
         println!("job history: {}", retention.start(&db, &storage));
+        crate::api::idempotency::start_expiry(&db);
         let backend = Arc::new(KubeBackend {
             client,
             db: db.clone(),

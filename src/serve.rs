@@ -132,16 +132,14 @@ impl ServeArgs {
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("failed to listen on {listen}"))?;
         let address = listener.local_addr()?;
-        println!(
+        // Printed last, once every start-up check passed: whoever waits for it gets a server.
+        let listening = format!(
             "gantry listening on http://{address} (database: {} {}, storage: {}, auth: {})",
             db.backend_name(),
             db::redact(&database.url()),
             storage.backend_name(),
             api.auth.mechanism_name()
         );
-        let publisher = events.start(&db).await?;
-        println!("job status events: {}", events.describe());
-        println!("job history: {}", retention.start(&db, &storage));
         let work_root = absolute(&database.data_dir.join("jobs"))?;
         let (storage_args, storage_env) = launcher_storage(&storage_settings, &database.data_dir)?;
         let isolation = match jobs.runner {
@@ -150,6 +148,10 @@ impl ServeArgs {
             }
             RunnerKind::None => None,
         };
+        let publisher = events.start(&db).await?;
+        println!("job status events: {}", events.describe());
+        println!("job history: {}", retention.start(&db, &storage));
+        crate::api::idempotency::start_expiry(&db);
         let runner_config = RunnerConfig {
             launcher: std::env::current_exe().context("failed to find the gantry executable")?,
             python: jobs.python,
@@ -185,6 +187,7 @@ impl ServeArgs {
         };
         let follows = Arc::new(crate::follow::Follows::default());
         let state = AppState { db, storage, config: Arc::new(config), compute, publisher, tokens, auth, follows };
+        println!("{listening}");
         serve_http(listener, state, None).await
     }
 }

@@ -8,6 +8,7 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::idempotency::{self, IdempotencyKey};
 use super::programs::{arguments_text, check_arguments, resolve_function};
 use super::{ApiError, AppState, RequestFields};
 use crate::auth::Caller;
@@ -70,8 +71,21 @@ pub(super) async fn manages_job_function(
         .is_some_and(|program| visibility::can_manage(caller.access(&program), operation)))
 }
 
+/// Runs a function: queues a job. With an `Idempotency-Key`, a retry gets the first answer.
 pub async fn run_program(
     State(state): State<AppState>,
+    caller: Caller,
+    key: IdempotencyKey,
+    headers: HeaderMap,
+    fields: RequestFields,
+) -> Result<Response, ApiError> {
+    let request = key.with_request(&fields).await?;
+    let (db, user_id) = (state.db.clone(), caller.user_id.clone());
+    Ok(idempotency::answer_once(&db, &user_id, request, queue_job(state, caller, headers, fields)).await)
+}
+
+async fn queue_job(
+    state: AppState,
     caller: Caller,
     headers: HeaderMap,
     fields: RequestFields,
@@ -497,8 +511,9 @@ pub async fn set_sub_status(
         .text("sub_status")
         .filter(|v| SUB_STATUSES.contains(&v.as_str()))
         .ok_or_else(|| bad("'sub_status' not provided or is not valid"))?;
-    match jobs::set_sub_status(&state.db, &job.id, &value).await? {
-        SubStatusOutcome::Updated | SubStatusOutcome::Unchanged => {}
+    match jobs::set_sub_status(&state.db, &job.id, &value, state.publisher.outbox()).await? {
+        SubStatusOutcome::Updated => state.publisher.recorded(),
+        SubStatusOutcome::Unchanged => {}
         SubStatusOutcome::NotActive(status) => {
             return Err(ApiError::Forbidden(format!(
                 "Cannot update 'sub_status' when is not in active status. (Currently {status})"
@@ -538,9 +553,10 @@ pub async fn create_job_event(
             None => Value::Null,
         },
     });
-    if !jobs::insert_error_event(&state.db, &job.id, &data).await? {
+    if !jobs::insert_error_event(&state.db, &job.id, &data, state.publisher.outbox()).await? {
         return Err(ApiError::Forbidden("You can create events on active jobs only".into()));
     }
+    state.publisher.recorded();
     Ok(StatusCode::OK)
 }
 

@@ -40,6 +40,13 @@ fn last_event_id_header() -> Value {
         "description": "resume after this event id"})
 }
 
+/// The `Idempotency-Key` header of `programs/run/` and `programs/upload/` (see `api::idempotency`).
+fn idempotency_key_header() -> Value {
+    json!({"name": "Idempotency-Key", "in": "header", "required": false,
+        "schema": {"type": "string", "pattern": "^[!-~]{1,255}$", "example": "retry-7f3c2a"},
+        "description": "1 to 255 visible ASCII characters: a retry with the same key within 24 h gets the first answer (status and body) and creates nothing; the same key with a different request answers 422"})
+}
+
 /// An operation whose success is a stream of one of `types` instead of JSON.
 fn streamed(mut op: Value, types: &[&str]) -> Value {
     let content: serde_json::Map<String, Value> =
@@ -95,6 +102,23 @@ fn form_body(properties: Value, required: &[&str], multipart: bool) -> Value {
         content.insert("multipart/form-data".into(), json!({"schema": schema}));
     }
     json!({"required": true, "content": content})
+}
+
+/// `programs/upload/`'s body. Creating a function needs `entrypoint` and `artifact` (code) or
+/// `image` and `provider` (a provider's container image): multipart states both as `anyOf`, so a
+/// request built from either branch is accepted. JSON and forms cannot carry the artifact: there
+/// it is the image. An update needs neither (the operation's summary says so).
+fn upload_body(properties: Value) -> Value {
+    let code = json!({"required": ["entrypoint", "artifact"]});
+    let image = json!({"required": ["image", "provider"]});
+    let multipart = json!({"type": "object", "properties": properties, "required": ["title"], "anyOf": [code, image]});
+    let mut fields = properties;
+    fields.as_object_mut().expect("the properties are an object").remove("artifact");
+    let fields = json!({"type": "object", "properties": fields, "required": ["title", "image", "provider"]});
+    json!({"required": true, "content": {
+        "multipart/form-data": {"schema": multipart},
+        "application/json": {"schema": fields},
+        "application/x-www-form-urlencoded": {"schema": fields}}})
 }
 
 const STATUSES: [&str; 6] = ["QUEUED", "PENDING", "RUNNING", "SUCCEEDED", "FAILED", "STOPPED"];
@@ -175,12 +199,12 @@ pub fn document() -> Value {
                 "responses": {"200": {"description": "the function", "content": {"application/json": {"schema": function}}},
                               "401": {"$ref": "#/components/responses/Unauthorized"},
                               "404": {"$ref": "#/components/responses/NotFound"}}}},
-            "/api/v1/programs/upload/": {"post": operation("Create or update a function (upsert). Creating needs `entrypoint` and `artifact`, or `image` (providers); an update changes only the fields sent", vec![], Some(form_body(json!({
+            "/api/v1/programs/upload/": {"post": operation("Create or update a function (upsert). Creating needs `entrypoint` and `artifact`, or `image` (providers); an update changes only the fields sent", vec![idempotency_key_header()], Some(upload_body(json!({
                 "title": {"type": "string", "minLength": 1, "maxLength": 255, "example": "example-fn", "description": "sanitized to letters, digits, _ and -; `provider/title` names a provider function"},
-                "provider": {"type": "string"},
+                "provider": {"type": "string", "example": "example-provider", "description": "the provider of a provider function (or `provider/title` as `title`); required with `image`"},
                 "entrypoint": {"type": "string", "pattern": "^[A-Za-z0-9_./-]+\\.py$", "example": "main.py", "description": "relative path of a .py file inside the artifact, no `..`"},
                 "artifact": {"type": "string", "format": "binary", "contentMediaType": "application/x-tar", "example": "artifact.tar", "description": "uncompressed .tar holding the entrypoint"},
-                "image": {"type": "string", "description": "container image (provider functions only; must be in the provider's registry)"},
+                "image": {"type": "string", "example": "registry.example/example-provider/example-fn:1.0", "description": "container image (provider functions only; must be in the provider's registry)"},
                 "dependencies": {"type": "string", "description": "JSON array of pinned requirements from dependencies-versions/"},
                 "env_vars": {"type": "string", "description": "JSON object of strings"}, "description": {"type": "string"},
                 "version": {"type": "string", "description": "a PEP 440 version such as 1.2.3"},
@@ -188,11 +212,11 @@ pub fn document() -> Value {
                 "arguments_schema": {"type": "string", "maxLength": 65536, "description": "JSON Schema (object or boolean); {} removes it"},
                 "sizes": {"type": "string", "description": "JSON object {label: compute profile}, labels S, M, L, XL"},
                 "default_size": {"type": "string", "enum": SIZES}, "function_size": {"type": "string", "enum": SIZES},
-                "gpu": {"type": "boolean", "description": "provider functions only"}}), &["title"], true)), function.clone())},
+                "gpu": {"type": "boolean", "description": "provider functions only"}}))), function.clone())},
             "/api/v1/programs/validate_arguments/": {"post": operation("Validate arguments against a function's schema", vec![],
                 Some(form_body(json!({"title": text("example-fn"), "provider": {"type": "string"}, "arguments": arguments}), &["title", "arguments"], false)),
                 json!({"type": "object", "properties": {"valid": {"type": "boolean"}}}))},
-            "/api/v1/programs/run/": {"post": operation("Run a function: queue a job", vec![],
+            "/api/v1/programs/run/": {"post": operation("Run a function: queue a job", vec![idempotency_key_header()],
                 Some(form_body(json!({"title": text("example-fn"), "provider": {"type": "string"},
                     "arguments": arguments,
                     "function_size": {"type": "string", "enum": SIZES, "description": "a label of the function's sizes"},

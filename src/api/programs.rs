@@ -6,9 +6,11 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
+use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use super::idempotency::{self, IdempotencyKey};
 use super::{ApiError, AppState, RequestFields};
 use crate::auth::Caller;
 use crate::db::programs::{self, ProgramFields, ProgramRow};
@@ -246,11 +248,19 @@ fn merge_upload(
     Ok(program)
 }
 
+/// Creates or updates a function. With an `Idempotency-Key`, a retry gets the first answer.
 pub async fn upload_program(
     State(state): State<AppState>,
     caller: Caller,
-    mut fields: RequestFields,
-) -> Result<Json<Value>, ApiError> {
+    key: IdempotencyKey,
+    fields: RequestFields,
+) -> Result<Response, ApiError> {
+    let request = key.with_request(&fields).await?;
+    let (db, user_id) = (state.db.clone(), caller.user_id.clone());
+    Ok(idempotency::answer_once(&db, &user_id, request, upsert_function(state, caller, fields)).await)
+}
+
+async fn upsert_function(state: AppState, caller: Caller, mut fields: RequestFields) -> Result<Json<Value>, ApiError> {
     let raw_title = fields.required_text("title")?;
     if raw_title.chars().count() > 255 {
         return Err(bad("'title' must be at most 255 characters."));

@@ -1,16 +1,17 @@
 //! `oidc`: bearer JWTs issued by an OpenID Connect provider. The signing keys come from the
 //! provider's discovery document (`<issuer>/.well-known/openid-configuration` → `jwks_uri`); a
-//! token signed with a key not seen yet makes the keys be fetched again (at most every
-//! `--oidc-key-refresh-seconds`), so rotated keys are picked up without a restart. The signature
-//! (asymmetric algorithms only), issuer, audience, expiry and not-before are checked; the user
-//! and groups come from configurable claims.
+//! token signed with a key not seen yet makes the keys be fetched again (at once, then at most
+//! every `--oidc-key-refresh-seconds`, see `jwks`), so rotated keys are picked up without a
+//! restart, and a key the provider still does not publish is answered as such, not as the
+//! caller's fault. The signature (asymmetric algorithms only), issuer, audience, expiry and
+//! not-before are checked; the user and groups come from configurable claims.
 
 use std::time::Duration;
 
 use jsonwebtoken::{Validation, decode, decode_header};
 use serde_json::Value;
 
-use super::jwks::{KeyCache, KeySource, asymmetric};
+use super::jwks::{KeyCache, KeyLookup, KeySource, asymmetric, unpublished_key_message};
 use super::upstream::Upstream;
 use super::{Identity, Rejection};
 
@@ -50,7 +51,13 @@ impl Oidc {
                 "We couldn't verify your token at this time: the identity provider {error}. Please try again later."
             ))
         })?;
-        let key = key.ok_or(Rejection::Invalid)?;
+        let key = match (key, header.kid.as_deref()) {
+            (KeyLookup::Found(key), _) => key,
+            (KeyLookup::Unpublished, Some(kid)) => {
+                return Err(Rejection::Unavailable(unpublished_key_message(kid, "the identity provider")));
+            }
+            (KeyLookup::Unpublished | KeyLookup::Unusable, _) => return Err(Rejection::Invalid),
+        };
         let mut validation = Validation::new(header.alg);
         validation.set_issuer(&[&self.issuer]);
         validation.set_audience(&[&self.audience]);

@@ -21,7 +21,7 @@ use jsonwebtoken::{Validation, decode, decode_header};
 use serde_json::Value;
 
 use super::cache::{VerdictCache, credential_key};
-use super::jwks::{KeyCache, KeySource, asymmetric};
+use super::jwks::{KeyCache, KeyLookup, KeySource, asymmetric, unpublished_key_message};
 use super::upstream::Upstream;
 use super::{Identity, Rejection};
 use crate::domain::visibility::{InstanceAccess, Permissions};
@@ -211,7 +211,14 @@ impl Platform {
             return Err(invalid());
         }
         let key = self.keys.key(header.kid.as_deref()).await.map_err(|_| Rejection::Unavailable(IAM_PROBLEM.into()))?;
-        let key = key.ok_or_else(invalid)?;
+        let key = match (key, header.kid.as_deref()) {
+            (KeyLookup::Found(key), _) => key,
+            // IAM's own token: a key it does not publish is a rotation on its side, not the key's fault.
+            (KeyLookup::Unpublished, Some(kid)) => {
+                return Err(Rejection::Unavailable(unpublished_key_message(kid, "IAM")));
+            }
+            (KeyLookup::Unpublished | KeyLookup::Unusable, _) => return Err(invalid()),
+        };
         let mut validation = Validation::new(header.alg);
         validation.validate_aud = false;
         validation.set_required_spec_claims(&["exp", "iat"]);

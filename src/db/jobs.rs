@@ -1,5 +1,7 @@
 //! Jobs, their events and runtime jobs. Every status move is one transaction that writes the job
-//! and its `STATUS_CHANGE` event together, conditioned on the status it moves from.
+//! and its `STATUS_CHANGE` event together, conditioned on the status it moves from; every job
+//! event takes the job's next sequence number and, with outbound sinks, its outbox row in the
+//! same transaction.
 
 use std::collections::HashSet;
 
@@ -98,40 +100,87 @@ macro_rules! insert_event {
     };
 }
 
-/// Records a status move in the outbox inside the transaction `$tx`, with the names the
-/// published event carries (see `events::MoveData`).
+/// Records job event `$seq` in the outbox inside the transaction `$tx`, with CloudEvents type
+/// `$event_type` and the `data` that `$data` builds from the job's names and state
+/// (`$names: OutboxNames`), and marks the job as one whose events are published (see
+/// `insert_finished_event`).
 macro_rules! insert_outbox {
-    ($tx:ident, $job_id:expr, $seq:expr, $created:expr, $from:expr, $to:expr, $origin:expr, $context:expr) => {{
-        let (user, function, provider, sub_status): (String, Option<String>, Option<String>, Option<String>) =
-            sqlx::query_as(
-                "SELECT u.username, p.title, pr.name, j.sub_status FROM jobs j JOIN users u ON u.id = j.author_id \
-                 LEFT JOIN programs p ON p.id = j.program_id LEFT JOIN providers pr ON pr.id = j.provider_id \
-                 WHERE j.id = $1",
-            )
-            .bind($job_id)
-            .fetch_one(&mut *$tx)
-            .await?;
-        let data = crate::events::MoveData {
-            job_id: $job_id.to_string(),
-            function,
-            provider,
-            user,
-            old_status: $from.map(str::to_string),
-            new_status: $to.to_string(),
-            sub_status,
-            origin: $origin.to_string(),
-            context: $context.to_string(),
-            time: super::format_timestamp($created),
-        };
-        sqlx::query("INSERT INTO event_outbox (id, job_id, seq, created, data) VALUES ($1, $2, $3, $4, $5)")
-            .bind(new_id())
-            .bind($job_id)
-            .bind($seq)
-            .bind($created)
-            .bind(serde_json::to_string(&data).unwrap_or_default())
-            .execute(&mut *$tx)
-            .await?
+    ($tx:ident, $job_id:expr, $seq:expr, $created:expr, $event_type:expr, |$names:ident| $data:expr) => {{
+        let $names: OutboxNames = sqlx::query_as(
+            "SELECT u.username AS author_name, p.title AS program_title, pr.name AS provider_name, j.status, j.sub_status \
+             FROM jobs j JOIN users u ON u.id = j.author_id \
+             LEFT JOIN programs p ON p.id = j.program_id LEFT JOIN providers pr ON pr.id = j.provider_id \
+             WHERE j.id = $1",
+        )
+        .bind($job_id)
+        .fetch_one(&mut *$tx)
+        .await?;
+        let data = serde_json::to_string(&$data).unwrap_or_default();
+        sqlx::query(
+            "INSERT INTO event_outbox (id, job_id, seq, created, event_type, data) VALUES ($1, $2, $3, $4, $5, $6)",
+        )
+        .bind(new_id())
+        .bind($job_id)
+        .bind($seq)
+        .bind($created)
+        .bind($event_type)
+        .bind(data)
+        .execute(&mut *$tx)
+        .await?;
+        sqlx::query("UPDATE jobs SET outbox = TRUE WHERE id = $1 AND NOT outbox").bind($job_id).execute(&mut *$tx).await?
     }};
+}
+
+/// Records a status move in the outbox inside the transaction `$tx` (see `events::MoveData`).
+macro_rules! insert_move_outbox {
+    ($tx:ident, $job_id:expr, $seq:expr, $created:expr, $from:expr, $to:expr, $origin:expr, $context:expr) => {
+        insert_outbox!($tx, $job_id, $seq, $created, crate::events::STATUS_EVENT_TYPE, |names| {
+            crate::events::MoveData {
+                job_id: $job_id.to_string(),
+                function: names.program_title,
+                provider: names.provider_name,
+                user: names.author_name,
+                old_status: $from.map(str::to_string),
+                new_status: $to.to_string(),
+                sub_status: names.sub_status,
+                origin: $origin.to_string(),
+                context: $context.to_string(),
+                time: super::format_timestamp($created),
+            }
+        })
+    };
+}
+
+/// Records a job event other than a status move in the outbox inside the transaction `$tx`: job
+/// event type `$event_type`, its stored `data` text `$data` (see `events::EventData`).
+macro_rules! insert_event_outbox {
+    ($tx:ident, $job_id:expr, $seq:expr, $created:expr, $event_type:expr, $origin:expr, $context:expr, $data:expr) => {
+        insert_outbox!($tx, $job_id, $seq, $created, crate::events::cloud_event_type($event_type), |names| {
+            crate::events::EventData {
+                job_id: $job_id.to_string(),
+                function: names.program_title,
+                provider: names.provider_name,
+                user: names.author_name,
+                status: names.status,
+                sub_status: names.sub_status,
+                origin: $origin.to_string(),
+                context: $context.to_string(),
+                time: super::format_timestamp($created),
+                fields: Default::default(),
+            }
+            .with_fields($data)
+        })
+    };
+}
+
+/// What a published event says of its job.
+#[derive(sqlx::FromRow)]
+struct OutboxNames {
+    author_name: String,
+    program_title: Option<String>,
+    provider_name: Option<String>,
+    status: String,
+    sub_status: Option<String>,
 }
 
 /// A job to create.
@@ -214,7 +263,7 @@ async fn insert_with_limit_attached(
         }
         insert_event!(tx, &job.id, 1i64, now, "STATUS_CHANGE", "API", "RUN_PROGRAM", &event);
         if outbox {
-            insert_outbox!(tx, &job.id, 1i64, now, None::<&str>, "QUEUED", "API", "RUN_PROGRAM");
+            insert_move_outbox!(tx, &job.id, 1i64, now, None::<&str>, "QUEUED", "API", "RUN_PROGRAM");
         }
         tx.commit().await?;
         Ok(Some(now))
@@ -323,7 +372,7 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
         }
         if outbox {
             for job_id in &moved {
-                insert_outbox!(tx, job_id, seqs[job_id], now, Some(mv.from.as_str()), mv.to.as_str(), mv.origin.as_str(), mv.context);
+                insert_move_outbox!(tx, job_id, seqs[job_id], now, Some(mv.from.as_str()), mv.to.as_str(), mv.origin.as_str(), mv.context);
             }
         }
         if moved.is_empty() {
@@ -365,13 +414,14 @@ pub enum SubStatusOutcome {
     Missing,
 }
 
-/// Sets the sub-status of an active job, with a `SUB_STATUS_CHANGE` event when it changes.
-pub async fn set_sub_status(db: &Db, job_id: &str, value: &str) -> Result<SubStatusOutcome, Error> {
+/// Sets the sub-status of an active job, with a `SUB_STATUS_CHANGE` event when it changes. With
+/// `outbox`, the event is also recorded for the outbound sinks.
+pub async fn set_sub_status(db: &Db, job_id: &str, value: &str, outbox: bool) -> Result<SubStatusOutcome, Error> {
     let (db, job_id, value) = (db.clone(), job_id.to_string(), value.to_string());
-    super::detached(async move { set_sub_status_attached(&db, &job_id, &value).await }).await
+    super::detached(async move { set_sub_status_attached(&db, &job_id, &value, outbox).await }).await
 }
 
-async fn set_sub_status_attached(db: &Db, job_id: &str, value: &str) -> Result<SubStatusOutcome, Error> {
+async fn set_sub_status_attached(db: &Db, job_id: &str, value: &str, outbox: bool) -> Result<SubStatusOutcome, Error> {
     let now = now_micros();
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
@@ -397,7 +447,11 @@ async fn set_sub_status_attached(db: &Db, job_id: &str, value: &str) -> Result<S
                 Some(status) => SubStatusOutcome::NotActive(status),
             });
         };
-        insert_event!(tx, job_id, seq, now, "SUB_STATUS_CHANGE", "API", "SET_SUB_STATUS", serde_json::json!({ "sub_status": value }).to_string());
+        let data = serde_json::json!({ "sub_status": value }).to_string();
+        insert_event!(tx, job_id, seq, now, "SUB_STATUS_CHANGE", "API", "SET_SUB_STATUS", &data);
+        if outbox {
+            insert_event_outbox!(tx, job_id, seq, now, "SUB_STATUS_CHANGE", "API", "SET_SUB_STATUS", &data);
+        }
         tx.commit().await?;
         Ok(SubStatusOutcome::Updated)
     }.await)
@@ -405,13 +459,13 @@ async fn set_sub_status_attached(db: &Db, job_id: &str, value: &str) -> Result<S
 }
 
 /// Records an `ERROR` event of an active job (which also extends its timeout). False when the
-/// job is not active.
-pub async fn insert_error_event(db: &Db, job_id: &str, data: &serde_json::Value) -> Result<bool, Error> {
-    let (db, job_id, data) = (db.clone(), job_id.to_string(), data.clone());
-    super::detached(async move { insert_error_event_attached(&db, &job_id, &data).await }).await
+/// job is not active. With `outbox`, the event is also recorded for the outbound sinks.
+pub async fn insert_error_event(db: &Db, job_id: &str, data: &serde_json::Value, outbox: bool) -> Result<bool, Error> {
+    let (db, job_id, data) = (db.clone(), job_id.to_string(), data.to_string());
+    super::detached(async move { insert_error_event_attached(&db, &job_id, &data, outbox).await }).await
 }
 
-async fn insert_error_event_attached(db: &Db, job_id: &str, data: &serde_json::Value) -> Result<bool, Error> {
+async fn insert_error_event_attached(db: &Db, job_id: &str, data: &str, outbox: bool) -> Result<bool, Error> {
     let now = now_micros();
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
@@ -427,7 +481,10 @@ async fn insert_error_event_attached(db: &Db, job_id: &str, data: &serde_json::V
             tx.rollback().await?;
             return Ok(false);
         };
-        insert_event!(tx, job_id, seq, now, "ERROR", "API", "SEND_ERROR", data.to_string());
+        insert_event!(tx, job_id, seq, now, "ERROR", "API", "SEND_ERROR", data);
+        if outbox {
+            insert_event_outbox!(tx, job_id, seq, now, "ERROR", "API", "SEND_ERROR", data);
+        }
         tx.commit().await?;
         Ok(true)
     }.await)
@@ -435,7 +492,8 @@ async fn insert_error_event_attached(db: &Db, job_id: &str, data: &serde_json::V
 }
 
 /// Records an event about a job whatever its status (for example `LOG_LOST` on a finished job),
-/// from the scheduler. False when the job does not exist.
+/// from the scheduler. False when the job does not exist. The event is recorded in the outbox
+/// when the job's earlier events were (`jobs.outbox`), so the published sequence has no gap.
 pub async fn insert_finished_event(
     db: &Db,
     job_id: &str,
@@ -450,16 +508,19 @@ pub async fn insert_finished_event(
         let _writer = db.write_lock().await;
         on_db!(db, pool => async {
             let mut tx = pool.begin().await?;
-            let seq: Option<i64> =
-                sqlx::query_scalar("UPDATE jobs SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq")
+            let numbered: Option<(i64, bool)> =
+                sqlx::query_as("UPDATE jobs SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq, outbox")
                     .bind(&job_id)
                     .fetch_optional(&mut *tx)
                     .await?;
-            let Some(seq) = seq else {
+            let Some((seq, outbox)) = numbered else {
                 tx.rollback().await?;
                 return Ok(false);
             };
             insert_event!(tx, &job_id, seq, now, &event_type, "SCHEDULER", &context, &data);
+            if outbox {
+                insert_event_outbox!(tx, &job_id, seq, now, &event_type, "SCHEDULER", &context, &data);
+            }
             tx.commit().await?;
             Ok(true)
         }.await)

@@ -1,6 +1,7 @@
-//! The event outbox: status moves recorded with the move (see `jobs::apply_move`), waiting for the
-//! outbound sinks. The publisher (`events::outbound`) reads the undelivered rows, records each
-//! delivery attempt, and prunes the oldest delivered rows.
+//! The event outbox: every job event, recorded in the event's own transaction (see
+//! `jobs::apply_move`, `jobs::set_sub_status`), waiting for the outbound sinks. The publisher
+//! (`events::Drainer`) reads the undelivered rows, records each delivery attempt, and prunes the
+//! oldest delivered rows.
 
 use super::{Db, Error, on_db, query_error};
 
@@ -10,6 +11,8 @@ pub struct OutboxRow {
     pub job_id: String,
     pub seq: i64,
     pub created: i64,
+    /// The CloudEvents `type`.
+    pub event_type: String,
     pub data: String,
     pub delivered_to: String,
     pub attempts: i64,
@@ -20,7 +23,7 @@ pub struct OutboxRow {
 /// events of their job).
 pub async fn pending(db: &Db, limit: i64) -> Result<Vec<OutboxRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, OutboxRow>(
-        "SELECT id, job_id, seq, created, data, delivered_to, attempts, next_attempt FROM event_outbox \
+        "SELECT id, job_id, seq, created, event_type, data, delivered_to, attempts, next_attempt FROM event_outbox \
          WHERE delivered IS NULL AND failed IS NULL ORDER BY created, job_id, seq LIMIT $1")
         .bind(limit)
         .fetch_all(pool)

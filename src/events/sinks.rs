@@ -34,12 +34,23 @@ pub trait Sink: Send + Sync {
 }
 
 /// Publishes to `<prefix>.<job id>` on a JetStream stream, with the event id as `Nats-Msg-Id` so
-/// the stream drops a redelivered duplicate within its duplicate window.
+/// the stream drops a redelivered duplicate within its duplicate window. The stream is created
+/// when missing, at any time: a server restarted on empty storage, or a deleted stream, gets it
+/// back with the next event.
 pub struct NatsSink {
     jetstream: async_nats::jetstream::Context,
     prefix: String,
     stream: String,
+    /// The stream was there at the last publish; cleared by a failed publish, so the next
+    /// attempt checks the stream (and creates it) first.
     stream_ready: AtomicBool,
+}
+
+/// Why one publish failed.
+struct PublishFailure {
+    /// The server says no stream holds the subject.
+    stream_missing: bool,
+    error: SinkError,
 }
 
 impl NatsSink {
@@ -85,16 +96,10 @@ impl NatsSink {
             ))),
         }
     }
-}
 
-#[async_trait::async_trait]
-impl Sink for NatsSink {
-    fn name(&self) -> &str {
-        "nats"
-    }
-
-    async fn send(&self, id: &str, job_id: &str, body: Bytes) -> Result<(), SinkError> {
-        self.ensure_stream().await?;
+    /// Publishes one event and waits for the stream's acknowledgement.
+    async fn publish(&self, id: &str, job_id: &str, body: Bytes) -> Result<(), PublishFailure> {
+        use async_nats::jetstream::context::PublishErrorKind;
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Msg-Id", id);
         headers.insert("Content-Type", CLOUDEVENTS_JSON);
@@ -105,9 +110,41 @@ impl Sink for NatsSink {
         };
         match tokio::time::timeout(SEND_DEADLINE, published).await {
             Ok(Ok(_)) => Ok(()),
-            Ok(Err(error)) => Err(SinkError::Retry(format!("NATS: {error}"))),
-            Err(_) => Err(SinkError::Retry(format!("NATS: no acknowledgement within {} s", SEND_DEADLINE.as_secs()))),
+            Ok(Err(error)) => Err(PublishFailure {
+                stream_missing: error.kind() == PublishErrorKind::StreamNotFound,
+                error: SinkError::Retry(format!("NATS: {error}")),
+            }),
+            Err(_) => Err(PublishFailure {
+                stream_missing: false,
+                error: SinkError::Retry(format!("NATS: no acknowledgement within {} s", SEND_DEADLINE.as_secs())),
+            }),
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl Sink for NatsSink {
+    fn name(&self) -> &str {
+        "nats"
+    }
+
+    async fn send(&self, id: &str, job_id: &str, body: Bytes) -> Result<(), SinkError> {
+        self.ensure_stream().await?;
+        let Err(failure) = self.publish(id, job_id, body.clone()).await else {
+            return Ok(());
+        };
+        // Whatever failed, the stream may be gone: the next attempt checks it first. A stream
+        // known to be missing is created again at once, and the event published to it.
+        self.stream_ready.store(false, Ordering::Relaxed);
+        if !failure.stream_missing {
+            return Err(failure.error);
+        }
+        tracing::warn!(nats.stream = %self.stream, "NATS stream missing; creating it again");
+        self.ensure_stream().await?;
+        self.publish(id, job_id, body).await.map_err(|failure| {
+            self.stream_ready.store(false, Ordering::Relaxed);
+            failure.error
+        })
     }
 }
 

@@ -124,4 +124,18 @@ def _():
     assert job.result(cadence=0.2)["total"] == 5
 
 
+
+@check("logger and print lines keep the order they were written in, 20 runs (test_simple_function)")
+def _():
+    expected = []
+    for i in range(10):
+        expected += [f"INFO: logger line {i}", f"print line {i}"]
+    expected += ["DELAY STARTS", "INFO: DELAY ENDS"]
+    jobs = [function.run(mode="interleave") for _ in range(20)]
+    for job in jobs:
+        assert wait(job)[-1] == "DONE", job.job_id
+        tail = job.logs().strip().splitlines()[-len(expected):]
+        assert tail == expected, (job.job_id, tail)
+
+
 finish()

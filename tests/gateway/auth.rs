@@ -21,6 +21,9 @@ use crate::harness::{Backend, Gateway};
 both_backends!(
     custom_token_asks_the_token_service,
     oidc_verifies_the_providers_tokens,
+    oidc_accepts_a_key_rotated_right_after_a_fetch,
+    oidc_fetches_once_for_a_flood_of_unknown_key_ids,
+    oidc_says_a_key_is_not_published_rather_than_blaming_the_token,
     runtime_platform_checks_keys_plans_and_channels,
     a_job_calls_back_as_its_caller_under_runtime_platform,
     the_runtime_api_replaces_group_rules_per_function
@@ -101,6 +104,8 @@ async fn iam_token(
         "key-bob" => jwt("a", "a", claims("IBMid-bob", now() + 3600)),
         "key-expired" => jwt("a", "a", claims("IBMid-alice", now() - 600)),
         "key-forged" => jwt("b", "a", claims("IBMid-alice", now() + 3600)),
+        // IAM signing with a key it does not publish (yet).
+        "key-unpublished" => jwt("b", "b", claims("IBMid-alice", now() + 3600)),
         "key-iam-down" => return (StatusCode::BAD_GATEWAY, axum::Json(json!({}))),
         _ => return (StatusCode::BAD_REQUEST, axum::Json(json!({"errorCode": "BXNIM0415E"}))),
     };
@@ -380,6 +385,78 @@ async fn oidc_verifies_the_providers_tokens(backend: Backend) {
     );
 }
 
+/// `oidc` against the fake provider with the default limit on key fetches (10 s).
+fn default_oidc(fake: &Fake) -> Arc<gantry::auth::Authenticator> {
+    authenticator(&["--auth-mechanism", "oidc", "--oidc-issuer", &fake.base, "--oidc-audience", "gantry"])
+}
+
+/// The claims of a valid token for `user`.
+fn oidc_claims(fake: &Fake, user: &str) -> Value {
+    json!({"iss": fake.base, "aud": "gantry", "exp": now() + 300, "iat": now(), "sub": user})
+}
+
+/// The provider rotates its keys a moment after Gantry fetched them: the first token signed
+/// with the new key is accepted at once, for one more fetch.
+async fn oidc_accepts_a_key_rotated_right_after_a_fetch(backend: Backend) {
+    let fake = Fake::start().await;
+    let mut gateway = Gateway::start(backend).await;
+    gateway.state.auth = default_oidc(&fake);
+    let jobs = "/api/v1/jobs/";
+    assert_eq!(gateway.get(jobs, &jwt("a", "a", oidc_claims(&fake, "grace"))).await.status, 200);
+    assert_eq!(fake.calls(), 1);
+
+    *fake.jwks.lock().unwrap() = jwks(&["b"]);
+    let reply = gateway.get(jobs, &jwt("b", "b", oidc_claims(&fake, "heidi"))).await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    assert_eq!(fake.calls(), 2, "the rotation costs one fetch");
+    assert_eq!(gateway.get(jobs, &jwt("b", "b", oidc_claims(&fake, "ivan"))).await.status, 200);
+    assert_eq!(fake.calls(), 2, "the new key is known from then on");
+}
+
+/// Tokens naming made-up key ids, all within the limit's window: the first is checked against
+/// freshly fetched keys (it could be a rotation), the others make no fetch.
+async fn oidc_fetches_once_for_a_flood_of_unknown_key_ids(backend: Backend) {
+    let fake = Fake::start().await;
+    let mut gateway = Gateway::start(backend).await;
+    gateway.state.auth = default_oidc(&fake);
+    let jobs = "/api/v1/jobs/";
+    assert_eq!(gateway.get(jobs, &jwt("a", "a", oidc_claims(&fake, "grace"))).await.status, 200);
+    assert_eq!(fake.calls(), 1);
+
+    // Twenty at once, then ten one after the other.
+    let forged: Vec<String> =
+        (0..30).map(|i| jwt("a", &format!("forged-{i}"), oidc_claims(&fake, "mallory"))).collect();
+    let mut replies = futures::future::join_all(forged[..20].iter().map(|token| gateway.get(jobs, token))).await;
+    for token in &forged[20..] {
+        replies.push(gateway.get(jobs, token).await);
+    }
+    for reply in replies {
+        assert_eq!(reply.status, 401, "{}", reply.json);
+        assert!(reply.json["detail"].as_str().unwrap().contains("is not among the keys"), "{}", reply.json);
+    }
+    assert_eq!(fake.calls(), 2, "a flood of unknown key ids makes one fetch");
+    // Known keys still work meanwhile, without a fetch.
+    assert_eq!(gateway.get(jobs, &jwt("a", "a", oidc_claims(&fake, "grace"))).await.status, 200);
+    assert_eq!(fake.calls(), 2);
+}
+
+/// A token signed with a key the provider does not publish, even once its keys are fetched
+/// again: the answer says so (a rotation in progress, not the caller's token at fault).
+async fn oidc_says_a_key_is_not_published_rather_than_blaming_the_token(backend: Backend) {
+    let fake = Fake::start().await;
+    let mut gateway = Gateway::start(backend).await;
+    gateway.state.auth = default_oidc(&fake);
+    let jobs = "/api/v1/jobs/";
+    assert_eq!(gateway.get(jobs, &jwt("a", "a", oidc_claims(&fake, "grace"))).await.status, 200);
+
+    let reply = gateway.get(jobs, &jwt("b", "b", oidc_claims(&fake, "heidi"))).await;
+    let expected = gantry::auth::jwks::unpublished_key_message("b", "the identity provider");
+    assert_eq!((reply.status.as_u16(), &reply.json), (401, &json!({"detail": expected})));
+    assert!(expected.contains("key 'b', which is not among the keys the identity provider publishes"), "{expected}");
+    assert!(expected.contains("rotating its keys"), "{expected}");
+    assert_eq!(fake.calls(), 2, "the keys were fetched again before answering");
+}
+
 /// A request as the client sends it: the API key as bearer token, and its channel and instance
 /// headers when it has them.
 fn client_request(
@@ -448,6 +525,14 @@ async fn runtime_platform_checks_keys_plans_and_channels(backend: Backend) {
         );
     }
     assert_eq!(platform_get(&gateway, "key-iam-down", platform, Some(CRN_OK)).await, (401, detail(IAM_PROBLEM)));
+    // IAM's token signed with a key IAM does not publish, even once its keys are fetched again
+    // (at once, although they were fetched moments ago): said so, not blamed on the API key.
+    let calls = fake.calls();
+    assert_eq!(
+        platform_get(&gateway, "key-unpublished", platform, Some(CRN_OK)).await,
+        (401, detail(&gantry::auth::jwks::unpublished_key_message("b", "IAM")))
+    );
+    assert_eq!(fake.calls(), calls + 2, "the key exchange and one fetch of the keys");
 
     // The local channel is the reference's mock check: the mock token is the user mockuser.
     assert_eq!(platform_get(&gateway, "awesome_token", Some("local"), None).await.0, 200);

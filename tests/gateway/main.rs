@@ -6,6 +6,7 @@ mod auth;
 mod controller;
 mod e2e_kubernetes;
 mod files;
+mod idempotency;
 mod isolation;
 mod jobs;
 #[allow(dead_code)]

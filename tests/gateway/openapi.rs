@@ -1,8 +1,9 @@
 //! Requests generated from the published OpenAPI document alone, as client generators and
-//! fuzzers build them: for every operation, one built from its required fields and examples is
-//! accepted (or answered 404: the example ids exist nowhere), and every request that breaks one
-//! documented constraint (a required field or parameter left out, a value outside an enum, below
-//! a minimum, of the wrong type or format, too short or too long, no token) is answered 4xx.
+//! fuzzers build them: for every operation, and for each body encoding it documents and each
+//! branch of a body's `anyOf`, one built from its required fields and examples is accepted (or
+//! answered 404: the example ids exist nowhere), and every request that breaks one documented
+//! constraint (a required field or parameter left out, a value outside an enum, below a minimum,
+//! of the wrong type or format, too short or too long, no token) is answered 4xx.
 
 use axum::body::Body;
 use serde_json::{Map, Value, json};
@@ -10,7 +11,11 @@ use serde_json::{Map, Value, json};
 use crate::both_backends;
 use crate::harness::{Backend, Gateway, multipart, tar_of};
 
-both_backends!(requests_built_from_the_document_are_accepted, requests_breaking_a_documented_constraint_are_4xx);
+both_backends!(
+    requests_built_from_the_document_are_accepted,
+    each_documented_way_to_upload_creates_a_function,
+    requests_breaking_a_documented_constraint_are_4xx
+);
 
 /// One documented constraint to break.
 #[derive(Debug, Clone)]
@@ -47,13 +52,39 @@ fn example(schema: &Value) -> Option<String> {
     }
 }
 
-/// The body's schema and whether it must be multipart (it has file parts).
-fn body_schema(operation: &Operation) -> Option<(Value, bool)> {
-    let content = operation.spec["requestBody"]["content"].as_object()?;
-    match content.get("application/json") {
-        Some(json) => Some((json["schema"].clone(), false)),
-        None => Some((content["multipart/form-data"]["schema"].clone(), true)),
+/// One way to send an operation's body: a documented media type and, when the schema has
+/// `anyOf`, one of its branches.
+#[derive(Debug, Clone)]
+struct BodyVariant {
+    media_type: String,
+    /// The schema a request of this branch follows: the branch's required fields added, and the
+    /// fields only the other branches require left out (a request built from one branch sends
+    /// nothing of another).
+    schema: Value,
+}
+
+/// Every documented encoding of the operation's body, each `anyOf` branch apart; none without a
+/// body.
+fn bodies(operation: &Operation) -> Vec<BodyVariant> {
+    let mut all = Vec::new();
+    for (media_type, content) in operation.spec["requestBody"]["content"].as_object().into_iter().flatten() {
+        let schema = &content["schema"];
+        let Some(branches) = schema["anyOf"].as_array() else {
+            all.push(BodyVariant { media_type: media_type.clone(), schema: schema.clone() });
+            continue;
+        };
+        for branch in branches {
+            let own = required(branch);
+            let mut effective = schema.clone();
+            effective.as_object_mut().unwrap().remove("anyOf");
+            effective["required"] = json!(required(schema).into_iter().chain(own.iter().cloned()).collect::<Vec<_>>());
+            for name in branches.iter().flat_map(required).filter(|name| !own.contains(name)) {
+                effective["properties"].as_object_mut().unwrap().remove(&name);
+            }
+            all.push(BodyVariant { media_type: media_type.clone(), schema: effective });
+        }
     }
+    all
 }
 
 fn required(schema: &Value) -> Vec<String> {
@@ -88,7 +119,7 @@ fn breaking_values(schema: &Value, for_path: bool) -> Vec<Value> {
     values
 }
 
-fn breaks(operation: &Operation) -> Vec<Break> {
+fn breaks(operation: &Operation, body: Option<&BodyVariant>) -> Vec<Break> {
     let mut all = Vec::new();
     for parameter in operation.spec["parameters"].as_array().into_iter().flatten() {
         let name = parameter["name"].as_str().unwrap().to_string();
@@ -101,8 +132,8 @@ fn breaks(operation: &Operation) -> Vec<Break> {
             all.push(if in_path { Break::Path(name.clone(), value) } else { Break::Query(name.clone(), value) });
         }
     }
-    if let Some((schema, _)) = body_schema(operation) {
-        for name in required(&schema) {
+    if let Some(BodyVariant { schema, .. }) = body {
+        for name in required(schema) {
             all.push(Break::OmitField(name));
         }
         for (name, property) in schema["properties"].as_object().unwrap() {
@@ -117,9 +148,14 @@ fn breaks(operation: &Operation) -> Vec<Break> {
     all
 }
 
-/// The request built from the document's required fields and examples, with one constraint
-/// broken when `broken` is given.
-async fn send(gateway: &Gateway, operation: &Operation, broken: Option<&Break>) -> crate::harness::Reply {
+/// The request built from the document's required fields and examples, with its body sent as
+/// `body` says, and one constraint broken when `broken` is given.
+async fn send(
+    gateway: &Gateway,
+    operation: &Operation,
+    body: Option<&BodyVariant>,
+    broken: Option<&Break>,
+) -> crate::harness::Reply {
     let mut path = operation.template.clone();
     let mut query = Vec::new();
     for parameter in operation.spec["parameters"].as_array().into_iter().flatten() {
@@ -142,10 +178,10 @@ async fn send(gateway: &Gateway, operation: &Operation, broken: Option<&Break>) 
         path = format!("{path}?{}", serde_urlencoded::to_string(&query).unwrap());
     }
     let token = (!matches!(broken, Some(Break::NoToken))).then_some("alice");
-    let Some((schema, is_multipart)) = body_schema(operation) else {
+    let Some(BodyVariant { media_type, schema }) = body else {
         return gateway.call(&operation.method, &path, token, None, Body::empty()).await;
     };
-    let required = required(&schema);
+    let required = required(schema);
     let mut fields = Map::new();
     let mut files: Vec<(String, String, Vec<u8>)> = Vec::new();
     for (name, property) in schema["properties"].as_object().unwrap() {
@@ -169,39 +205,80 @@ async fn send(gateway: &Gateway, operation: &Operation, broken: Option<&Break>) 
             fields.insert(name.clone(), value);
         }
     }
-    if is_multipart {
-        let texts: Vec<(String, String)> = fields
-            .iter()
-            .map(|(k, v)| (k.clone(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
-            .collect();
-        let texts: Vec<(&str, &str)> = texts.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let parts: Vec<(&str, &str, &[u8])> =
-            files.iter().map(|(n, f, b)| (n.as_str(), f.as_str(), b.as_slice())).collect();
-        let (content_type, body) = multipart(&texts, &parts);
-        gateway.call(&operation.method, &path, token, Some(&content_type), body.into()).await
-    } else {
-        let body = Value::Object(fields).to_string();
-        gateway.call(&operation.method, &path, token, Some("application/json"), body.into()).await
+    let texts: Vec<(String, String)> = fields
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().map(str::to_string).unwrap_or_else(|| v.to_string())))
+        .collect();
+    match media_type.as_str() {
+        "multipart/form-data" => {
+            let texts: Vec<(&str, &str)> = texts.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+            let parts: Vec<(&str, &str, &[u8])> =
+                files.iter().map(|(n, f, b)| (n.as_str(), f.as_str(), b.as_slice())).collect();
+            let (content_type, body) = multipart(&texts, &parts);
+            gateway.call(&operation.method, &path, token, Some(&content_type), body.into()).await
+        }
+        "application/x-www-form-urlencoded" => {
+            assert!(files.is_empty(), "{} {}: a form cannot carry files", operation.method, operation.template);
+            let body = serde_urlencoded::to_string(&texts).unwrap();
+            gateway.call(&operation.method, &path, token, Some(media_type), body.into()).await
+        }
+        "application/json" => {
+            assert!(files.is_empty(), "{} {}: JSON cannot carry files", operation.method, operation.template);
+            let body = Value::Object(fields).to_string();
+            gateway.call(&operation.method, &path, token, Some(media_type), body.into()).await
+        }
+        other => panic!("{} {}: no request is built for {other}", operation.method, operation.template),
     }
+}
+
+/// `body` with only its required fields, as a generator that fills in nothing optional sends
+/// it.
+fn required_only(body: &BodyVariant) -> BodyVariant {
+    let required = required(&body.schema);
+    let mut schema = body.schema.clone();
+    schema["properties"].as_object_mut().unwrap().retain(|name, _| required.contains(name));
+    BodyVariant { media_type: body.media_type.clone(), schema }
+}
+
+/// The operation sent once per documented body (once when it has none).
+fn with_bodies(operation: &Operation) -> Vec<Option<BodyVariant>> {
+    let bodies = bodies(operation);
+    if bodies.is_empty() { vec![None] } else { bodies.into_iter().map(Some).collect() }
 }
 
 async fn document(gateway: &Gateway) -> Value {
     gateway.call("GET", "/swagger.json", None, None, Body::empty()).await.json
 }
 
+/// What the examples name: alice's function `example-fn`, when `with_function`, and the provider
+/// `example-provider` alice administers (for a provider's image).
+async fn examples_exist(gateway: &Gateway, with_function: bool) {
+    if with_function {
+        gateway.upload_function("alice", &[("title", "example-fn"), ("entrypoint", "main.py")]).await;
+    }
+    gateway.provider("example-provider", None, "alice").await;
+}
+
 async fn requests_built_from_the_document_are_accepted(backend: Backend) {
     let gateway = Gateway::start(backend).await;
-    // The function the examples name exists; the example ids and provider do not.
-    gateway.upload_function("alice", &[("title", "example-fn"), ("entrypoint", "main.py")]).await;
+    // The function and provider the examples name exist; the example ids do not.
+    examples_exist(&gateway, true).await;
     let document = document(&gateway).await;
     let mut refused = Vec::new();
     let mut accepted = 0;
     for operation in operations(&document) {
-        let reply = send(&gateway, &operation, None).await;
-        match reply.status.as_u16() {
-            200..=299 => accepted += 1,
-            404 => {}
-            _ => refused.push(format!("{} {}: {} {}", operation.method, operation.template, reply.status, reply.json)),
+        let bodies = with_bodies(&operation);
+        let minimal = bodies.iter().flatten().map(required_only).map(Some);
+        for body in bodies.iter().cloned().chain(minimal) {
+            let reply = send(&gateway, &operation, body.as_ref(), None).await;
+            match reply.status.as_u16() {
+                200..=299 => accepted += 1,
+                404 => {}
+                _ => refused.push(format!(
+                    "{} {} {body:?}: {} {}",
+                    operation.method, operation.template, reply.status, reply.json
+                )),
+            }
         }
     }
     assert!(refused.is_empty(), "requests built from the document were refused:\n{}", refused.join("\n"));
@@ -209,20 +286,46 @@ async fn requests_built_from_the_document_are_accepted(backend: Backend) {
     assert!(accepted >= 15, "only {accepted} operations answered 2xx");
 }
 
+/// Each documented way to upload (each encoding, each branch of the multipart body's `anyOf`),
+/// with the optional examples and with the required fields alone, creates the function on a
+/// gateway where it does not exist yet (an update would accept less).
+async fn each_documented_way_to_upload_creates_a_function(backend: Backend) {
+    let document = document(&Gateway::start(backend).await).await;
+    let upload = operations(&document).into_iter().find(|o| o.template == "/api/v1/programs/upload/").unwrap();
+    let bodies = bodies(&upload);
+    let mut refused = Vec::new();
+    for body in bodies.iter().cloned().chain(bodies.iter().map(required_only)) {
+        let gateway = Gateway::start(backend).await;
+        examples_exist(&gateway, false).await;
+        let reply = send(&gateway, &upload, Some(&body), None).await;
+        if reply.status != 200 {
+            refused.push(format!("{body:?}: {} {}", reply.status, reply.json));
+        }
+    }
+    assert!(refused.is_empty(), "uploads built from the document were refused:\n{}", refused.join("\n"));
+    // Code and image from multipart, an image from JSON and from a form.
+    assert_eq!(bodies.len(), 4, "{bodies:#?}");
+}
+
 async fn requests_breaking_a_documented_constraint_are_4xx(backend: Backend) {
     let gateway = Gateway::start(backend).await;
+    // The provider exists, so that leaving a field out of an upload is what refuses it; no
+    // function exists, so that an upload without its branch's fields would create one.
+    examples_exist(&gateway, false).await;
     let document = document(&gateway).await;
     let mut accepted = Vec::new();
     let mut checked = 0;
     for operation in operations(&document) {
-        for broken in breaks(&operation) {
-            let reply = send(&gateway, &operation, Some(&broken)).await;
-            checked += 1;
-            if !reply.status.is_client_error() {
-                accepted.push(format!(
-                    "{} {} with {broken:?}: {} {}",
-                    operation.method, operation.template, reply.status, reply.json
-                ));
+        for body in with_bodies(&operation) {
+            for broken in breaks(&operation, body.as_ref()) {
+                let reply = send(&gateway, &operation, body.as_ref(), Some(&broken)).await;
+                checked += 1;
+                if !reply.status.is_client_error() {
+                    accepted.push(format!(
+                        "{} {} {body:?} with {broken:?}: {} {}",
+                        operation.method, operation.template, reply.status, reply.json
+                    ));
+                }
             }
         }
     }

@@ -20,6 +20,8 @@ both_backends!(
     webhooks_are_signed_retried_and_delivered_once_each,
     events_a_receiver_rejects_are_kept_with_their_error,
     the_outbox_keeps_only_the_newest_delivered_events,
+    a_deleted_nats_stream_is_created_again_for_the_next_events,
+    every_job_event_is_published_once_with_its_type_and_a_gapless_sequence,
     an_event_stream_resumes_with_last_event_id_without_gaps_or_repeats,
     a_log_follower_receives_every_line_of_a_job_that_prints_for_seconds,
     logs_answers_stream_a_large_archived_log,
@@ -182,6 +184,226 @@ async fn nats_receives_every_move_in_order_with_the_documented_fields(backend: B
     let stored: Vec<Value> =
         stream_messages(&stream).await.iter().map(|m| serde_json::from_slice(&m.payload).unwrap()).collect();
     assert_eq!(stored, received);
+    delete_stream(&stream).await;
+}
+
+/// The CloudEvents `sequence` of a published event.
+fn sequence(event: &Value) -> i64 {
+    event["sequence"].as_str().expect("sequence is a string").parse().expect("sequence is a number")
+}
+
+/// The published events of `stream`, in stream order.
+async fn stored_events(stream: &str) -> Vec<Value> {
+    stream_messages(stream).await.iter().map(|m| serde_json::from_slice(&m.payload).unwrap()).collect()
+}
+
+async fn stop_job(gateway: &Gateway, job_id: &str) -> Value {
+    let stopped = gateway.post_json(&format!("/api/v1/jobs/{job_id}/stop/"), "alice", json!({})).await;
+    assert_eq!(stopped.status, 200, "{}", stopped.json);
+    gateway.wait_for_job("alice", job_id, 60, terminal).await
+}
+
+/// Someone deletes the stream (as a broker restarted on empty storage loses it): the next event,
+/// between two jobs or between two events of one job, creates it again and arrives, in order.
+async fn a_deleted_nats_stream_is_created_again_for_the_next_events(backend: Backend) {
+    let (stream, prefix) = nats_names();
+    let gateway = Gateway::start(backend)
+        .await
+        .with_events(|events| {
+            events.events_nats_url = Some(nats_url());
+            events.events_nats_subject = prefix.clone();
+            events.events_nats_stream = stream.clone();
+        })
+        .await
+        .with_runner(|_| {})
+        .await;
+    upload_printer(&gateway).await;
+    let first = run_printer(&gateway, json!({})).await;
+    gateway.wait_for_job("alice", &first, 60, terminal).await;
+    let db = &gateway.state.db;
+    let delivered = |n: i64| async move {
+        let (_, delivered, failed) = gantry::db::outbox::counts(db).await.unwrap();
+        assert_eq!(failed, 0);
+        delivered == n
+    };
+    eventually(20, "the first job's events reach NATS", || delivered(4)).await;
+    assert_eq!(moves_of(&stored_events(&stream).await, &first), full_lifecycle());
+
+    // Between two jobs.
+    delete_stream(&stream).await;
+    let second = run_printer(&gateway, json!({"nap": 120})).await;
+    gateway.wait_for_job("alice", &second, 60, |job| job["status"] == "RUNNING").await;
+    eventually(20, "the next job's events reach the stream created again", || delivered(7)).await;
+    let stored = stored_events(&stream).await;
+    assert_eq!(moves_of(&stored, &second), full_lifecycle()[..3], "in order, each once");
+    assert_eq!(stored.iter().map(sequence).collect::<Vec<_>>(), [1, 2, 3]);
+
+    // Between two events of one job.
+    delete_stream(&stream).await;
+    let job = stop_job(&gateway, &second).await;
+    assert_eq!(job["status"], "STOPPED", "{job}");
+    eventually(20, "the job's next event reaches the stream created again", || delivered(8)).await;
+    let stored = stored_events(&stream).await;
+    assert_eq!(moves_of(&stored, &second), [(json!("RUNNING"), json!("STOPPED"))]);
+    assert_eq!(sequence(&stored[0]), 4);
+    delete_stream(&stream).await;
+}
+
+/// The CloudEvents types of the job driven by the test below, in order.
+const DRIVEN_TYPES: [&str; 8] = [
+    "dev.gantry.job.status",
+    "dev.gantry.job.status",
+    "dev.gantry.job.status",
+    "dev.gantry.job.sub_status",
+    "dev.gantry.job.error",
+    "dev.gantry.job.sub_status",
+    "dev.gantry.job.status",
+    "dev.gantry.job.log_lost",
+];
+
+/// Checks what one sink received of the driven job: each event once, sequences 1..8 in order,
+/// each with its type and fields.
+fn check_driven_events(sink: &str, events: &[Value], job_id: &str) {
+    let sequences: Vec<i64> = events.iter().map(sequence).collect();
+    assert_eq!(sequences, (1..=8).collect::<Vec<_>>(), "{sink}: every event once, without gaps");
+    let types: Vec<&str> = events.iter().map(|event| event["type"].as_str().unwrap()).collect();
+    assert_eq!(types, DRIVEN_TYPES, "{sink}");
+    assert_eq!(events.iter().map(|e| &e["id"]).collect::<HashSet<_>>().len(), 8, "{sink}: distinct ids");
+    let statuses: Vec<_> = [0, 1, 2, 6].map(|i| events[i].clone()).to_vec();
+    assert_eq!(
+        moves_of(&statuses, job_id),
+        [
+            (Value::Null, json!("QUEUED")),
+            (json!("QUEUED"), json!("PENDING")),
+            (json!("PENDING"), json!("RUNNING")),
+            (json!("RUNNING"), json!("STOPPED")),
+        ],
+        "{sink}: status moves keep their data"
+    );
+    for event in events {
+        let keys: HashSet<&str> = event.as_object().unwrap().keys().map(String::as_str).collect();
+        assert_eq!(keys, EVENT_FIELDS.into_iter().collect(), "{sink}: {event}");
+        assert_eq!(event["subject"], job_id, "{sink}");
+        assert_eq!(event["data"]["job_id"], job_id, "{sink}");
+        assert_eq!((&event["data"]["user"], &event["data"]["function"]), (&json!("alice"), &json!("printer")));
+    }
+    let data = |i: usize| events[i]["data"].clone();
+    let common = |status: &str, sub_status: Value, origin: &str, context: &str| {
+        json!({"job_id": job_id, "function": "printer", "provider": null, "user": "alice", "status": status,
+               "sub_status": sub_status, "origin": origin, "context": context})
+    };
+    let without_time = |mut data: Value| {
+        assert!(data.as_object_mut().unwrap().remove("time").is_some_and(|t| t.is_string()), "{sink}: {data}");
+        data
+    };
+    assert_eq!(without_time(data(3)), common("RUNNING", json!("MAPPING"), "API", "SET_SUB_STATUS"), "{sink}");
+    let mut error = common("RUNNING", json!("MAPPING"), "API", "SEND_ERROR");
+    let error_fields =
+        json!({"code": "E42", "message": "the answer failed", "exception": "ValueError", "args": {"k": 1}});
+    error.as_object_mut().unwrap().extend(error_fields.as_object().unwrap().clone());
+    assert_eq!(without_time(data(4)), error, "{sink}");
+    assert_eq!(without_time(data(5)), common("RUNNING", json!("EXECUTING_QPU"), "API", "SET_SUB_STATUS"), "{sink}");
+    let mut lost = common("STOPPED", Value::Null, "SCHEDULER", "ARCHIVE_LOGS");
+    lost["message"] = json!("the job's log was lost: test");
+    assert_eq!(without_time(data(7)), lost, "{sink}");
+}
+
+/// Status moves, sub-status changes, an error the function sends and a lost log: NATS, the
+/// webhook and the SSE stream each see the job's events 1..n once, each with its type.
+async fn every_job_event_is_published_once_with_its_type_and_a_gapless_sequence(backend: Backend) {
+    let (stream, prefix) = nats_names();
+    let (url, received) = receiver(|_| 200).await;
+    let gateway = Gateway::start(backend)
+        .await
+        .with_events(|events| {
+            events.events_nats_url = Some(nats_url());
+            events.events_nats_subject = prefix.clone();
+            events.events_nats_stream = stream.clone();
+            events.events_webhook_url = vec![url.clone()];
+            events.events_webhook_secret = Some(gantry::secrets::Secret::new("hook-key".into()));
+        })
+        .await
+        .with_runner(|_| {})
+        .await;
+    upload_printer(&gateway).await;
+    let job_id = run_printer(&gateway, json!({"nap": 120})).await;
+    let uri = format!("/api/v1/jobs/{job_id}/events/stream/");
+    let mut live = SseReader::new(gateway.open(&uri, "alice", &[("accept", "text/event-stream")]).await);
+    gateway.wait_for_job("alice", &job_id, 60, |job| job["status"] == "RUNNING").await;
+
+    // What the function sends through the gateway while it runs.
+    let sub_status = |value: &'static str| {
+        let (gateway, path) = (&gateway, format!("/api/v1/jobs/{job_id}/sub_status/"));
+        async move {
+            let body = format!("sub_status={value}").into();
+            let reply =
+                gateway.call("PATCH", &path, Some("alice"), Some("application/x-www-form-urlencoded"), body).await;
+            assert_eq!(reply.status, 200, "{}", reply.json);
+        }
+    };
+    sub_status("MAPPING").await;
+    sub_status("MAPPING").await; // unchanged: no event
+    let sent = gateway
+        .post_json(
+            &format!("/api/v1/jobs/{job_id}/event/"),
+            "alice",
+            json!({"type": "ERROR", "code": "E42", "message": "the answer failed", "exception": "ValueError",
+                   "args": "{\"k\": 1}"}),
+        )
+        .await;
+    assert_eq!(sent.status, 200, "{}", sent.json);
+    sub_status("EXECUTING_QPU").await;
+    assert_eq!(stop_job(&gateway, &job_id).await["status"], "STOPPED");
+    // SSE: the live follower ends after the terminal status event.
+    let kinds = [
+        "STATUS_CHANGE",
+        "STATUS_CHANGE",
+        "STATUS_CHANGE",
+        "SUB_STATUS_CHANGE",
+        "ERROR",
+        "SUB_STATUS_CHANGE",
+        "STATUS_CHANGE",
+        "LOG_LOST",
+    ];
+    let expected: Vec<(String, String)> = (1..=8).map(|n: usize| (n.to_string(), kinds[n - 1].to_string())).collect();
+    let mut followed = Vec::new();
+    while let Some(event) = live.next().await {
+        followed.push((event.id.unwrap(), event.event.unwrap()));
+    }
+    assert_eq!(followed, expected[..7], "the live SSE follower");
+    // The controller's note of a lost log, recorded after the job ended.
+    let note = json!({"message": "the job's log was lost: test"});
+    assert!(
+        gantry::db::jobs::insert_finished_event(&gateway.state.db, &job_id, "LOG_LOST", "ARCHIVE_LOGS", &note)
+            .await
+            .unwrap()
+    );
+
+    let db = &gateway.state.db;
+    eventually(30, "every event is delivered to both sinks", || async move {
+        gantry::db::outbox::counts(db).await.unwrap() == (0, 8, 0)
+    })
+    .await;
+    check_driven_events("NATS", &stored_events(&stream).await, &job_id);
+    let hooked: Vec<Value> = received
+        .lock()
+        .unwrap()
+        .requests
+        .iter()
+        .map(|(_, body, status)| {
+            assert_eq!(*status, 200);
+            serde_json::from_slice(body).unwrap()
+        })
+        .collect();
+    check_driven_events("webhook", &hooked, &job_id);
+
+    // SSE: a follower after the end sees every event.
+    let mut later = SseReader::new(gateway.open(&uri, "alice", &[("accept", "text/event-stream")]).await);
+    let mut followed = Vec::new();
+    while let Some(event) = later.next().await {
+        followed.push((event.id.unwrap(), event.event.unwrap()));
+    }
+    assert_eq!(followed, expected, "a follower after the end");
     delete_stream(&stream).await;
 }
 
@@ -487,6 +709,14 @@ async fn an_event_stream_resumes_with_last_event_id_without_gaps_or_repeats(back
     let kinds: Vec<&str> = seen.iter().map(|e| e.event.as_deref().unwrap()).collect();
     assert_eq!(kinds.iter().filter(|kind| **kind == "ERROR").count(), 3);
     assert_eq!(streamed.last().unwrap()["data"]["status"], "SUCCEEDED");
+    // Without outbound sinks nothing is written to the outbox, not even a late LOG_LOST.
+    let note = json!({"message": "lost"});
+    assert!(
+        gantry::db::jobs::insert_finished_event(&gateway.state.db, &job_id, "LOG_LOST", "ARCHIVE_LOGS", &note)
+            .await
+            .unwrap()
+    );
+    assert_eq!(gantry::db::outbox::counts(&gateway.state.db).await.unwrap(), (0, 0, 0));
     // Another user's job is not there for them.
     let response = gateway.open(&uri, "mallory", &[]).await;
     assert_eq!(response.status(), 404);

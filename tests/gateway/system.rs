@@ -266,3 +266,62 @@ async fn serve_warns_when_the_jobs_python_lacks_the_client() {
     assert!(warning.contains("--python"), "{warning}");
     serve.kill().await.unwrap();
 }
+
+/// `gantry serve` prints its listening line only once its start-up checks passed: settings that
+/// fail one end it with the reason and no such line, and settings that pass print it.
+#[tokio::test]
+async fn serve_says_it_listens_only_after_its_start_up_checks() {
+    use std::os::unix::fs::PermissionsExt;
+    use tokio::io::AsyncBufReadExt;
+    async fn serve(data: &std::path::Path, flags: &[&str]) -> tokio::process::Child {
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(data)
+            .args(flags)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap()
+    }
+    let folder = tempfile::tempdir().unwrap();
+    let private = folder.path().join("private");
+    std::fs::create_dir(&private).unwrap();
+    std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // Checks that fail: a webhook without its signing key (for any user) and, run as root, a
+    // data dir below a folder the jobs' user (nobody) cannot pass through.
+    let mut refusals = vec![(
+        vec!["--runner", "none", "--events-webhook-url", "http://127.0.0.1:9/events"],
+        "webhook events need a signing key",
+    )];
+    if gantry::compute::isolation::running_as_root() {
+        refusals.push((vec![], "which cannot pass through"));
+    }
+    for (index, (flags, reason)) in refusals.into_iter().enumerate() {
+        let child = serve(&private.join(format!("refused-{index}")), &flags).await;
+        let output = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+            .await
+            .expect("gantry serve ends within 60 s")
+            .unwrap();
+        let (stdout, stderr) = (String::from_utf8_lossy(&output.stdout), String::from_utf8_lossy(&output.stderr));
+        assert!(!output.status.success(), "{flags:?}: {stdout}{stderr}");
+        assert!(stderr.contains(reason), "{flags:?}: {stderr}");
+        assert!(!stdout.contains("listening"), "{flags:?} printed a listening line, then refused:\n{stdout}");
+    }
+
+    // Settings that pass: the line comes.
+    let mut child = serve(&folder.path().join("served"), &["--runner", "none"]).await;
+    let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let listening = tokio::time::timeout(std::time::Duration::from_secs(60), async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if line.contains("listening") {
+                return line;
+            }
+        }
+        panic!("gantry serve ended without a listening line");
+    })
+    .await
+    .expect("a listening line within 60 s");
+    assert!(listening.starts_with("gantry listening on http://127.0.0.1:"), "{listening}");
+    child.kill().await.unwrap();
+}

@@ -1,6 +1,6 @@
 """End-to-end test function: what a user's function does with the in-job helpers.
 
-Argument `mode` picks the behaviour: ok (default), status, fail, sleep.
+Argument `mode` picks the behaviour: ok (default), status, fail, sleep, interleave.
 """
 
 import os
@@ -29,6 +29,15 @@ elif mode == "fail":
         message = "\n".join(traceback.format_exception_only(error))
     send_error(code="E42", message=message, exception="WidgetError", args={"widget": 7})
     raise ValueError("widget failure")
+elif mode == "interleave":
+    # The existing gateway's test_simple_function: logger (stderr) and print (stdout) lines one
+    # after the other; the log must keep their order.
+    for i in range(10):
+        logger.info(f"logger line {i}")
+        print(f"print line {i}")
+    print("DELAY STARTS")
+    time.sleep(0.1)
+    logger.info("DELAY ENDS")
 elif mode == "sleep":
     with open(os.path.join(os.environ["DATA_PATH"], "pid.txt"), "w", encoding="utf-8") as handle:
         handle.write(str(os.getpid()))
