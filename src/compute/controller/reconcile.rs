@@ -553,6 +553,8 @@ async fn settle_without_log(
         jobs::insert_finished_event(&ctx.db, job_id, "LOG_LOST", "ARCHIVE_LOGS", &data)
             .await
             .map_err(database_error(job_id))?;
+        // Published now, not at the publisher's next poll.
+        ctx.publisher.recorded();
         record(ctx, job, true, "LogLost", Some(why)).await;
     } else {
         record(ctx, job, false, "NoLog", Some(why)).await;
