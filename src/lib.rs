@@ -1,5 +1,5 @@
 //! Gantry: a job gateway for user-uploaded functions, speaking the qiskit-serverless REST API.
-//! See `ARCHITECTURE.md` in the design folder for the roles and the data flow.
+//! See `docs/architecture.md` for the layout and `docs/kubernetes.md` for the roles on a cluster.
 
 #![recursion_limit = "256"]
 

@@ -83,7 +83,7 @@ pub struct JobArgs {
     pub job_read_paths: Vec<PathBuf>,
     /// Run jobs locally even where the kernel lacks Landlock, with an authentication mechanism
     /// other than mock_token: such jobs can read every user's files, the database and the
-    /// server's files (see "Security model" in the README).
+    /// server's files (see docs/security.md).
     #[arg(long, env = "GANTRY_ACCEPT_UNISOLATED_JOBS")]
     pub accept_unisolated_jobs: bool,
 }

@@ -1,7 +1,6 @@
 #!/usr/bin/env bash
 # Builds the two container images from the repo's Containerfiles with podman and checks them,
-# with no container registry and no Docker engine (the recipe is in the shared design notes,
-# TESTING.md, "Container images"):
+# with no container registry and no Docker engine (see docs/container-images.md):
 #   - the gantry image (Containerfile) runs `gantry --version` as a non-root user on a read-only
 #     root filesystem without a network; its OCI config has the user, entrypoint, ports and
 #     labels the chart assumes; and `/usr/local/bin/gantry place-launcher` (the job pods' init

@@ -3,7 +3,7 @@
 //! No API server binary can be installed on the project's machines, so controller and gateway
 //! tests talk to this double instead: an [`axum::Router`] that [`ApiServer::client`] wraps into a
 //! real [`kube::Client`] without a socket, and that [`ApiServer::serve`] exposes on loopback for
-//! the `gantry` binary and for `kubectl` (see `/work/shared/design/TESTING.md`).
+//! the `gantry` binary and for `kubectl` (see `docs/testing.md`).
 //!
 //! It reproduces the behaviours kube-client and kube-runtime 5 rely on:
 //! - resources: core `pods` (+ `pods/status`, `pods/log`, refused with 400 for a pod not bound

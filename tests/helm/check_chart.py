@@ -6,7 +6,7 @@ the default values, with every optional feature on (tests/helm/values-all.yaml) 
 profile; every rendered manifest validated against the Kubernetes 1.33 schemas with PyPI
 `kubernetes-validate`; then assertions on the rendered objects (probes, security contexts,
 RBAC equal to what the code exports, no secret in a ConfigMap or an env literal, references
-that resolve), the CRD copy, values.schema.json, and the README's values table.
+that resolve), the CRD copy, values.schema.json, and the values table of charts/gantry/README.md.
 
 RBAC: the expected list is `$GANTRY_BIN rbac` (default target/debug/gantry).
 
@@ -41,7 +41,7 @@ import values_table  # noqa: E402
 ROOT = Path(__file__).resolve().parents[2]
 CHART = ROOT / "charts" / "gantry"
 TOP_CRD = ROOT / "crds" / "functionjobs.gantry.dev.yaml"
-README = ROOT / "README.md"
+README = ROOT / "charts" / "gantry" / "README.md"
 KUBE_VERSION = "1.33.0"
 RELEASE = "gantry"
 NAMESPACE = "gantry"
@@ -647,14 +647,14 @@ for name, values in {
         return rejected
 
 
-@check("README values table matches values.yaml (tests/helm/values_table.py)")
+@check("the chart README values table matches values.yaml (tests/helm/values_table.py)")
 def _():
     table, problems = values_table.rows()
     assert not problems, "; ".join(problems)
     block = values_table.readme_block(README.read_text())
-    assert block is not None, f"README.md has no {values_table.START} ... {values_table.END} block"
+    assert block is not None, f"charts/gantry/README.md has no {values_table.START} ... {values_table.END} block"
     if block != values_table.markdown(table):
-        raise AssertionError("README.md is out of date: python3 tests/helm/values_table.py --update README.md")
+        raise AssertionError("charts/gantry/README.md is out of date: python3 tests/helm/values_table.py --update charts/gantry/README.md")
     return f"{len(table)} values"
 
 

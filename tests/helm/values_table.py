@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The README's values table, generated from charts/gantry/values.yaml.
+"""The values table of charts/gantry/README.md, generated from charts/gantry/values.yaml.
 
 Every value carries a `# -- description` comment right above its key (continued on following
 `#` lines). A commented key is one row (its default is the whole value, e.g. a `resources`
@@ -7,7 +7,7 @@ map); keys without a comment are sections whose children are the rows. The type 
 values.schema.json.
 
     python3 tests/helm/values_table.py                  # print the table
-    python3 tests/helm/values_table.py --update README.md   # rewrite the block between
+    python3 tests/helm/values_table.py --update charts/gantry/README.md   # rewrite the block between
                                                         # <!-- values-table:start/end -->
 
 Needs PyYAML (in the checks' venv).
