@@ -181,7 +181,7 @@ pub struct EventArgs {
     #[arg(long, env = "GANTRY_EVENTS_SOURCE", default_value = "/gantry")]
     pub events_source: String,
     /// How long an event is retried before it is marked undeliverable (kept, with its error).
-    #[arg(long, env = "GANTRY_EVENTS_RETRY_FOR", default_value = "24h", value_parser = crate::serve::parse_timeout)]
+    #[arg(long, env = "GANTRY_EVENTS_RETRY_FOR", default_value = "24h", value_parser = crate::shared::parse_timeout)]
     pub events_retry_for: Duration,
     /// Delivered events kept in the outbox (the oldest beyond are deleted).
     #[arg(long, env = "GANTRY_EVENTS_KEEP_DELIVERED", default_value_t = 10_000)]

@@ -15,7 +15,8 @@ use crate::db::{self, DatabaseArgs};
 use crate::domain::sizes::Resources;
 use crate::retention::RetentionArgs;
 use crate::secrets::TokenCipher;
-use crate::serve::{parse_timeout, serve_http};
+use crate::serve::serve_http;
+use crate::shared::parse_timeout;
 use crate::state::AppState;
 use crate::storage::{Storage, StorageArgs};
 

@@ -20,5 +20,6 @@ pub mod ops;
 pub mod retention;
 pub mod secrets;
 pub mod serve;
+pub mod shared;
 pub mod state;
 pub mod storage;

@@ -4,6 +4,7 @@ mod harness;
 
 mod auth;
 mod controller;
+mod docs;
 mod e2e_kubernetes;
 mod files;
 mod idempotency;

@@ -647,7 +647,7 @@ pub async fn run(ctx: Arc<Context>) {
     loop {
         tokio::select! {
             () = elector.acquire() => {}
-            () = crate::serve::shutdown_signal() => return,
+            () = crate::shared::shutdown_signal() => return,
         }
         tokio::select! {
             () = lead(Arc::clone(&ctx)) => {
