@@ -1,5 +1,9 @@
-//! Small pieces every layer may use: the duration syntax of the timeout flags, and the shutdown
-//! signal the long-running roles stop on. Nothing here imports another module of the crate.
+//! Small pieces every layer may use: the duration syntax of the timeout flags, the shutdown
+//! signal the long-running roles stop on, and replacing a file whole. Nothing here imports
+//! another module of the crate.
+
+use std::io;
+use std::path::{Path, PathBuf};
 
 /// `PROGRAM_TIMEOUT`: a number of hours, or a number with `s`, `m` or `h`.
 pub fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
@@ -40,6 +44,66 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// What a replaced file gets: bytes from memory, or a copy of another file.
+#[derive(Debug, Clone, Copy)]
+pub enum Contents<'a> {
+    Bytes(&'a [u8]),
+    CopyOf(&'a Path),
+}
+
+/// A staging file beside `destination`, unique to this call (hidden, so listings skip it).
+fn staging_beside(destination: &Path) -> PathBuf {
+    let folder = destination.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    folder.join(format!(".incoming-{}", uuid::Uuid::new_v4().simple()))
+}
+
+/// Replaces `destination` whole or not at all: the contents are written to a staging file beside
+/// it (with `mode`, when given), which is then renamed over it, so a reader sees the old file or
+/// the new one, never a part. On any failure the staging file is removed.
+pub async fn replace_file(destination: &Path, contents: Contents<'_>, mode: Option<u32>) -> io::Result<()> {
+    let staging = staging_beside(destination);
+    let outcome = async {
+        match contents {
+            Contents::Bytes(bytes) => tokio::fs::write(&staging, bytes).await?,
+            Contents::CopyOf(source) => {
+                tokio::fs::copy(source, &staging).await?;
+            }
+        }
+        if let Some(mode) = mode {
+            use std::os::unix::fs::PermissionsExt;
+            tokio::fs::set_permissions(&staging, std::fs::Permissions::from_mode(mode)).await?;
+        }
+        tokio::fs::rename(&staging, destination).await
+    }
+    .await;
+    if outcome.is_err() {
+        let _ = tokio::fs::remove_file(&staging).await;
+    }
+    outcome
+}
+
+/// `replace_file` for code that cannot wait on a runtime (the init container's copy).
+pub fn replace_file_blocking(destination: &Path, contents: Contents<'_>, mode: Option<u32>) -> io::Result<()> {
+    let staging = staging_beside(destination);
+    let outcome = (|| {
+        match contents {
+            Contents::Bytes(bytes) => std::fs::write(&staging, bytes)?,
+            Contents::CopyOf(source) => {
+                std::fs::copy(source, &staging)?;
+            }
+        }
+        if let Some(mode) = mode {
+            use std::os::unix::fs::PermissionsExt;
+            std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(mode))?;
+        }
+        std::fs::rename(&staging, destination)
+    })();
+    if outcome.is_err() {
+        let _ = std::fs::remove_file(&staging);
+    }
+    outcome
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -54,5 +118,29 @@ mod tests {
         assert_eq!(parse_timeout("2h").unwrap(), Duration::from_secs(7200));
         assert!(parse_timeout("soon").is_err());
         assert!(parse_timeout("0").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_replaced_file_is_whole_and_a_failure_leaves_no_staging_file() {
+        let folder = tempfile::tempdir().unwrap();
+        let target = folder.path().join("f");
+        std::fs::write(&target, "old").unwrap();
+        replace_file(&target, Contents::Bytes(b"new"), None).await.unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "new");
+        let source = folder.path().join("source");
+        std::fs::write(&source, "copied").unwrap();
+        replace_file_blocking(&target, Contents::CopyOf(&source), Some(0o755)).unwrap();
+        assert_eq!(std::fs::read_to_string(&target).unwrap(), "copied");
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&target).unwrap().permissions().mode() & 0o777, 0o755);
+        // A rename onto a folder fails: the staging file goes, the folder stays.
+        let occupied = folder.path().join("occupied");
+        std::fs::create_dir_all(occupied.join("inside")).unwrap();
+        assert!(replace_file(&occupied, Contents::Bytes(b"x"), None).await.is_err());
+        assert!(replace_file_blocking(&occupied, Contents::Bytes(b"x"), None).is_err());
+        let mut names: Vec<String> =
+            std::fs::read_dir(folder.path()).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
+        names.sort();
+        assert_eq!(names, ["f", "occupied", "source"]);
     }
 }

@@ -157,12 +157,9 @@ impl Storage {
                 let destination = Self::local_path(root, key)?;
                 let parent = destination.parent().expect("object paths have a parent");
                 tokio::fs::create_dir_all(parent).await.map_err(|e| local_error("create folder for", e))?;
-                let staging = parent.join(format!(".incoming-{}", uuid::Uuid::new_v4()));
-                tokio::fs::copy(file, &staging).await.map_err(|e| local_error("write", e))?;
-                tokio::fs::rename(&staging, &destination).await.map_err(|e| {
-                    let _ = std::fs::remove_file(&staging);
-                    local_error("store", e)
-                })
+                crate::shared::replace_file(&destination, crate::shared::Contents::CopyOf(file), None)
+                    .await
+                    .map_err(|e| local_error("store", e))
             }
             Storage::S3 { client, bucket, prefix } => {
                 let body =
@@ -188,9 +185,9 @@ impl Storage {
                 let destination = Self::local_path(root, key)?;
                 let parent = destination.parent().expect("object paths have a parent");
                 tokio::fs::create_dir_all(parent).await.map_err(|e| local_error("create folder for", e))?;
-                let staging = parent.join(format!(".incoming-{}", uuid::Uuid::new_v4()));
-                tokio::fs::write(&staging, &bytes).await.map_err(|e| local_error("write", e))?;
-                tokio::fs::rename(&staging, &destination).await.map_err(|e| local_error("store", e))
+                crate::shared::replace_file(&destination, crate::shared::Contents::Bytes(&bytes), None)
+                    .await
+                    .map_err(|e| local_error("store", e))
             }
             Storage::S3 { client, bucket, prefix } => client
                 .put_object()

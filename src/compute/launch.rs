@@ -192,15 +192,9 @@ impl LaunchArgs {
 /// Copies the running executable to `destination` (mode 0755), whole or not at all: a job pod's
 /// init container places the launcher this way, so job images need no copy of their own.
 pub fn place_launcher(destination: &Path) -> anyhow::Result<()> {
-    use std::os::unix::fs::PermissionsExt;
     let source = std::env::current_exe().context("failed to find this executable")?;
-    let folder = destination.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
-    let staging = folder.join(format!(".gantry-{}", std::process::id()));
-    std::fs::copy(&source, &staging)
-        .with_context(|| format!("failed to copy {} to {}", source.display(), staging.display()))?;
-    std::fs::set_permissions(&staging, std::fs::Permissions::from_mode(0o755))
-        .with_context(|| format!("failed to make {} executable", staging.display()))?;
-    std::fs::rename(&staging, destination).with_context(|| format!("failed to place {}", destination.display()))
+    crate::shared::replace_file_blocking(destination, crate::shared::Contents::CopyOf(&source), Some(0o755))
+        .with_context(|| format!("failed to place {} at {}", source.display(), destination.display()))
 }
 
 /// Completes when the launcher receives SIGTERM or SIGINT. Installing the handlers also keeps
@@ -925,10 +919,7 @@ async fn write_live_logs(work_dir: &Path, live: &Mutex<Live>) -> io::Result<()> 
 
 /// Replaces `path` whole, so a reader never sees a partial file.
 async fn write_atomically(path: &Path, contents: &[u8]) -> io::Result<()> {
-    let mut staging = path.as_os_str().to_owned();
-    staging.push(".tmp");
-    tokio::fs::write(&staging, contents).await?;
-    tokio::fs::rename(&staging, path).await
+    crate::shared::replace_file(path, crate::shared::Contents::Bytes(contents), None).await
 }
 
 /// Ships the user's files (when the area lives in storage), the result and the logs, then the
