@@ -44,6 +44,11 @@ pub async fn shutdown_signal() {
     }
 }
 
+/// Lower-case hexadecimal of `bytes` (digests in headers and keys).
+pub fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
+}
+
 /// What a replaced file gets: bytes from memory, or a copy of another file.
 #[derive(Debug, Clone, Copy)]
 pub enum Contents<'a> {

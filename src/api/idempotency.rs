@@ -26,6 +26,7 @@ use sha2::{Digest, Sha256};
 use super::{ApiError, RequestFields};
 use crate::db::idempotency::{self as keys, IdempotencyKeyRow};
 use crate::db::{self, Db};
+use crate::shared::hex;
 
 /// The request header naming a retryable request.
 pub const HEADER: &str = "idempotency-key";
@@ -139,10 +140,6 @@ fn file_sha256(path: &std::path::Path) -> std::io::Result<String> {
     let mut hasher = Sha256::new();
     std::io::copy(&mut std::fs::File::open(path)?, &mut hasher)?;
     Ok(hex(&hasher.finalize()))
-}
-
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// Hex SHA-256 of a request as parsed: method, path, the body's fields and each file's name and

@@ -193,8 +193,7 @@ pub fn signature(key: &[u8], body: &[u8]) -> String {
     let mut mac = Hmac::<Sha256>::new_from_slice(key).expect("HMAC takes keys of any length");
     mac.update(body);
     let digest = mac.finalize().into_bytes();
-    let hex: String = digest.iter().map(|byte| format!("{byte:02x}")).collect();
-    format!("sha256={hex}")
+    format!("sha256={}", crate::shared::hex(&digest))
 }
 
 #[async_trait::async_trait]

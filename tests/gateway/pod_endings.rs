@@ -441,3 +441,40 @@ async fn finished_resources_are_collected_and_the_api_answers_as_before() {
         cluster.api.requests()[after_collection..].iter().filter(|(_, path)| path.contains(&id)).cloned().collect();
     assert!(late.is_empty(), "nothing about the collected job: {late:?}");
 }
+
+/// A controller that died after putting a lost log's note in storage, before recording it in the
+/// resource's status: the next one reads the note back (the log was given up as lost) and neither
+/// reads the log again nor announces the loss a second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_log_settled_before_a_crash_is_read_back_not_settled_again() {
+    use gantry::compute::controller::status::{LOST_LOG, NO_LOG};
+    use gantry::domain::lifecycle::{JobStatus, Trigger, decide};
+    let gateway = Gateway::start(Backend::PostgresS3).await;
+    let cluster = Cluster::start_tuned(gateway, Duration::from_secs(600), Duration::from_secs(3600), |_| {}).await;
+    cluster.controller.lock().unwrap().abort();
+    cluster.upload("fn", MAIN).await;
+    let id = cluster.run("fn", r#"{"n": 1}"#).await;
+    // What the dead controller did: the job ended, its log was given up and the note stored.
+    let db = &cluster.gateway.state.db;
+    for (from, trigger) in [
+        (JobStatus::Queued, Trigger::Admitted),
+        (JobStatus::Pending, Trigger::Crashed { reason: "the job's container job exited with code 1 (Error)".into() }),
+    ] {
+        assert!(gantry::db::jobs::apply_move(db, &id, &decide(from, &trigger).unwrap(), false).await.unwrap());
+    }
+    let note = format!("{NO_LOG}{LOST_LOG} 600 s, giving up: refused\n");
+    let key = gantry::storage::keys::job_user_log(&id);
+    cluster.gateway.state.storage.put_bytes(&key, note.clone().into()).await.unwrap();
+    cluster.restart_controller();
+    let resource = settled(&cluster, &id, false).await.unwrap();
+    let logs = condition(&resource, "LogsArchived");
+    assert_eq!(logs["reason"], "LogLost", "{resource}");
+    assert!(logs["message"].as_str().unwrap().starts_with(LOST_LOG), "{resource}");
+    let events = cluster.gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
+    assert!(events.as_array().unwrap().iter().all(|e| e["event_type"] != "LOG_LOST"), "announced again: {events}");
+    assert!(events_about(&cluster.api, &id).iter().all(|(_, reason, _)| reason != "LogLost"));
+    let requests = cluster.api.requests();
+    assert!(requests.iter().all(|(_, path)| !path.ends_with(&format!("{}/log", pod_name(&id)))), "the log read again");
+    let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
+    assert_eq!(logs["logs"], note, "{logs}");
+}

@@ -23,7 +23,7 @@ use super::build::secret_name;
 use super::build::{PodSettings, build_pod, pod_name};
 use super::leader::{Elector, LeaseSettings};
 use super::seen::PodsSeen;
-use super::status::{LogState, Observed, condition_is, log_source, pod_trigger, resource_status};
+use super::status::{LOST_LOG, LogState, NO_LOG, Observed, condition_is, log_source, pod_trigger, resource_status};
 use crate::compute::{ADMISSION_WINDOW, admit_queued, move_job};
 use crate::crd::{FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus};
 use crate::db::{self, Db, jobs};
@@ -477,6 +477,11 @@ async fn settle_log(
     if ctx.storage.read_to_bytes(&keys::job_exit(job_id)).await.map_err(archive_error)?.is_some() {
         return Ok(Ok(LogState::Archived));
     }
+    // Settled by an earlier reconcile whose status write was lost (a crash): read back, so the
+    // log is not read, nor its loss announced, twice.
+    if let Some(stored) = ctx.storage.read_to_bytes(&keys::job_user_log(job_id)).await.map_err(archive_error)? {
+        return Ok(Ok(LogState::of_stored(&String::from_utf8_lossy(&stored))));
+    }
     let readable = match pod {
         Some(pod) => log_source(pod),
         None => Err(why_none.to_string()),
@@ -494,16 +499,12 @@ async fn settle_log(
                 return Ok(Err(retry_after));
             }
             Err(error) => {
-                let why = format!("the pod's log could not be read for {} s, giving up: {error}", trying_for.as_secs());
+                let why = format!("{LOST_LOG} {} s, giving up: {error}", trying_for.as_secs());
                 return settle_without_log(ctx, job, row, LogState::Lost(why)).await.map(Ok);
             }
         },
         Err(why) => why,
     };
-    // A log already there (archived by an earlier reconcile whose status write was lost).
-    if ctx.storage.read_to_bytes(&keys::job_user_log(job_id)).await.map_err(archive_error)?.is_some() {
-        return Ok(Ok(LogState::Archived));
-    }
     settle_without_log(ctx, job, row, LogState::NoLog(why)).await.map(Ok)
 }
 
@@ -545,8 +546,9 @@ async fn settle_without_log(
         LogState::NoLog(why) => (false, why.clone()),
         _ => return Ok(state),
     };
-    let note = format!("no log: {why}\n");
-    store_log(ctx, job_id, note.clone(), row.provider_function.then(|| note.clone())).await?;
+    // Said first, stored last: the stored note is what marks the log settled (`of_stored`), so a
+    // crash in between says it again rather than never.
+    let note = format!("{NO_LOG}{why}\n");
     if lost {
         ctx.metrics.logs_lost.inc();
         let data = json!({"message": format!("the job's log was lost: {why}")});
@@ -559,6 +561,7 @@ async fn settle_without_log(
     } else {
         record(ctx, job, false, "NoLog", Some(why)).await;
     }
+    store_log(ctx, job_id, note.clone(), row.provider_function.then(|| note.clone())).await?;
     Ok(state)
 }
 

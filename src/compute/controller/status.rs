@@ -199,7 +199,21 @@ pub enum LogState {
     Lost(String),
 }
 
+/// What stands in a job's user log when it has none.
+pub const NO_LOG: &str = "no log: ";
+/// How the reason of a log given up as lost begins.
+pub const LOST_LOG: &str = "the pod's log could not be read for";
+
 impl LogState {
+    /// The state a stored user log stands for: an archive, or the note put in its place.
+    pub fn of_stored(text: &str) -> LogState {
+        match text.strip_prefix(NO_LOG).map(str::trim_end) {
+            Some(why) if why.starts_with(LOST_LOG) => LogState::Lost(why.to_string()),
+            Some(why) => LogState::NoLog(why.to_string()),
+            None => LogState::Archived,
+        }
+    }
+
     pub fn settled(&self) -> bool {
         *self != LogState::Unsettled
     }
@@ -534,6 +548,18 @@ mod tests {
         assert!(log_source(&init).unwrap_err().contains("init container"));
         let cannot = pod(json!({"phase": "Failed", "containerStatuses": [terminated("job", 128, "StartError")]}));
         assert!(log_source(&cannot).unwrap_err().contains("could not run"));
+    }
+
+    #[test]
+    fn a_stored_log_says_how_it_was_settled() {
+        assert_eq!(LogState::of_stored("working\ndone\n"), LogState::Archived);
+        assert_eq!(LogState::of_stored(""), LogState::Archived);
+        assert_eq!(
+            LogState::of_stored("no log: the job's pod was never scheduled on a node\n"),
+            LogState::NoLog("the job's pod was never scheduled on a node".into())
+        );
+        let lost = format!("{NO_LOG}{LOST_LOG} 600 s, giving up: 400\n");
+        assert_eq!(LogState::of_stored(&lost), LogState::Lost(format!("{LOST_LOG} 600 s, giving up: 400")));
     }
 
     #[test]
