@@ -4,6 +4,7 @@
 
 pub mod admission;
 pub mod dependencies;
+pub mod event_data;
 pub mod lifecycle;
 pub mod logs;
 pub mod names;

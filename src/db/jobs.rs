@@ -134,8 +134,8 @@ macro_rules! insert_outbox {
 /// Records a status move in the outbox inside the transaction `$tx` (see `events::MoveData`).
 macro_rules! insert_move_outbox {
     ($tx:ident, $job_id:expr, $seq:expr, $created:expr, $from:expr, $to:expr, $origin:expr, $context:expr) => {
-        insert_outbox!($tx, $job_id, $seq, $created, crate::events::STATUS_EVENT_TYPE, |names| {
-            crate::events::MoveData {
+        insert_outbox!($tx, $job_id, $seq, $created, crate::domain::event_data::STATUS_EVENT_TYPE, |names| {
+            crate::domain::event_data::MoveData {
                 job_id: $job_id.to_string(),
                 function: names.program_title,
                 provider: names.provider_name,
@@ -155,21 +155,28 @@ macro_rules! insert_move_outbox {
 /// event type `$event_type`, its stored `data` text `$data` (see `events::EventData`).
 macro_rules! insert_event_outbox {
     ($tx:ident, $job_id:expr, $seq:expr, $created:expr, $event_type:expr, $origin:expr, $context:expr, $data:expr) => {
-        insert_outbox!($tx, $job_id, $seq, $created, crate::events::cloud_event_type($event_type), |names| {
-            crate::events::EventData {
-                job_id: $job_id.to_string(),
-                function: names.program_title,
-                provider: names.provider_name,
-                user: names.author_name,
-                status: names.status,
-                sub_status: names.sub_status,
-                origin: $origin.to_string(),
-                context: $context.to_string(),
-                time: super::format_timestamp($created),
-                fields: Default::default(),
+        insert_outbox!(
+            $tx,
+            $job_id,
+            $seq,
+            $created,
+            crate::domain::event_data::cloud_event_type($event_type),
+            |names| {
+                crate::domain::event_data::EventData {
+                    job_id: $job_id.to_string(),
+                    function: names.program_title,
+                    provider: names.provider_name,
+                    user: names.author_name,
+                    status: names.status,
+                    sub_status: names.sub_status,
+                    origin: $origin.to_string(),
+                    context: $context.to_string(),
+                    time: super::format_timestamp($created),
+                    fields: Default::default(),
+                }
+                .with_fields($data)
             }
-            .with_fields($data)
-        })
+        )
     };
 }
 
