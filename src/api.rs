@@ -2,11 +2,13 @@
 //! (`ApiError`, rendered in the contract's shapes), and the request-body reader shared by every
 //! endpoint that takes a body (`RequestFields`: JSON, form-urlencoded or multipart).
 
+pub mod console;
 pub mod files;
 pub mod idempotency;
 pub mod jobs;
 pub mod openapi;
 pub mod programs;
+pub mod queue;
 pub mod streams;
 pub mod system;
 
@@ -83,6 +85,7 @@ pub fn router(state: AppState) -> Router {
         .route("/programs/{program_id}/get_jobs/", get(jobs::get_program_jobs))
         .route("/jobs/", get(jobs::list_jobs))
         .route("/jobs/provider/", get(jobs::list_provider_jobs))
+        .route("/jobs/queue/", get(queue::my_queue))
         .route("/jobs/{job_id}/", get(jobs::get_job))
         .route("/jobs/{job_id}/result/", get(jobs::get_job_result).post(jobs::save_job_result))
         .route("/jobs/{job_id}/logs/", get(jobs::get_job_logs))
@@ -117,6 +120,9 @@ pub fn router(state: AppState) -> Router {
         .route("/swagger/", get(openapi::swagger_ui))
         .route("/swagger.json", get(openapi::swagger_json))
         .route("/openapi.json", get(openapi::swagger_json))
+        .route("/", get(console::root))
+        .route("/console/", get(console::index))
+        .route("/console/{*path}", get(console::file))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(usize::try_from(max_body).unwrap_or(usize::MAX)))

@@ -8,6 +8,7 @@ pub mod jobs;
 pub mod outbox;
 pub mod programs;
 pub mod providers;
+pub mod queue;
 pub mod retention;
 pub mod storage_steps;
 pub mod users;
