@@ -1,4 +1,5 @@
-//! Authentication: the `Caller` extractor turns `Authorization: Bearer <token>` into a user,
+//! Authentication: `Authenticator::authenticate` turns `Authorization: Bearer <token>` into a
+//! `Caller` (the API's extractor calls it),
 //! with the mechanism `SETTINGS_AUTH_MECHANISM` names:
 //!
 //! - `mock_token` (the embedded default) accepts any token and maps each distinct token to its
@@ -14,6 +15,7 @@
 
 pub mod cache;
 pub mod custom;
+pub mod identity;
 pub mod jwks;
 pub mod oidc;
 pub mod platform;
@@ -22,18 +24,13 @@ pub mod upstream;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use axum::extract::FromRequestParts;
-use axum::http::header;
-use axum::http::request::Parts;
-
-use serde_json::Value;
+use axum::http::{HeaderMap, header};
 
 use crate::db;
 use crate::domain::names::is_valid_user_name;
 use crate::domain::visibility::{FunctionAccess, InstanceAccess, Permissions};
-use crate::error::ApiError;
-use crate::state::AppState;
 use cache::{VerdictCache, credential_key};
+pub use identity::{Identity, Rejection, field};
 
 /// How tokens are checked (`SETTINGS_AUTH_MECHANISM`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -186,36 +183,6 @@ impl AuthArgs {
     }
 }
 
-/// Who a credential is, as the mechanism tells it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Identity {
-    pub username: String,
-    /// The user's groups, when the mechanism owns group membership.
-    pub groups: Option<Vec<String>>,
-    /// Runtime-instances mode: what the caller's instance may use (replaces the group rules).
-    pub instance: Option<Arc<InstanceAccess>>,
-}
-
-/// Why a credential was refused.
-#[derive(Debug)]
-pub enum Rejection {
-    /// Not a credential the mechanism accepts.
-    Invalid,
-    /// Accepted, but not usable (no user id where configured): the message says why.
-    Unusable(String),
-    /// The service that vouches for credentials failed: the message says how.
-    Unavailable(String),
-}
-
-/// The value at a dotted path of a JSON object (`user.id`); a key that itself contains dots
-/// (a URL-shaped claim name) is found whole first.
-pub fn field<'a>(value: &'a Value, path: &str) -> Option<&'a Value> {
-    if let Some(found) = value.get(path) {
-        return Some(found);
-    }
-    path.split('.').try_fold(value, |value, key| value.get(key))
-}
-
 enum Check {
     Mock,
     Custom(Box<custom::CustomToken>),
@@ -237,7 +204,7 @@ impl Authenticator {
 
     /// Who `token` is; `runtime_platform` also reads the request's channel and instance
     /// (`Service-Channel`, `Service-CRN`).
-    pub async fn identify(&self, token: &str, channel: Option<&str>, crn: Option<&str>) -> Result<Identity, ApiError> {
+    pub async fn identify(&self, token: &str, channel: Option<&str>, crn: Option<&str>) -> Result<Identity, AuthError> {
         match &self.check {
             Check::Mock => return Ok(Identity { username: token.to_string(), groups: None, instance: None }),
             // It keeps its own caches: its verdict depends on the instance too.
@@ -262,7 +229,7 @@ impl Authenticator {
         };
         let (identity, not_after) = verdict.map_err(unauthorized)?;
         if !is_valid_user_name(&identity.username) {
-            return Err(ApiError::Unauthorized(format!(
+            return Err(AuthError::Denied(format!(
                 "Authorization token is not valid: its user id '{}' is not 1-150 characters of letters, digits, '_', '.', '@' or '-'.",
                 identity.username.chars().take(150).collect::<String>()
             )));
@@ -272,8 +239,8 @@ impl Authenticator {
     }
 }
 
-fn unauthorized(rejection: Rejection) -> ApiError {
-    ApiError::Unauthorized(match rejection {
+fn unauthorized(rejection: Rejection) -> AuthError {
+    AuthError::Denied(match rejection {
         Rejection::Invalid => "Authorization token is not valid.".into(),
         Rejection::Unusable(why) | Rejection::Unavailable(why) => why,
     })
@@ -333,28 +300,39 @@ pub fn token_from_header(value: &str) -> Option<&str> {
     value.split_whitespace().last().filter(|t| !t.eq_ignore_ascii_case("bearer"))
 }
 
-impl FromRequestParts<AppState> for Caller {
-    type Rejection = ApiError;
+/// Why a request has no caller.
+#[derive(Debug, thiserror::Error)]
+pub enum AuthError {
+    /// The request is not authenticated; the message says why (a 401 in the contract's shape).
+    #[error("{0}")]
+    Denied(String),
+    /// The caller's user could not be read or written.
+    #[error(transparent)]
+    Database(#[from] db::Error),
+}
 
-    async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, Self::Rejection> {
-        let header_value = parts.headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
+impl Authenticator {
+    /// The caller of a request with these headers: the token's user, created on first sight,
+    /// refused when deactivated; groups the mechanism names are stored with the user.
+    pub async fn authenticate(&self, db: &db::Db, headers: &HeaderMap) -> Result<Caller, AuthError> {
+        let header_value = headers.get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).unwrap_or_default();
         let token = token_from_header(header_value)
-            .ok_or_else(|| ApiError::Unauthorized("Authorization token was not provided.".into()))?;
-        if matches!(state.auth.check, Check::Mock) && !is_valid_user_name(token) {
-            return Err(ApiError::Unauthorized(
+            .ok_or_else(|| AuthError::Denied("Authorization token was not provided.".into()))?;
+        if matches!(self.check, Check::Mock) && !is_valid_user_name(token) {
+            return Err(AuthError::Denied(
                 "Authorization token is not valid. With mock_token it must be 1-150 characters of letters, digits, '_', '.', '@' or '-'.".into(),
             ));
         }
-        let header_text = |name: &str| parts.headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
-        let identity = state.auth.identify(token, header_text("service-channel"), header_text("service-crn")).await?;
-        let user = db::users::ensure(&state.db, &identity.username).await?;
+        let header_text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
+        let identity = self.identify(token, header_text("service-channel"), header_text("service-crn")).await?;
+        let user = db::users::ensure(db, &identity.username).await?;
         if !user.is_active {
-            return Err(ApiError::Unauthorized(
+            return Err(AuthError::Denied(
                 "Your user was deactivated. Please contact IBM support for reactivation.".into(),
             ));
         }
         if let Some(groups) = &identity.groups {
-            db::users::set_groups(&state.db, &user.id, groups).await?;
+            db::users::set_groups(db, &user.id, groups).await?;
         }
         Ok(Caller { user_id: user.id, username: user.username, token: token.to_string(), instance: identity.instance })
     }

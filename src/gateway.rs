@@ -10,51 +10,15 @@ use anyhow::{Context, bail};
 use clap::Args;
 
 use crate::api::ApiArgs;
-use crate::compute::kube::{KubeBackend, KubeSettings};
+use crate::api::AppState;
+use crate::compute::kube::{ClusterArgs, KubeBackend, KubeSettings};
 use crate::db::{self, DatabaseArgs};
 use crate::domain::sizes::Resources;
+use crate::ops::{require_shared_backends, serve_http};
 use crate::retention::RetentionArgs;
 use crate::secrets::TokenCipher;
-use crate::serve::serve_http;
 use crate::shared::parse_timeout;
-use crate::state::AppState;
-use crate::storage::{Storage, StorageArgs};
-
-/// Where the cluster is and which namespace jobs live in; shared by gateway and controller.
-#[derive(Debug, Clone, Args)]
-pub struct ClusterArgs {
-    /// Namespace of the FunctionJobs, their pods and Secrets. Default: the namespace of the
-    /// kubeconfig's context, or of the pod Gantry runs in.
-    #[arg(long, env = "GANTRY_NAMESPACE")]
-    pub namespace: Option<String>,
-}
-
-impl ClusterArgs {
-    /// A client found the standard way (in-cluster service account, else `KUBECONFIG` /
-    /// `~/.kube/config`) and the namespace to use.
-    pub async fn connect(&self) -> anyhow::Result<(kube::Client, String)> {
-        let client = kube::Client::try_default().await.context(
-            "failed to reach a Kubernetes cluster (in-cluster service account, KUBECONFIG or ~/.kube/config)",
-        )?;
-        let namespace = self.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
-        Ok((client, namespace))
-    }
-}
-
-/// Refuses the embedded backends where replicas and pods must share state.
-pub fn require_shared_backends(role: &str, database: &DatabaseArgs, storage: &Storage) -> anyhow::Result<()> {
-    if !database.url().starts_with("postgres") {
-        bail!(
-            "gantry {role} needs PostgreSQL (--database-url postgres://...): SQLite cannot be shared by several processes on a cluster"
-        );
-    }
-    if !matches!(storage, Storage::S3 { .. }) {
-        bail!(
-            "gantry {role} needs S3 storage (--storage s3://bucket[/prefix]): a local directory cannot be shared with job pods"
-        );
-    }
-    Ok(())
-}
+use crate::storage::StorageArgs;
 
 #[derive(Debug, Args)]
 pub struct GatewayArgs {

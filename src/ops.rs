@@ -6,7 +6,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
 
-use anyhow::Context as _;
+use anyhow::{Context as _, bail};
 use axum::Router;
 use axum::extract::{Request, State};
 use axum::http::{StatusCode, header};
@@ -19,6 +19,11 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+
+use crate::api::{self, AppState};
+use crate::db::DatabaseArgs;
+use crate::shared::shutdown_signal;
+use crate::storage::Storage;
 
 use crate::db::{Db, jobs};
 use crate::domain::lifecycle::JobStatus;
@@ -203,4 +208,38 @@ pub async fn record_http(State(metrics): State<Arc<Metrics>>, request: Request, 
     metrics.http_seconds.observe(started.elapsed().as_secs_f64());
     metrics.http_requests.get_or_create(&HttpLabels { method, code: response.status().as_u16() }).inc();
     response
+}
+
+/// Refuses the embedded backends where replicas and pods must share state.
+pub fn require_shared_backends(role: &str, database: &DatabaseArgs, storage: &Storage) -> anyhow::Result<()> {
+    if !database.url().starts_with("postgres") {
+        bail!(
+            "gantry {role} needs PostgreSQL (--database-url postgres://...): SQLite cannot be shared by several processes on a cluster"
+        );
+    }
+    if !matches!(storage, Storage::S3 { .. }) {
+        bail!(
+            "gantry {role} needs S3 storage (--storage s3://bucket[/prefix]): a local directory cannot be shared with job pods"
+        );
+    }
+    Ok(())
+}
+
+/// Serves the API until a shutdown signal; with `metrics`, every request is counted and timed.
+pub async fn serve_http(
+    listener: tokio::net::TcpListener,
+    state: AppState,
+    metrics: Option<Arc<crate::ops::Metrics>>,
+) -> anyhow::Result<()> {
+    let app = api::app(state);
+    match metrics {
+        Some(metrics) => {
+            let layer = axum::middleware::from_fn_with_state(metrics, crate::ops::record_http);
+            axum::serve(listener, tower::make::Shared::new(tower::Layer::layer(&layer, app)))
+                .with_graceful_shutdown(shutdown_signal())
+                .await
+        }
+        None => axum::serve(listener, tower::make::Shared::new(app)).with_graceful_shutdown(shutdown_signal()).await,
+    }
+    .context("server failed")
 }

@@ -8,16 +8,16 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 
-use crate::api;
 use crate::api::ApiArgs;
+use crate::api::AppState;
 use crate::compute::isolation;
 use crate::compute::local::{LocalRunner, RunnerConfig};
 use crate::compute::{Compute, LimitsArgs, Queue};
 use crate::db::{self, DatabaseArgs, Db};
+use crate::ops::serve_http;
 use crate::retention::RetentionArgs;
 use crate::secrets::TokenCipher;
-use crate::shared::{parse_timeout, shutdown_signal};
-use crate::state::AppState;
+use crate::shared::parse_timeout;
 use crate::storage::{Storage, StorageArgs};
 
 #[derive(Debug, Args)]
@@ -300,24 +300,4 @@ fn launcher_storage(storage: &StorageArgs, data_dir: &std::path::Path) -> anyhow
         None => vec!["--storage".to_string(), absolute(&data_dir.join("objects"))?.display().to_string()],
     };
     Ok((args, Vec::new()))
-}
-
-/// Serves the API on `listener` until SIGINT or SIGTERM.
-/// Serves the API until a shutdown signal; with `metrics`, every request is counted and timed.
-pub async fn serve_http(
-    listener: tokio::net::TcpListener,
-    state: AppState,
-    metrics: Option<Arc<crate::ops::Metrics>>,
-) -> anyhow::Result<()> {
-    let app = api::app(state);
-    match metrics {
-        Some(metrics) => {
-            let layer = axum::middleware::from_fn_with_state(metrics, crate::ops::record_http);
-            axum::serve(listener, tower::make::Shared::new(tower::Layer::layer(&layer, app)))
-                .with_graceful_shutdown(shutdown_signal())
-                .await
-        }
-        None => axum::serve(listener, tower::make::Shared::new(app)).with_graceful_shutdown(shutdown_signal()).await,
-    }
-    .context("server failed")
 }

@@ -33,7 +33,7 @@ pub async fn root(headers: HeaderMap) -> Response {
     if wants_html {
         Redirect::to("/console/").into_response()
     } else {
-        super::ApiError::NotFound("Not found: /".into()).into_response()
+        super::error::ApiError::NotFound("Not found: /".into()).into_response()
     }
 }
 

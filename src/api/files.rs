@@ -9,8 +9,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::error::ApiError;
+use super::fields::RequestFields;
+use super::fields::UploadedFile;
 use super::programs::resolve_function;
-use super::{ApiError, AppState, RequestFields, UploadedFile};
+use super::state::AppState;
 use crate::auth::Caller;
 use crate::db::{programs, providers};
 use crate::domain::names;
@@ -99,7 +102,7 @@ async fn download_from(state: &AppState, folder: &str, query: &FileQuery) -> Res
     let object = state.storage.get(&format!("{folder}{name}")).await?.ok_or_else(ApiError::file_not_found)?;
     let content_type = mime_guess::from_path(&name).first_or_octet_stream().to_string();
     let size = object.size;
-    let mut response = super::stream_body(object).into_response();
+    let mut response = super::fields::stream_body(object).into_response();
     let headers = response.headers_mut();
     headers.insert(header::CONTENT_TYPE, HeaderValue::from_str(&content_type).expect("mime types are valid headers"));
     headers.insert(header::CONTENT_LENGTH, HeaderValue::from(size));

@@ -23,7 +23,8 @@ use futures::FutureExt;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::{ApiError, RequestFields};
+use super::error::ApiError;
+use super::fields::RequestFields;
 use crate::db::idempotency::{self as keys, IdempotencyKeyRow};
 use crate::db::{self, Db};
 use crate::shared::hex;

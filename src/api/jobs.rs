@@ -8,9 +8,11 @@ use axum::response::{IntoResponse, Response};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
+use super::error::ApiError;
+use super::fields::RequestFields;
 use super::idempotency::{self, IdempotencyKey};
 use super::programs::{arguments_text, check_arguments, resolve_function};
-use super::{ApiError, AppState, RequestFields};
+use super::state::AppState;
 use crate::auth::Caller;
 use crate::compute::StopOutcome;
 use crate::db::jobs::{self, JobFilter, JobRow, NewJob, SubStatusOutcome};
@@ -454,24 +456,6 @@ pub(super) async fn log_reader_job(
         return Err(ApiError::Forbidden(format!("You don't have access to job [{job_id}]")));
     }
     Ok(job)
-}
-
-pub async fn get_job_logs(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(job_id): Path<String>,
-) -> Result<Response, ApiError> {
-    let job = log_reader_job(&state, &caller, &job_id, false).await?;
-    super::streams::logs_answer(&state, &job, false).await
-}
-
-pub async fn get_job_provider_logs(
-    State(state): State<AppState>,
-    caller: Caller,
-    Path(job_id): Path<String>,
-) -> Result<Response, ApiError> {
-    let job = log_reader_job(&state, &caller, &job_id, true).await?;
-    super::streams::logs_answer(&state, &job, true).await
 }
 
 pub async fn stop_job(

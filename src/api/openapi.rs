@@ -226,6 +226,12 @@ pub fn document() -> Value {
                 vec![id_path("program_id")], None, json!({"type": "array", "items": job.clone()}))},
             "/api/v1/jobs/": {"get": operation("The caller's jobs, newest first", job_list_params(false), None, page.clone())},
             "/api/v1/jobs/provider/": {"get": operation("Jobs of a provider's functions, every author", job_list_params(true), None, page)},
+            "/api/v1/jobs/queue/": {"get": operation("Where the caller's unfinished jobs stand: active slots used of the limit, and for each queued job how many queued jobs of any user came before it (oldest first, at most 500)", vec![], None,
+                json!({"type": "object", "required": ["active_limit", "active", "queued", "running", "jobs"], "properties": {
+                    "active_limit": {"type": "integer", "description": "most QUEUED+PENDING+RUNNING jobs the caller may have (run answers 429 beyond)"},
+                    "active": {"type": "integer"}, "queued": {"type": "integer"}, "running": {"type": "integer", "description": "PENDING or RUNNING"},
+                    "jobs": {"type": "array", "items": {"type": "object", "properties": {"id": {"type": "string"}, "status": {"type": "string", "enum": ["QUEUED", "PENDING", "RUNNING"]},
+                        "created": {"type": "string", "format": "date-time"}, "ahead": {"type": ["integer", "null"], "description": "queued jobs created before this one (QUEUED jobs only)"}}}}}}))},
             "/api/v1/jobs/{job_id}/": {"get": operation("One job", vec![id_path("job_id"), query("with_result", false, json!({"type": "boolean", "default": true}), "include the result (author only)")], None, job.clone())},
             "/api/v1/jobs/{job_id}/result/": {
                 "get": operation("The job's result as JSON text (204 when none)", vec![id_path("job_id")], None, json!({"type": "object", "properties": {"result": {"type": "string"}}})),

@@ -10,8 +10,10 @@ use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use super::error::ApiError;
+use super::fields::RequestFields;
 use super::idempotency::{self, IdempotencyKey};
-use super::{ApiError, AppState, RequestFields};
+use super::state::AppState;
 use crate::auth::Caller;
 use crate::db::programs::{self, ProgramFields, ProgramRow};
 use crate::db::providers;

@@ -5,7 +5,8 @@ use axum::Json;
 use axum::extract::State;
 use serde::Serialize;
 
-use super::{ApiError, AppState};
+use super::error::ApiError;
+use super::state::AppState;
 use crate::auth::Caller;
 use crate::db::{self, queue};
 

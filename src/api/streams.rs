@@ -18,8 +18,9 @@ use serde::Deserialize;
 use serde_json::json;
 use tokio::sync::watch;
 
+use super::error::ApiError;
 use super::jobs::{event_json, log_reader_job, own_job};
-use super::{ApiError, AppState};
+use super::state::AppState;
 use crate::auth::Caller;
 use crate::db::jobs::{self, JobRow};
 use crate::domain::lifecycle::JobStatus;
@@ -340,6 +341,24 @@ pub async fn logs_answer(state: &AppState, job: &JobRow, provider: bool) -> Resu
 fn json_string_body(text: &str) -> String {
     let quoted = serde_json::to_string(text).unwrap_or_default();
     quoted[1..quoted.len() - 1].to_string()
+}
+
+pub async fn get_job_logs(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(job_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let job = log_reader_job(&state, &caller, &job_id, false).await?;
+    logs_answer(&state, &job, false).await
+}
+
+pub async fn get_job_provider_logs(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(job_id): Path<String>,
+) -> Result<Response, ApiError> {
+    let job = log_reader_job(&state, &caller, &job_id, true).await?;
+    logs_answer(&state, &job, true).await
 }
 
 #[cfg(test)]

@@ -5,7 +5,8 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use serde_json::{Value, json};
 
-use super::{ApiError, AppState};
+use super::error::ApiError;
+use super::state::AppState;
 use crate::auth::Caller;
 use crate::domain::dependencies;
 

@@ -6,8 +6,8 @@
 use hyper::StatusCode;
 use serde_json::Value;
 
+use super::identity::{Identity, Rejection, field};
 use super::upstream::{Upstream, UpstreamError};
-use super::{Identity, Rejection, field};
 
 #[derive(Clone)]
 pub struct CustomToken {

@@ -11,9 +11,9 @@ use std::time::Duration;
 use jsonwebtoken::{Validation, decode, decode_header};
 use serde_json::Value;
 
+use super::identity::{Identity, Rejection};
 use super::jwks::{KeyCache, KeyLookup, KeySource, asymmetric, unpublished_key_message};
 use super::upstream::Upstream;
-use super::{Identity, Rejection};
 
 /// Clock skew tolerated on `exp` and `nbf`.
 const LEEWAY_SECONDS: u64 = 30;

@@ -21,9 +21,9 @@ use jsonwebtoken::{Validation, decode, decode_header};
 use serde_json::Value;
 
 use super::cache::{VerdictCache, credential_key};
+use super::identity::{Identity, Rejection};
 use super::jwks::{KeyCache, KeyLookup, KeySource, asymmetric, unpublished_key_message};
 use super::upstream::Upstream;
-use super::{Identity, Rejection};
 use crate::domain::visibility::{InstanceAccess, Permissions};
 
 pub const NOT_AUTHENTICATED: &str = "You couldn't be authenticated, please review your API Key.";

@@ -15,8 +15,9 @@ use std::time::Duration;
 use anyhow::Context as _;
 use clap::Args;
 
+use crate::compute::kube::ClusterArgs;
 use crate::db::DatabaseArgs;
-use crate::gateway::{ClusterArgs, require_shared_backends};
+use crate::ops::require_shared_backends;
 use crate::storage::StorageArgs;
 use build::{Placement, PodSettings};
 use leader::LeaseSettings;

@@ -9,6 +9,8 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use anyhow::Context as _;
+use clap::Args;
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
@@ -30,6 +32,27 @@ use crate::events::Publisher;
 use crate::secrets::TokenCipher;
 use crate::storage::access::JobAccess;
 use crate::storage::{Storage, keys};
+
+/// Where the cluster is and which namespace jobs live in; shared by gateway and controller.
+#[derive(Debug, Clone, Args)]
+pub struct ClusterArgs {
+    /// Namespace of the FunctionJobs, their pods and Secrets. Default: the namespace of the
+    /// kubeconfig's context, or of the pod Gantry runs in.
+    #[arg(long, env = "GANTRY_NAMESPACE")]
+    pub namespace: Option<String>,
+}
+
+impl ClusterArgs {
+    /// A client found the standard way (in-cluster service account, else `KUBECONFIG` /
+    /// `~/.kube/config`) and the namespace to use.
+    pub async fn connect(&self) -> anyhow::Result<(kube::Client, String)> {
+        let client = kube::Client::try_default().await.context(
+            "failed to reach a Kubernetes cluster (in-cluster service account, KUBECONFIG or ~/.kube/config)",
+        )?;
+        let namespace = self.namespace.clone().unwrap_or_else(|| client.default_namespace().to_string());
+        Ok((client, namespace))
+    }
+}
 
 /// Longest validity of a presigned URL (S3's limit).
 const MAX_ACCESS: Duration = Duration::from_secs(7 * 24 * 3600);

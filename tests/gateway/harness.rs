@@ -8,9 +8,9 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use gantry::admin::AdminCommand;
+use gantry::api::DEFAULT_UPLOAD_MIME_TYPES;
 use gantry::api::{AppState, GatewayConfig};
 use gantry::db::Db;
-use gantry::state::DEFAULT_UPLOAD_MIME_TYPES;
 use gantry::storage::{S3Settings, Storage};
 use serde_json::Value;
 use tower::ServiceExt;
@@ -182,7 +182,7 @@ impl Gateway {
         self.state.compute = runner.clone();
         let handle = tokio::spawn(runner.run());
         self.runner_task = Some(handle);
-        self.server_task = Some(tokio::spawn(gantry::serve::serve_http(listener, self.state.clone(), None)));
+        self.server_task = Some(tokio::spawn(gantry::ops::serve_http(listener, self.state.clone(), None)));
         self
     }
 

@@ -3,6 +3,7 @@
 mod harness;
 
 mod auth;
+mod console;
 mod controller;
 mod docs;
 mod e2e_kubernetes;

@@ -1,5 +1,4 @@
-//! What every request handler may use (`AppState`) and the gateway's settings: shared by `api`
-//! (the handlers) and `auth` (the `Caller` extractor), which do not import each other.
+//! What every request handler may use (`AppState`) and the gateway's settings.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -1,5 +1,4 @@
-//! `ApiError`: every error a request can answer, rendered in the contract's shapes. Shared by
-//! `api` and `auth`.
+//! `ApiError`: every error a request can answer, rendered in the contract's shapes.
 
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -61,6 +60,15 @@ impl ApiError {
 impl From<crate::db::Error> for ApiError {
     fn from(error: crate::db::Error) -> Self {
         ApiError::internal(error)
+    }
+}
+
+impl From<crate::auth::AuthError> for ApiError {
+    fn from(error: crate::auth::AuthError) -> Self {
+        match error {
+            crate::auth::AuthError::Denied(message) => ApiError::Unauthorized(message),
+            crate::auth::AuthError::Database(error) => ApiError::internal(error),
+        }
     }
 }
 

@@ -1,0 +1,166 @@
+//! The request body reader shared by every endpoint that takes a body (`RequestFields`: JSON,
+//! form-urlencoded or multipart, files spooled to disk), and streamed bodies from storage.
+
+use std::collections::HashMap;
+use std::io::Write;
+
+use axum::body::Body;
+use axum::extract::{FromRequest, Multipart, Request};
+use axum::http::{StatusCode, header};
+use serde_json::{Map, Value};
+
+use super::error::ApiError;
+use super::state::AppState;
+
+/// A file part of a multipart body, spooled to disk (never held in memory).
+pub struct UploadedFile {
+    pub file_name: Option<String>,
+    pub path: tempfile::TempPath,
+    pub size: u64,
+    /// The first bytes, for content sniffing.
+    pub head: Vec<u8>,
+}
+
+/// The fields of a request body, whatever its encoding: JSON object values, or strings from a
+/// form; file parts separately.
+#[derive(Default)]
+pub struct RequestFields {
+    pub values: Map<String, Value>,
+    pub files: HashMap<String, UploadedFile>,
+}
+
+impl RequestFields {
+    /// A field as text, with surrounding whitespace removed as the reference's serializers
+    /// remove it (a job's `send_error` message built from a traceback ends with a newline that
+    /// must not be stored); other JSON values serialized; `None` when absent or null.
+    pub fn text(&self, name: &str) -> Option<String> {
+        match self.values.get(name)? {
+            Value::Null => None,
+            Value::String(text) => Some(text.trim().to_string()),
+            other => Some(other.to_string()),
+        }
+    }
+
+    /// A required text field: `This field is required.` when absent or null, `This field may
+    /// not be blank.` when only whitespace (the reference's serializer messages, naming the field
+    /// after them).
+    pub fn required_text(&self, name: &str) -> Result<String, ApiError> {
+        match self.text(name) {
+            None => Err(ApiError::BadRequest(format!("This field is required. ('{name}')"))),
+            Some(text) if text.is_empty() => {
+                Err(ApiError::BadRequest(format!("This field may not be blank. ('{name}')")))
+            }
+            Some(text) => Ok(text),
+        }
+    }
+
+    pub fn value(&self, name: &str) -> Option<&Value> {
+        self.values.get(name).filter(|v| !v.is_null())
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.values.contains_key(name)
+    }
+
+    pub fn take_file(&mut self, name: &str) -> Option<UploadedFile> {
+        self.files.remove(name)
+    }
+}
+
+/// Bytes kept from the start of each uploaded file for sniffing.
+const HEAD_BYTES: usize = 2048;
+
+impl FromRequest<AppState> for RequestFields {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &AppState) -> Result<Self, Self::Rejection> {
+        let content_type = request
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_ascii_lowercase();
+        let limit = usize::try_from(state.config.max_body_bytes).unwrap_or(usize::MAX);
+        if content_type.starts_with("multipart/form-data") {
+            return read_multipart(request, state).await;
+        }
+        let bytes = axum::body::to_bytes(request.into_body(), limit)
+            .await
+            .map_err(|_| ApiError::PayloadTooLarge { limit_mb: state.config.max_body_mb() })?;
+        let mut fields = RequestFields::default();
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(fields);
+        }
+        if content_type.starts_with("application/json") || content_type.is_empty() {
+            let value: Value = serde_json::from_slice(&bytes)
+                .map_err(|e| ApiError::BadRequest(format!("Request body is not valid JSON: {e}")))?;
+            match value {
+                Value::Object(object) => fields.values = object,
+                _ => {
+                    return Err(ApiError::BadRequest("Request body must be a JSON object.".into()));
+                }
+            }
+        } else if content_type.starts_with("application/x-www-form-urlencoded") {
+            let pairs: Vec<(String, String)> = serde_urlencoded::from_bytes(&bytes)
+                .map_err(|e| ApiError::BadRequest(format!("Request body is not a valid form: {e}")))?;
+            fields.values = pairs.into_iter().map(|(k, v)| (k, Value::String(v))).collect();
+        } else {
+            return Err(ApiError::UnsupportedMediaType(format!(
+                "Unsupported content type '{content_type}': send application/json, application/x-www-form-urlencoded or multipart/form-data."
+            )));
+        }
+        Ok(fields)
+    }
+}
+
+async fn read_multipart(request: Request, state: &AppState) -> Result<RequestFields, ApiError> {
+    let too_large = || ApiError::PayloadTooLarge { limit_mb: state.config.max_body_mb() };
+    let multipart_error = |error: axum::extract::multipart::MultipartError| {
+        if error.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            too_large()
+        } else {
+            ApiError::BadRequest(format!("Malformed multipart body: {}", error.body_text()))
+        }
+    };
+    let mut multipart = Multipart::from_request(request, state)
+        .await
+        .map_err(|e| ApiError::BadRequest(format!("Malformed multipart body: {}", e.body_text())))?;
+    let mut fields = RequestFields::default();
+    while let Some(mut field) = multipart.next_field().await.map_err(multipart_error)? {
+        let Some(name) = field.name().map(str::to_string) else {
+            continue;
+        };
+        match field.file_name().map(str::to_string) {
+            None => {
+                let text = field.text().await.map_err(multipart_error)?;
+                fields.values.insert(name, Value::String(text));
+            }
+            Some(file_name) => {
+                tokio::fs::create_dir_all(&state.config.spool_dir).await.map_err(ApiError::internal)?;
+                let spool = tempfile::NamedTempFile::new_in(&state.config.spool_dir).map_err(ApiError::internal)?;
+                let (file, path) = spool.into_parts();
+                let mut writer = tokio::fs::File::from_std(file);
+                let mut size = 0u64;
+                let mut head = Vec::new();
+                while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
+                    if head.len() < HEAD_BYTES {
+                        let take = (HEAD_BYTES - head.len()).min(chunk.len());
+                        head.extend_from_slice(&chunk[..take]);
+                    }
+                    size += chunk.len() as u64;
+                    tokio::io::AsyncWriteExt::write_all(&mut writer, &chunk).await.map_err(ApiError::internal)?;
+                }
+                tokio::io::AsyncWriteExt::flush(&mut writer).await.map_err(ApiError::internal)?;
+                let mut file = writer.into_std().await;
+                file.flush().map_err(ApiError::internal)?;
+                fields.files.insert(name, UploadedFile { file_name: Some(file_name), path, size, head });
+            }
+        }
+    }
+    Ok(fields)
+}
+
+/// A streamed body from storage.
+pub fn stream_body(object: crate::storage::Object) -> Body {
+    Body::from_stream(object.body)
+}

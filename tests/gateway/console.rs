@@ -1,0 +1,120 @@
+//! The web console's files (served without a token, under a strict policy) and `jobs/queue/`,
+//! the API addition its queue panel reads. The console itself is tested in a real browser by
+//! tests/console/run.sh.
+
+use axum::body::Body;
+use axum::http::{Request, header};
+use serde_json::{Value, json};
+
+use crate::both_backends;
+use crate::harness::{Backend, Gateway};
+
+both_backends!(the_console_is_served_under_a_strict_policy, the_queue_says_where_my_jobs_stand,);
+
+/// A GET without a token: status, headers and body.
+async fn anonymous(gateway: &Gateway, uri: &str, headers: &[(&str, &str)]) -> (u16, axum::http::HeaderMap, Vec<u8>) {
+    let mut request = Request::builder().method("GET").uri(uri);
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let reply = gateway.send(request.body(Body::empty()).unwrap()).await;
+    (reply.status.as_u16(), reply.headers, reply.bytes)
+}
+
+fn assert_strict_headers(headers: &axum::http::HeaderMap, what: &str) {
+    let policy = headers.get(header::CONTENT_SECURITY_POLICY).and_then(|v| v.to_str().ok()).unwrap_or_default();
+    for part in
+        ["default-src 'none'", "script-src 'self'", "style-src 'self'", "connect-src 'self'", "frame-ancestors 'none'"]
+    {
+        assert!(policy.contains(part), "{what}: the policy has {part}: {policy}");
+    }
+    assert!(!policy.contains("unsafe"), "{what}: no unsafe source: {policy}");
+    assert_eq!(headers.get(header::X_FRAME_OPTIONS).unwrap(), "DENY", "{what}");
+    assert_eq!(headers.get(header::X_CONTENT_TYPE_OPTIONS).unwrap(), "nosniff", "{what}");
+}
+
+async fn the_console_is_served_under_a_strict_policy(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    let index = anonymous(&gateway, "/console/", &[]).await;
+    assert_eq!(index.0, 200);
+    assert!(index.1.get(header::CONTENT_TYPE).unwrap().to_str().unwrap().starts_with("text/html"));
+    assert_strict_headers(&index.1, "index");
+    let html = String::from_utf8(index.2).unwrap();
+    assert!(!html.contains("<script>") && !html.contains(" style="), "no inline script or style");
+    // Every file the page names is served, with its type; together under the first-load budget.
+    let mut total = html.len();
+    for name in gantry::api::console::ASSETS.iter().map(|(name, _)| *name).filter(|n| *n != "index.html") {
+        let (status, headers, body) = anonymous(&gateway, &format!("/console/{name}"), &[]).await;
+        assert_eq!(status, 200, "{name}");
+        assert_strict_headers(&headers, name);
+        let kind = headers.get(header::CONTENT_TYPE).unwrap().to_str().unwrap();
+        if name.ends_with(".js") {
+            assert!(kind.starts_with("text/javascript"), "{name}: {kind}");
+        }
+        if name.ends_with(".css") {
+            assert!(kind.starts_with("text/css"), "{name}: {kind}");
+        }
+        total += body.len();
+    }
+    assert!(total < 150 * 1024, "the console's files total {total} bytes, over the 150 KB budget");
+    // Nothing outside the console's own files: not by `..`, not encoded, not hidden files.
+    for path in ["/console/..%2FCargo.toml", "/console/%2E%2E/Cargo.toml", "/console/.gitignore", "/console/missing.js"]
+    {
+        let (status, headers, _) = anonymous(&gateway, path, &[]).await;
+        assert_eq!(status, 404, "{path}");
+        assert_strict_headers(&headers, path);
+    }
+    // `/` sends a browser to the console; an API client still gets the API's 404.
+    let (status, headers, _) = anonymous(&gateway, "/", &[("accept", "text/html,application/xhtml+xml")]).await;
+    assert_eq!(status, 303);
+    assert_eq!(headers.get(header::LOCATION).unwrap(), "/console/");
+    let (status, _, body) = anonymous(&gateway, "/", &[("accept", "application/json")]).await;
+    assert_eq!(status, 404);
+    assert_eq!(serde_json::from_slice::<Value>(&body).unwrap(), json!({"message": "Not found: /"}));
+}
+
+async fn run(gateway: &Gateway, token: &str) -> String {
+    let reply = gateway.post_json("/api/v1/programs/run/", token, json!({"title": "fn", "arguments": "{}"})).await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    reply.json["id"].as_str().unwrap().to_string()
+}
+
+async fn the_queue_says_where_my_jobs_stand(backend: Backend) {
+    // No runner: every job stays QUEUED until stopped.
+    let gateway = Gateway::start_with(backend, |config| config.active_jobs_per_user = 4).await;
+    for user in ["alice", "bob"] {
+        gateway.upload_function(user, &[("title", "fn"), ("entrypoint", "main.py")]).await;
+    }
+    let empty = gateway.get("/api/v1/jobs/queue/", "alice").await;
+    assert_eq!(empty.status, 200);
+    assert_eq!(empty.json, json!({"active_limit": 4, "active": 0, "queued": 0, "running": 0, "jobs": []}));
+    let a1 = run(&gateway, "alice").await;
+    let _b1 = run(&gateway, "bob").await;
+    let a2 = run(&gateway, "alice").await;
+    let _b2 = run(&gateway, "bob").await;
+    let a3 = run(&gateway, "alice").await;
+    let queue = gateway.get("/api/v1/jobs/queue/", "alice").await.json;
+    assert_eq!((queue["active_limit"].as_i64(), queue["active"].as_i64()), (Some(4), Some(3)), "{queue}");
+    assert_eq!((queue["queued"].as_i64(), queue["running"].as_i64()), (Some(3), Some(0)), "{queue}");
+    let places: Vec<(String, i64)> = queue["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|job| (job["id"].as_str().unwrap().to_string(), job["ahead"].as_i64().unwrap()))
+        .collect();
+    assert_eq!(places, vec![(a1.clone(), 0), (a2.clone(), 2), (a3.clone(), 4)], "{queue}");
+    assert!(queue["jobs"][0]["created"].as_str().unwrap().ends_with('Z'), "{queue}");
+    // A stopped job leaves the queue, and those behind it move up.
+    let stopped = gateway.post_json(&format!("/api/v1/jobs/{a1}/stop/"), "alice", json!({})).await;
+    assert_eq!(stopped.status, 200, "{}", stopped.json);
+    let queue = gateway.get("/api/v1/jobs/queue/", "alice").await.json;
+    assert_eq!(queue["active"], 2, "{queue}");
+    assert_eq!(queue["jobs"][0]["id"], a2.as_str());
+    assert_eq!(queue["jobs"][0]["ahead"], 1, "{queue}");
+    assert_eq!(queue["jobs"][1]["ahead"], 3, "{queue}");
+    // Bob sees only his own jobs; without a token there is no answer.
+    let bob = gateway.get("/api/v1/jobs/queue/", "bob").await.json;
+    assert_eq!(bob["active"], 2);
+    let anonymous = anonymous(&gateway, "/api/v1/jobs/queue/", &[]).await;
+    assert_eq!(anonymous.0, 401);
+}
