@@ -21,12 +21,10 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
 use crate::api::{self, AppState};
-use crate::db::DatabaseArgs;
+use crate::db::{DatabaseArgs, Db, jobs};
+use crate::domain::lifecycle::JobStatus;
 use crate::shared::shutdown_signal;
 use crate::storage::Storage;
-
-use crate::db::{Db, jobs};
-use crate::domain::lifecycle::JobStatus;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
@@ -229,12 +227,12 @@ pub fn require_shared_backends(role: &str, database: &DatabaseArgs, storage: &St
 pub async fn serve_http(
     listener: tokio::net::TcpListener,
     state: AppState,
-    metrics: Option<Arc<crate::ops::Metrics>>,
+    metrics: Option<Arc<Metrics>>,
 ) -> anyhow::Result<()> {
     let app = api::app(state);
     match metrics {
         Some(metrics) => {
-            let layer = axum::middleware::from_fn_with_state(metrics, crate::ops::record_http);
+            let layer = axum::middleware::from_fn_with_state(metrics, record_http);
             axum::serve(listener, tower::make::Shared::new(tower::Layer::layer(&layer, app)))
                 .with_graceful_shutdown(shutdown_signal())
                 .await

@@ -8,8 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use clap::Args;
 
-use crate::api::ApiArgs;
-use crate::api::AppState;
+use crate::api::{ApiArgs, AppState};
 use crate::compute::isolation;
 use crate::compute::local::{LocalRunner, RunnerConfig};
 use crate::compute::{Compute, LimitsArgs, Queue};

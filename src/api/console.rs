@@ -13,6 +13,7 @@ use std::sync::OnceLock;
 use axum::extract::Path;
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Redirect, Response};
+use bytes::Bytes;
 
 include!(concat!(env!("OUT_DIR"), "/console_assets.rs"));
 
@@ -56,12 +57,12 @@ fn plain(name: &str) -> bool {
 }
 
 async fn asset(name: &str) -> Response {
-    let body: Option<Vec<u8>> = if !plain(name) {
+    let body: Option<Bytes> = if !plain(name) {
         None
     } else if let Some(dir) = override_dir() {
-        tokio::fs::read(dir.join(name)).await.ok()
+        tokio::fs::read(dir.join(name)).await.ok().map(Bytes::from)
     } else {
-        ASSETS.iter().find(|(n, _)| *n == name).map(|(_, bytes)| bytes.to_vec())
+        ASSETS.iter().find(|(n, _)| *n == name).map(|(_, bytes)| Bytes::from_static(bytes))
     };
     let mut response = match body {
         Some(bytes) => {

@@ -226,7 +226,7 @@ pub fn document() -> Value {
                 vec![id_path("program_id")], None, json!({"type": "array", "items": job.clone()}))},
             "/api/v1/jobs/": {"get": operation("The caller's jobs, newest first", job_list_params(false), None, page.clone())},
             "/api/v1/jobs/provider/": {"get": operation("Jobs of a provider's functions, every author", job_list_params(true), None, page)},
-            "/api/v1/jobs/queue/": {"get": operation("Where the caller's unfinished jobs stand: active slots used of the limit, and for each queued job how many queued jobs of any user came before it (oldest first, at most 500)", vec![], None,
+            "/api/v1/jobs/queue/": {"get": operation("Where the caller's unfinished jobs stand: active slots used of the limit, and for each queued job how many queued jobs of any user came before it (oldest first)", vec![query("limit", false, json!({"type": "integer", "minimum": 0, "maximum": 500, "default": 500, "example": 10}), "list at most this many jobs (the counts cover all)")], None,
                 json!({"type": "object", "required": ["active_limit", "active", "queued", "running", "jobs"], "properties": {
                     "active_limit": {"type": "integer", "description": "most QUEUED+PENDING+RUNNING jobs the caller may have (run answers 429 beyond)"},
                     "active": {"type": "integer"}, "queued": {"type": "integer"}, "running": {"type": "integer", "description": "PENDING or RUNNING"},

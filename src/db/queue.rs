@@ -30,3 +30,15 @@ pub async fn places(db: &Db, author_id: &str, limit: i64) -> Result<Vec<QueuePla
         .await)
     .map_err(query_error("read the caller's queue places"))
 }
+
+/// The author's QUEUED, PENDING and RUNNING jobs by status, from the kept counts (exact
+/// however many there are).
+pub async fn active_counts(db: &Db, author_id: &str) -> Result<Vec<(String, i64)>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, (String, i64)>(
+        "SELECT status, CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts \
+         WHERE author_id = $1 AND status IN ('QUEUED','PENDING','RUNNING') GROUP BY status")
+        .bind(author_id)
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("count the caller's active jobs"))
+}

@@ -104,6 +104,15 @@ async fn the_queue_says_where_my_jobs_stand(backend: Backend) {
         .collect();
     assert_eq!(places, vec![(a1.clone(), 0), (a2.clone(), 2), (a3.clone(), 4)], "{queue}");
     assert!(queue["jobs"][0]["created"].as_str().unwrap().ends_with('Z'), "{queue}");
+    // The counts are the caller's whole queue, however few of its jobs are listed.
+    let one = gateway.get("/api/v1/jobs/queue/?limit=1", "alice").await.json;
+    assert_eq!((one["active"].as_i64(), one["queued"].as_i64()), (Some(3), Some(3)), "{one}");
+    assert_eq!(one["jobs"].as_array().unwrap().len(), 1, "{one}");
+    for bad in ["-1", "501", "x"] {
+        let refused = gateway.get(&format!("/api/v1/jobs/queue/?limit={bad}"), "alice").await;
+        assert_eq!(refused.status, 400, "{bad}: {}", refused.json);
+        assert!(refused.message().contains("'limit'"), "{}", refused.json);
+    }
     // A stopped job leaves the queue, and those behind it move up.
     let stopped = gateway.post_json(&format!("/api/v1/jobs/{a1}/stop/"), "alice", json!({})).await;
     assert_eq!(stopped.status, 200, "{}", stopped.json);
