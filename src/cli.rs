@@ -1,5 +1,5 @@
 //! Command line: one `Args` per subcommand, each beside its role (`serve`, `admin`,
-//! `compute::launch`; the database and storage flags with `db` and `storage`). Every flag also
+//! `launcher`; the database and storage flags with `db` and `storage`). Every flag also
 //! reads an environment variable; the spec's names (`MAX_REQUEST_BODY_SIZE_MB`,
 //! `SETTINGS_AUTH_MECHANISM`, ...) are kept, Gantry's own use the `GANTRY_` prefix.
 
@@ -30,7 +30,7 @@ pub enum Command {
     Admin(AdminArgs),
     /// Run one job: unpack its artifact, run `python <entrypoint>`, ship result and logs. Started
     /// by the runner for each job, never by hand.
-    Launch(crate::compute::launch::LaunchArgs),
+    Launch(crate::launcher::LaunchArgs),
     /// Print the FunctionJob CustomResourceDefinition (YAML) for `kubectl apply -f -`.
     Crd,
     /// Print the Kubernetes permissions each role uses (JSON: group, resource, verbs, scope),

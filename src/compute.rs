@@ -1,15 +1,12 @@
 //! The compute interface between the API and the backends that run jobs, and the status moves
 //! every backend makes the same way. The handlers hold an `Arc<dyn Compute>` and never know
 //! which backend runs: the local runner (`local`, processes on this machine), the queue alone
-//! (`Queue`, jobs wait for another process), or, later, Kubernetes. `launch` is the launcher that
-//! runs inside every job, whichever backend started it. The rules stay in `domain::lifecycle`
+//! (`Queue`, jobs wait for another process), or Kubernetes (`kube`; the controller role lives in
+//! `controller`). Every backend starts the `launcher` inside each job. The rules stay in `domain::lifecycle`
 //! and `domain::admission`, shared by all.
 
 pub mod controller;
-pub mod data_area;
-pub mod isolation;
 pub mod kube;
-pub mod launch;
 pub mod local;
 pub mod rbac;
 

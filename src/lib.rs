@@ -15,6 +15,8 @@ pub mod domain;
 pub mod events;
 pub mod follow;
 pub mod gateway;
+pub mod http;
+pub mod launcher;
 pub mod ops;
 pub mod retention;
 pub mod secrets;

@@ -20,7 +20,7 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Admin(args) => args.run().await,
         Command::PlaceLauncher { destination } => {
-            gantry::compute::launch::place_launcher(&destination)?;
+            gantry::launcher::place_launcher(&destination)?;
             println!("launcher placed at {}", destination.display());
             Ok(())
         }

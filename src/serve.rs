@@ -9,10 +9,10 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::api::{ApiArgs, AppState};
-use crate::compute::isolation;
 use crate::compute::local::{LocalRunner, RunnerConfig};
 use crate::compute::{Compute, LimitsArgs, Queue};
 use crate::db::{self, DatabaseArgs, Db};
+use crate::launcher::isolation;
 use crate::ops::serve_http;
 use crate::retention::RetentionArgs;
 use crate::secrets::TokenCipher;

@@ -5,6 +5,21 @@
 use std::io;
 use std::path::{Path, PathBuf};
 
+/// A boxed error that crosses tasks: what the job objects and the HTTP bodies carry.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// An error with its chain of causes, for logs and records where a user reads it whole.
+pub fn describe(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    let mut source = error.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
 /// `PROGRAM_TIMEOUT`: a number of hours, or a number with `s`, `m` or `h`.
 pub fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
     let text = text.trim();

@@ -7,7 +7,7 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::{Request, StatusCode, header};
 
-use crate::storage::access::{HttpClient, empty, http_client};
+use crate::http::{HttpClient, empty, http_client};
 
 /// Largest answer read from an upstream service.
 const MAX_ANSWER_BYTES: usize = 1024 * 1024;

@@ -48,7 +48,7 @@ pub struct RunnerConfig {
     /// Opens the caller's token sealed in the job row.
     pub tokens: crate::secrets::TokenCipher,
     /// Confine each job (`None`: jobs run unconfined, as the server's user).
-    pub isolation: Option<super::isolation::JobIsolation>,
+    pub isolation: Option<crate::launcher::isolation::JobIsolation>,
 }
 
 /// The local runner. Cheap to share; `run` drives it.
@@ -90,7 +90,7 @@ impl LocalRunner {
 
     /// The live log file of a running job.
     fn live_log_path(&self, job_id: &str, provider: bool) -> PathBuf {
-        let name = if provider { super::launch::LIVE_PROVIDER_LOG } else { super::launch::LIVE_USER_LOG };
+        let name = if provider { crate::launcher::LIVE_PROVIDER_LOG } else { crate::launcher::LIVE_USER_LOG };
         self.config.work_root.join(job_id).join(name)
     }
 

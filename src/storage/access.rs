@@ -11,12 +11,12 @@ use bytes::Bytes;
 use futures::TryStreamExt;
 use http_body_util::{BodyExt, Full, StreamBody};
 use hyper::body::Frame;
-use hyper_util::client::legacy::Client;
-use hyper_util::rt::TokioExecutor;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 
 use super::{Storage, keys};
+use crate::http::{HttpBody, HttpClient, empty, http_client};
+use crate::shared::BoxError;
 
 /// The presigned URLs of one job, by object key. Serialized into the job's Secret.
 #[derive(Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -127,24 +127,4 @@ impl JobAccess {
         let body = StreamBody::new(stream.map_err(|e| Box::new(e) as BoxError)).boxed();
         self.upload(key, body, length).await
     }
-}
-
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
-pub type HttpClient =
-    Client<hyper_rustls::HttpsConnector<hyper_util::client::legacy::connect::HttpConnector>, HttpBody>;
-pub type HttpBody = http_body_util::combinators::BoxBody<Bytes, BoxError>;
-
-/// An HTTP(S) client trusting the system's root certificates.
-pub fn http_client() -> Result<HttpClient, String> {
-    let connector = hyper_rustls::HttpsConnectorBuilder::new()
-        .with_native_roots()
-        .map_err(|e| format!("failed to load the system's root certificates: {e}"))?
-        .https_or_http()
-        .enable_http1()
-        .build();
-    Ok(Client::builder(TokioExecutor::new()).build(connector))
-}
-
-pub fn empty() -> HttpBody {
-    http_body_util::Empty::new().map_err(|never| match never {}).boxed()
 }

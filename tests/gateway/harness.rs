@@ -188,8 +188,8 @@ impl Gateway {
 
     /// Jobs confined as `gantry serve` confines them: Landlock, and when the tests run as root,
     /// the `nobody` user with the data dir closed to it; this process non-dumpable.
-    fn job_isolation(&self) -> gantry::compute::isolation::JobIsolation {
-        use gantry::compute::isolation;
+    fn job_isolation(&self) -> gantry::launcher::isolation::JobIsolation {
+        use gantry::launcher::isolation;
         isolation::forbid_dumping().expect("non-dumpable");
         let user = isolation::job_user(isolation::running_as_root(), None, None).expect("job user");
         if user.is_some() {

@@ -185,7 +185,7 @@ async fn a_job_cannot_reach_other_users_the_database_or_the_server(backend: Back
     refused("signal_other_job");
     refused("signal_launcher");
     assert_eq!(outcome["own_folders"], "allowed: 'mine'", "the spy keeps its own folders: {outcome}");
-    if gantry::compute::isolation::running_as_root() {
+    if gantry::launcher::isolation::running_as_root() {
         assert_eq!(outcome["uid"], 65534, "a root server runs jobs as nobody: {outcome}");
     }
 

@@ -296,7 +296,7 @@ async fn serve_says_it_listens_only_after_its_start_up_checks() {
         vec!["--runner", "none", "--events-webhook-url", "http://127.0.0.1:9/events"],
         "webhook events need a signing key",
     )];
-    if gantry::compute::isolation::running_as_root() {
+    if gantry::launcher::isolation::running_as_root() {
         refusals.push((vec![], "which cannot pass through"));
     }
     for (index, (flags, reason)) in refusals.into_iter().enumerate() {

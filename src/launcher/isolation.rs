@@ -515,7 +515,7 @@ mod tests {
     fn a_server_makes_itself_non_dumpable() {
         // In a child process, so the test runner itself stays as it was.
         let status = std::process::Command::new(std::env::current_exe().unwrap())
-            .args(["--exact", "compute::isolation::tests::non_dumpable_child", "--ignored", "--nocapture"])
+            .args(["--exact", "launcher::isolation::tests::non_dumpable_child", "--ignored", "--nocapture"])
             .status()
             .unwrap();
         assert!(status.success());

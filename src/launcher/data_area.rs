@@ -18,10 +18,11 @@ use http_body_util::{BodyExt, StreamBody};
 use hyper::body::Frame;
 use tokio::io::AsyncWriteExt;
 
-use super::launch::JobObjects;
+use super::objects::JobObjects;
+use crate::http::{self, HttpBody, HttpClient};
 use crate::secrets::Secret;
+use crate::shared::BoxError;
 use crate::storage::Storage;
-use crate::storage::access::{self, BoxError};
 
 /// How often the running job's changes are copied back.
 pub const SYNC_EVERY: Duration = Duration::from_secs(2);
@@ -99,7 +100,7 @@ pub struct GatewayArea {
     pub instance: Option<String>,
     /// One client for the job's life (the periodic sync would otherwise load the system's
     /// root certificates every few seconds).
-    client: std::sync::OnceLock<access::HttpClient>,
+    client: std::sync::OnceLock<HttpClient>,
 }
 
 fn http_error(what: &str, status: u16, body: &[u8]) -> BoxError {
@@ -142,7 +143,7 @@ impl GatewayArea {
     async fn send(
         &self,
         request: hyper::http::request::Builder,
-        body: access::HttpBody,
+        body: HttpBody,
     ) -> Result<hyper::Response<hyper::body::Incoming>, BoxError> {
         let mut request = request.header(hyper::header::AUTHORIZATION, format!("Bearer {}", self.token.expose()));
         if let Some(channel) = &self.channel {
@@ -155,7 +156,7 @@ impl GatewayArea {
         let client = match self.client.get() {
             Some(client) => client,
             None => {
-                let client = access::http_client()?;
+                let client = http::http_client()?;
                 self.client.get_or_init(|| client)
             }
         };
@@ -174,7 +175,7 @@ impl Area for GatewayArea {
     }
 
     async fn list(&self) -> Result<Vec<String>, BoxError> {
-        let response = self.send(hyper::Request::get(self.url("", None)), access::empty()).await?;
+        let response = self.send(hyper::Request::get(self.url("", None)), http::empty()).await?;
         let status = response.status().as_u16();
         let body = Self::read_body(response).await?;
         if status != 200 {
@@ -190,7 +191,7 @@ impl Area for GatewayArea {
     }
 
     async fn fetch(&self, name: &str, destination: &Path) -> Result<bool, BoxError> {
-        let response = self.send(hyper::Request::get(self.url("download/", Some(name))), access::empty()).await?;
+        let response = self.send(hyper::Request::get(self.url("download/", Some(name))), http::empty()).await?;
         match response.status().as_u16() {
             200 => {}
             404 => return Ok(false),
@@ -233,7 +234,7 @@ impl Area for GatewayArea {
     }
 
     async fn remove(&self, name: &str) -> Result<(), BoxError> {
-        let response = self.send(hyper::Request::delete(self.url("delete/", Some(name))), access::empty()).await?;
+        let response = self.send(hyper::Request::delete(self.url("delete/", Some(name))), http::empty()).await?;
         let status = response.status().as_u16();
         let body = Self::read_body(response).await?;
         match status {
@@ -357,7 +358,7 @@ impl Mirror {
         loop {
             tokio::time::sleep(SYNC_EVERY).await;
             for problem in self.sync().await {
-                eprintln!("gantry launch: {} (will retry)", crate::compute::launch::describe(&problem));
+                eprintln!("gantry launch: {} (will retry)", crate::shared::describe(&problem));
             }
         }
     }

@@ -1,0 +1,166 @@
+//! After the function: the user's files synced back, the result and the logs shipped, the exit
+//! record written last.
+
+use std::ffi::OsString;
+use std::io;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+
+use super::data_area::Mirror;
+use super::isolation;
+use super::objects::JobObjects;
+use super::process::{Ending, write_atomically};
+use super::{EXIT_NOT_STARTED, Error, LIVE_PROVIDER_LOG, LIVE_USER_LOG, Launch, RESULT_COPY, environment_path};
+use crate::domain::logs::{TailBuffer, missing_client_hint};
+use crate::shared::describe;
+use crate::storage::keys;
+
+/// Copies the job's result file to the launcher's own folder without following links (the job
+/// could have made it a link to a file of the server's); `None` when there is no result file.
+pub(super) async fn copy_result(
+    launch: &Launch,
+    environment: &[(OsString, OsString)],
+    results: &Path,
+) -> Result<Option<PathBuf>, Error> {
+    let data = environment_path(environment, "DATA_PATH");
+    let (root, relative) = match data.as_deref().and_then(|data| Some((data, results.strip_prefix(data).ok()?))) {
+        Some((root, relative)) => (root.to_path_buf(), relative.to_path_buf()),
+        None => match (results.parent(), results.file_name()) {
+            (Some(parent), Some(name)) => (parent.to_path_buf(), PathBuf::from(name)),
+            _ => return Ok(None),
+        },
+    };
+    let copy = launch.job.work_dir.join(RESULT_COPY);
+    let destination = copy.clone();
+    let copied = tokio::task::spawn_blocking(move || -> io::Result<bool> {
+        let mut source = match isolation::open_beneath(&root, &relative) {
+            Ok(file) => file,
+            Err(error) if matches!(error.kind(), io::ErrorKind::NotFound | io::ErrorKind::InvalidInput) => {
+                return Ok(false);
+            }
+            Err(error) => return Err(error),
+        };
+        let mut file = std::fs::File::create(&destination)?;
+        io::copy(&mut source, &mut file)?;
+        Ok(true)
+    })
+    .await
+    .map_err(io::Error::other)
+    .and_then(|copied| copied)
+    .map_err(|source| Error::Result { path: results.to_path_buf(), source })?;
+    Ok(copied.then_some(copy))
+}
+
+/// Ships the user's files (when the area lives in storage), the result and the logs, then the
+/// exit record; returns the launcher's exit code.
+pub(super) async fn archive(
+    launch: &Launch,
+    storage: &dyn JobObjects,
+    environment: &[(OsString, OsString)],
+    data: Option<&Mirror>,
+    ending: Ending,
+) -> i32 {
+    let Ending { status, mut router } = ending;
+    let failed = !matches!(&status, Ok(status) if status.success());
+    if failed && router.missing_client() {
+        let hint = format!("gantry launch: hint: {}", missing_client_hint(&launch.job.python));
+        eprintln!("{hint}");
+        router.user.push(&hint);
+        if router.provider_function() {
+            router.provider.push(&hint);
+        }
+    }
+    let mut problems = Vec::new();
+    if let Some(mirror) = data {
+        problems.extend(mirror.sync().await.into_iter().map(Error::Data));
+    }
+    if let Some(results) = environment_path(environment, "RESULTS_PATH") {
+        match copy_result(launch, environment, &results).await {
+            Ok(Some(copy)) => {
+                let key = keys::job_result(&launch.job.job_id);
+                if let Err(source) = storage.store_file(&key, &copy).await {
+                    problems.push(Error::Upload { key, source });
+                }
+            }
+            Ok(None) => {}
+            Err(error) => problems.push(error),
+        }
+    }
+    let provider = router.provider_function().then(|| router.provider.render());
+    problems.extend(upload_logs(launch, storage, router.user.render(), provider).await);
+
+    let (exit_code, signal, code, error) = match &status {
+        Ok(status) => {
+            let code = status.code().or_else(|| status.signal().map(|signal| 128 + signal)).unwrap_or(1);
+            (status.code(), status.signal(), code, None)
+        }
+        Err(error) => (None, None, EXIT_NOT_STARTED, Some(describe(error))),
+    };
+    for problem in &problems {
+        eprintln!("gantry launch: {}", describe(problem));
+    }
+    let error = error.or_else(|| problems.first().map(|problem| describe(problem)));
+    write_exit_record(launch, storage, exit_code, signal, error).await;
+    code
+}
+
+/// Records a launch that failed before python ran: the reason goes to stderr, to the logs and
+/// to the exit record.
+pub(super) async fn record_failure(launch: &Launch, storage: &dyn JobObjects, error: &Error) -> i32 {
+    let reason = describe(error);
+    eprintln!("gantry launch: {reason}");
+    let mut log = TailBuffer::new(launch.job.logs_size_limit);
+    log.push(&format!("gantry launch: {reason}"));
+    let text = log.render();
+    let _ = write_atomically(&launch.job.work_dir.join(LIVE_USER_LOG), text.as_bytes()).await;
+    let provider = launch.job.provider_function.then(|| text.clone());
+    if let Some(provider) = &provider {
+        let path = launch.job.work_dir.join(LIVE_PROVIDER_LOG);
+        let _ = write_atomically(&path, provider.as_bytes()).await;
+    }
+    for problem in upload_logs(launch, storage, text, provider).await {
+        eprintln!("gantry launch: {}", describe(&problem));
+    }
+    write_exit_record(launch, storage, None, None, Some(reason)).await;
+    EXIT_NOT_STARTED
+}
+
+pub(super) async fn upload_logs(
+    launch: &Launch,
+    storage: &dyn JobObjects,
+    user: String,
+    provider: Option<String>,
+) -> Vec<Error> {
+    let mut logs = vec![(keys::job_user_log(&launch.job.job_id), user)];
+    if let Some(provider) = provider {
+        logs.push((keys::job_provider_log(&launch.job.job_id), provider));
+    }
+    let mut problems = Vec::new();
+    for (key, text) in logs {
+        if let Err(source) = storage.store_bytes(&key, Bytes::from(text)).await {
+            problems.push(Error::Upload { key, source });
+        }
+    }
+    problems
+}
+
+/// Writes `keys::job_exit`: `{"exit_code", "signal", "error"}`, each possibly null.
+pub(super) async fn write_exit_record(
+    launch: &Launch,
+    storage: &dyn JobObjects,
+    exit_code: Option<i32>,
+    signal: Option<i32>,
+    error: Option<String>,
+) {
+    let record = serde_json::json!({
+        "exit_code": exit_code,
+        "signal": signal,
+        "error": error,
+    });
+    let key = keys::job_exit(&launch.job.job_id);
+    if let Err(source) = storage.store_bytes(&key, Bytes::from(record.to_string())).await {
+        eprintln!("gantry launch: {}", describe(&Error::Upload { key, source }));
+    }
+}
