@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use gantry::crd::{FINALIZER, FunctionJob, JobPhase, LABEL_JOB_ID, LABEL_USER, crd_yaml};
+use gantry::crd::{FINALIZER, FunctionJob, LABEL_JOB_ID, LABEL_USER, crd_yaml};
+use gantry::domain::lifecycle::JobStatus;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Secret};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -95,13 +96,13 @@ async fn the_crd_installed_over_http_serves_function_jobs_with_status_semantics(
 
     let status = Patch::Merge(json!({"status": {"phase": "RUNNING"}}));
     let running = jobs.patch_status("j1", &PatchParams::default(), &status).await.expect("patch status");
-    assert_eq!(running.status.and_then(|s| s.phase), Some(JobPhase::Running));
+    assert_eq!(running.status.and_then(|s| s.phase), Some(JobStatus::Running));
     assert_eq!(running.metadata.generation, Some(1), "a status write is not a spec change");
 
     let main = Patch::Merge(json!({"spec": {"stopRequested": true}, "status": {"phase": "FAILED"}}));
     let stopped = jobs.patch("j1", &PatchParams::default(), &main).await.expect("patch");
     assert!(stopped.spec.stop_requested);
-    assert_eq!(stopped.status.and_then(|s| s.phase), Some(JobPhase::Running), "main writes ignore .status");
+    assert_eq!(stopped.status.and_then(|s| s.phase), Some(JobStatus::Running), "main writes ignore .status");
     assert_eq!(stopped.metadata.generation, Some(2));
 
     let labels = Patch::Merge(json!({"metadata": {"labels": {"extra": "yes"}}}));
