@@ -13,6 +13,8 @@ use kube::{CustomResource, CustomResourceExt, KubeSchema};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::domain::lifecycle::JobStatus;
+
 /// API group of Gantry's resources.
 pub const GROUP: &str = "gantry.dev";
 /// Field manager of every server-side apply Gantry makes.
@@ -39,6 +41,27 @@ pub const SECRET_CHANNEL_KEY: &str = "channel";
 pub const SECRET_INSTANCE_KEY: &str = "instance";
 /// Key of the job's Secret saying whether the job is a trial (`True`/`False`).
 pub const SECRET_TRIAL_KEY: &str = "trial";
+
+/// Name of a job's pod.
+pub fn pod_name(job_id: &str) -> String {
+    format!("gantry-job-{job_id}")
+}
+
+/// Name of a job's Secret.
+pub fn secret_name(job_id: &str) -> String {
+    format!("gantry-job-{job_id}")
+}
+
+/// A label value from free text: at most 63 characters of `[A-Za-z0-9_.-]`, starting and ending
+/// alphanumeric (others replaced by `_`, then trimmed).
+pub fn label_value(text: &str) -> String {
+    let replaced: String = text
+        .chars()
+        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
+        .take(63)
+        .collect();
+    replaced.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string()
+}
 
 /// What the job runs (the function, as code or image), with which resources and limits, for
 /// whom, and whether a stop was requested. Written by the gateway; identity fields are immutable.
@@ -146,25 +169,13 @@ pub struct JobResources {
     pub memory: Option<Quantity>,
 }
 
-/// The six job statuses.
-#[derive(JsonSchema, Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum JobPhase {
-    Queued,
-    Pending,
-    Running,
-    Succeeded,
-    Failed,
-    Stopped,
-}
-
 /// What the controller observed, computed in one piece from the pod and the archive.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, Default, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct FunctionJobStatus {
     /// The job's status, as the API reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub phase: Option<JobPhase>,
+    pub phase: Option<JobStatus>,
     /// What a running job reported it is doing (`MAPPING`, `EXECUTING_QPU`, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sub_status: Option<String>,

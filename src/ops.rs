@@ -31,6 +31,12 @@ pub struct OutcomeLabels {
     pub outcome: &'static str,
 }
 
+/// What failed (`kube`, `database`, `storage`, ...).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ErrorLabels {
+    pub kind: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
     pub status: &'static str,
@@ -52,6 +58,8 @@ pub struct Metrics {
     /// Reconciles by outcome (`ok`, `error`).
     pub reconciles: Family<OutcomeLabels, Counter>,
     pub reconcile_seconds: Histogram,
+    /// Failed reconciles by the kind of error.
+    pub reconcile_failures: Family<ErrorLabels, Counter>,
     /// Queued jobs moved to PENDING by admission passes.
     pub admitted: Counter,
     /// Bytes of job logs the controller archived from pod logs (the launcher could not ship them).
@@ -76,6 +84,7 @@ impl Metrics {
             registry: Registry::with_prefix("gantry"),
             reconciles: Family::default(),
             reconcile_seconds: seconds_histogram(),
+            reconcile_failures: Family::default(),
             admitted: Counter::default(),
             archived_bytes: Counter::default(),
             logs_lost: Counter::default(),
@@ -102,6 +111,11 @@ impl Metrics {
             "controller_reconcile_duration_seconds",
             "Time spent in one reconcile",
             metrics.reconcile_seconds.clone(),
+        );
+        registry.register(
+            "controller_reconcile_failures",
+            "Failed FunctionJob reconciles by the kind of error",
+            metrics.reconcile_failures.clone(),
         );
         registry.register("controller_admitted", "Queued jobs admitted to PENDING", metrics.admitted.clone());
         registry.register(

@@ -1,9 +1,11 @@
 //! The Kubernetes controller (`gantry controller`): drives each `FunctionJob` towards its spec.
-//! What to build and what was observed are pure functions (`build`, `status`); `reconcile` is
-//! the I/O shell around them. This module holds the role's settings.
+//! What to build, what was observed and what to do about it are pure functions (`build`,
+//! `status`, `plan`); `reconcile` is the I/O shell around them. This module holds the role's
+//! settings.
 
 pub mod build;
 pub mod leader;
+pub mod plan;
 pub mod reconcile;
 pub mod seen;
 pub mod status;

@@ -19,11 +19,10 @@ use kube::api::{DeleteParams, ListParams, LogParams, Patch, PatchParams};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::{Map, Value, json};
 
-use super::controller::build::{label_value, pod_name, secret_name};
 use super::{Compute, StopOutcome, stop_without_process};
 use crate::crd::{
     FIELD_MANAGER, FunctionJob, FunctionJobSpec, FunctionRef, FunctionSize, JobResources, LABEL_FUNCTION, LABEL_JOB_ID,
-    LABEL_USER, SECRET_ACCESS_KEY, SECRET_ENV_PREFIX, SECRET_TOKEN_KEY,
+    LABEL_USER, SECRET_ACCESS_KEY, SECRET_ENV_PREFIX, SECRET_TOKEN_KEY, label_value, pod_name, secret_name,
 };
 use crate::db::{self, Db, jobs};
 use crate::domain::logs::LogRouter;

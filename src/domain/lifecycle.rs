@@ -5,7 +5,10 @@
 use std::fmt;
 use std::str::FromStr;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+/// The six job statuses; the same words in the API, the database and a `FunctionJob`'s
+/// `status.phase`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "UPPERCASE")]
 pub enum JobStatus {
     Queued,
     Pending,

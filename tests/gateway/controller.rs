@@ -6,10 +6,11 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use gantry::compute::controller::build::{Placement, PodSettings, pod_name, secret_name};
+use gantry::compute::controller::build::{Placement, PodSettings};
 use gantry::compute::controller::leader::LeaseSettings;
 use gantry::compute::controller::reconcile::{Context, ControllerSettings};
 use gantry::compute::kube::{KubeBackend, KubeSettings};
+use gantry::crd::{pod_name, secret_name};
 use gantry::domain::admission::Limits;
 use gantry::domain::sizes::Resources;
 use serde_json::{Value, json};
@@ -611,7 +612,7 @@ async fn bench_pods_created_per_second() {
                         user: "alice".into(),
                         function_env: Vec::new(),
                         stop_requested: false,
-                        secret_name: gantry::compute::controller::build::secret_name(&id),
+                        secret_name: gantry::crd::secret_name(&id),
                     };
                     // As the gateway creates it: with the controller's finalizer.
                     let mut resource = FunctionJob::new(&id, spec);

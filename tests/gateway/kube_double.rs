@@ -35,6 +35,8 @@
 //! garbage collection happens only when a test calls [`ApiServer::collect_garbage`] (in a real
 //! cluster the controller manager does it, not the API server).
 
+mod fields;
+
 use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -619,6 +621,17 @@ impl Store {
     }
 
     fn create(&mut self, resource: &ResourceDef, namespace: &str, object: Value) -> Result<Value, ApiError> {
+        self.create_owned(resource, namespace, object, None)
+    }
+
+    /// Creates the object; `owners` are its `managedFields` (an apply's), none when `None`.
+    fn create_owned(
+        &mut self,
+        resource: &ResourceDef,
+        namespace: &str,
+        object: Value,
+        owners: Option<Value>,
+    ) -> Result<Value, ApiError> {
         let mut object = object;
         if !object.is_object() {
             return Err(ApiError::bad_request("the body is not a JSON object"));
@@ -642,6 +655,9 @@ impl Store {
         meta.insert("resourceVersion".into(), json!(revision.to_string()));
         for server_owned in ["deletionTimestamp", "deletionGracePeriodSeconds", "managedFields"] {
             meta.remove(server_owned);
+        }
+        if let Some(owners) = owners.filter(|o| !o.is_null()) {
+            meta.insert("managedFields".into(), owners);
         }
         fill_server_status(resource, &mut object, true);
         self.objects.insert(key, object.clone());
@@ -939,18 +955,24 @@ fn core_event(event: &Value) -> Value {
     })
 }
 
-/// A write to `/status`: the stored object with only its status replaced.
+/// A write to `/status`: the stored object with only its status (and the fields' owners, which
+/// the write kept) replaced.
 fn with_status_of(old: &Value, requested: &Value) -> Value {
     let mut new = old.clone();
     match requested.get("status") {
         Some(status) => new["status"] = status.clone(),
         None => remove_field(&mut new, "status"),
     }
+    match requested["metadata"].get("managedFields") {
+        Some(owners) => metadata_mut(&mut new).insert("managedFields".into(), owners.clone()),
+        None => metadata_mut(&mut new).remove("managedFields"),
+    };
     new
 }
 
 /// A write to the main resource: the requested object, with the fields only the server sets
-/// kept from the stored one (and the stored status when there is a status subresource).
+/// kept from the stored one (and the stored status when there is a status subresource). The
+/// fields' owners are the write's (see `fields`).
 fn with_server_fields(resource: &ResourceDef, old: &Value, requested: Value) -> Value {
     let mut new = requested;
     new["apiVersion"] = old["apiVersion"].clone();
@@ -966,7 +988,6 @@ fn with_server_fields(resource: &ResourceDef, old: &Value, requested: Value) -> 
         "deletionGracePeriodSeconds",
     ];
     let meta = metadata_mut(&mut new);
-    meta.remove("managedFields");
     for field in server_owned {
         match old["metadata"].get(field) {
             Some(value) => meta.insert(field.into(), value.clone()),
@@ -1372,6 +1393,7 @@ struct ApiRequest {
     query: HashMap<String, String>,
     accept: String,
     content_type: String,
+    user_agent: String,
     body: Bytes,
 }
 
@@ -1396,6 +1418,17 @@ impl ApiRequest {
 
     fn selector(&self) -> Result<Selector, ApiError> {
         Selector::parse(self.param("labelSelector"), self.param("fieldSelector"))
+    }
+
+    /// Who writes: `fieldManager`, else the client's name from its user agent, as the API server
+    /// names the managers of updates.
+    fn writer(&self, resource: &ResourceDef, target: Target) -> fields::Writer {
+        let agent = self.user_agent.split('/').next().filter(|name| !name.is_empty()).unwrap_or("unknown");
+        fields::Writer {
+            manager: self.param("fieldManager").filter(|m| !m.is_empty()).unwrap_or(agent).to_string(),
+            target,
+            status_subresource: resource.has_subresource("status"),
+        }
     }
 
     fn refuse_dry_run(&self) -> Result<(), ApiError> {
@@ -1565,6 +1598,7 @@ async fn handle(State(server): State<ApiServer>, request: Request) -> Response {
         query: serde_urlencoded::from_str(parts.uri.query().unwrap_or_default()).unwrap_or_default(),
         accept: header_text(header::ACCEPT),
         content_type: header_text(header::CONTENT_TYPE),
+        user_agent: header_text(header::USER_AGENT),
         body,
     };
     server.dispatch(parts.uri.path(), &request).unwrap_or_else(IntoResponse::into_response)
@@ -1666,7 +1700,10 @@ impl ApiServer {
     ) -> Result<Response, ApiError> {
         request.refuse_dry_run()?;
         let object = parse_json(&request.body)?;
-        let replaced = self.lock().update(&path.resource, path.namespace(), name, target, |_| Ok(object))?;
+        let writer = request.writer(&path.resource, target);
+        let replaced = self
+            .lock()
+            .update(&path.resource, path.namespace(), name, target, |old| Ok(fields::update(&old, object, &writer)))?;
         Ok(object_response(StatusCode::OK, &replaced, request))
     }
 
@@ -1684,6 +1721,7 @@ impl ApiServer {
             if request.param("fieldManager").is_none_or(str::is_empty) {
                 return Err(ApiError::bad_request("fieldManager: Required value: is required for apply patch"));
             }
+            let writer = request.writer(&path.resource, target);
             let exists = store.objects.contains_key(&ObjectKey::new(&path.resource, path.namespace(), name));
             if !exists && target == Target::Main {
                 let mut object = applied.clone();
@@ -1691,11 +1729,22 @@ impl ApiServer {
                 if object.is_object() {
                     metadata_mut(&mut object).insert("name".into(), json!(name));
                 }
-                let created = store.create(&path.resource, path.namespace(), object)?;
+                let owned = fields::apply(json!({"metadata": {}}), &object, &writer, true)?;
+                let owners = owned["metadata"].get("managedFields").cloned();
+                let created = store.create_owned(&path.resource, path.namespace(), object, owners)?;
                 return Ok(object_response(StatusCode::CREATED, &created, request));
             }
+            let force = request.flag("force");
+            let patched = store.update(&path.resource, path.namespace(), name, target, |object| {
+                fields::apply(object, applied, &writer, force)
+            })?;
+            return Ok(object_response(StatusCode::OK, &patched, request));
         }
-        let patched = store.update(&path.resource, path.namespace(), name, target, |object| patch.apply_to(object))?;
+        let writer = request.writer(&path.resource, target);
+        let patched = store.update(&path.resource, path.namespace(), name, target, |object| {
+            let patched = patch.apply_to(object.clone())?;
+            Ok(fields::update(&object, patched, &writer))
+        })?;
         Ok(object_response(StatusCode::OK, &patched, request))
     }
 

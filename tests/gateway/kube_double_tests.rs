@@ -8,7 +8,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt;
-use gantry::crd::{FINALIZER, FunctionJob, JobPhase, LABEL_JOB_ID, LABEL_USER, crd_yaml};
+use gantry::crd::{FINALIZER, FunctionJob, LABEL_JOB_ID, LABEL_USER, crd_yaml};
+use gantry::domain::lifecycle::JobStatus;
 use k8s_openapi::api::core::v1::{Container, Pod, PodSpec, Secret};
 use kube::api::{Api, DeleteParams, ListParams, ObjectMeta, Patch, PatchParams, PostParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
@@ -95,13 +96,13 @@ async fn the_crd_installed_over_http_serves_function_jobs_with_status_semantics(
 
     let status = Patch::Merge(json!({"status": {"phase": "RUNNING"}}));
     let running = jobs.patch_status("j1", &PatchParams::default(), &status).await.expect("patch status");
-    assert_eq!(running.status.and_then(|s| s.phase), Some(JobPhase::Running));
+    assert_eq!(running.status.and_then(|s| s.phase), Some(JobStatus::Running));
     assert_eq!(running.metadata.generation, Some(1), "a status write is not a spec change");
 
     let main = Patch::Merge(json!({"spec": {"stopRequested": true}, "status": {"phase": "FAILED"}}));
     let stopped = jobs.patch("j1", &PatchParams::default(), &main).await.expect("patch");
     assert!(stopped.spec.stop_requested);
-    assert_eq!(stopped.status.and_then(|s| s.phase), Some(JobPhase::Running), "main writes ignore .status");
+    assert_eq!(stopped.status.and_then(|s| s.phase), Some(JobStatus::Running), "main writes ignore .status");
     assert_eq!(stopped.metadata.generation, Some(2));
 
     let labels = Patch::Merge(json!({"metadata": {"labels": {"extra": "yes"}}}));
@@ -111,6 +112,68 @@ async fn the_crd_installed_over_http_serves_function_jobs_with_status_semantics(
     let mut stale = created.clone();
     stale.spec.gpus = 1;
     assert_eq!(api_error(jobs.replace("j1", &PostParams::default(), &stale).await), (409, "Conflict".into()));
+}
+
+/// Server-side apply of a status as the API server does it: the manager owns what it sends
+/// (`managedFields`), a field it no longer sends is removed, another manager changing an owned
+/// field is refused with 409 unless it forces, and then takes the field over.
+#[tokio::test]
+async fn a_status_applied_server_side_is_owned_by_its_field_manager() {
+    let server = server_with_crd().await;
+    let jobs: Api<FunctionJob> = Api::namespaced(server.client(), "default");
+    jobs.create(&PostParams::default(), &job("j1", "alice")).await.expect("create");
+    let status = |body: serde_json::Value| {
+        Patch::Apply(json!({"apiVersion": "gantry.dev/v1alpha1", "kind": "FunctionJob", "status": body}))
+    };
+    let gantry = PatchParams::apply("gantry").force();
+    let running = status(json!({"phase": "RUNNING", "subStatus": "MAPPING", "podName": "p"}));
+    let applied = jobs.patch_status("j1", &gantry, &running).await.expect("apply the status");
+    assert_eq!(applied.status.as_ref().and_then(|s| s.sub_status.as_deref()), Some("MAPPING"));
+    assert_eq!(applied.metadata.generation, Some(1), "a status write is not a spec change");
+    let owners = applied.metadata.managed_fields.clone().unwrap_or_default();
+    let owner = owners.iter().find(|o| o.manager.as_deref() == Some("gantry")).expect("gantry owns fields");
+    assert_eq!((owner.operation.as_deref(), owner.subresource.as_deref()), (Some("Apply"), Some("status")));
+    let owned = serde_json::to_string(&owner.fields_v1).unwrap();
+    assert!(owned.contains("f:status") && owned.contains("f:subStatus"), "{owned}");
+
+    // Sending less removes what the manager no longer sends.
+    let done = jobs.patch_status("j1", &gantry, &status(json!({"phase": "SUCCEEDED", "podName": "p"}))).await.unwrap();
+    let done = done.status.unwrap();
+    assert_eq!((done.phase, done.sub_status), (Some(JobStatus::Succeeded), None));
+    assert_eq!(done.pod_name.as_deref(), Some("p"));
+    let same = jobs.patch_status("j1", &gantry, &status(json!({"phase": "SUCCEEDED", "podName": "p"}))).await.unwrap();
+    assert_eq!(same.metadata.resource_version, jobs.get("j1").await.unwrap().metadata.resource_version);
+
+    // Another manager: the same value is shared, a different one conflicts unless forced.
+    let other = PatchParams::apply("someone-else");
+    let agreeing = status(json!({"phase": "SUCCEEDED"}));
+    jobs.patch_status("j1", &other, &agreeing).await.expect("the same value is no conflict");
+    let failed = status(json!({"phase": "FAILED"}));
+    let (code, reason) = api_error(jobs.patch_status("j1", &other, &failed).await);
+    assert_eq!((code, reason.as_str()), (409, "Conflict"));
+    assert_eq!(jobs.get("j1").await.unwrap().status.unwrap().phase, Some(JobStatus::Succeeded), "nothing written");
+    let forced = jobs.patch_status("j1", &other.clone().force(), &failed).await.expect("forced");
+    assert_eq!(forced.status.unwrap().phase, Some(JobStatus::Failed));
+    // Gantry lost the field: its next apply without it leaves it; with it, it conflicts again.
+    let (code, _) = api_error(jobs.patch_status("j1", &PatchParams::apply("gantry"), &running).await);
+    assert_eq!(code, 409);
+    // An update (merge patch) owns what it changed: an apply changing it conflicts too.
+    let merge = Patch::Merge(json!({"status": {"podName": "q"}}));
+    jobs.patch_status("j1", &PatchParams { field_manager: Some("kubectl".into()), ..Default::default() }, &merge)
+        .await
+        .expect("merge");
+    let (code, reason) = api_error(
+        jobs.patch_status(
+            "j1",
+            &PatchParams::apply("someone-else"),
+            &status(json!({"phase": "FAILED", "podName": "p"})),
+        )
+        .await,
+    );
+    assert_eq!((code, reason.as_str()), (409, "Conflict"));
+    // An apply without apiVersion and kind is refused, as the API server refuses it.
+    let bare = Patch::Apply(json!({"status": {"phase": "FAILED"}}));
+    assert_eq!(api_error(jobs.patch_status("j1", &gantry, &bare).await).0, 400);
 }
 
 /// What the test controller counts.

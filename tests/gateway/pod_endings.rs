@@ -7,7 +7,7 @@
 
 use std::time::Duration;
 
-use gantry::compute::controller::build::{pod_name, secret_name};
+use gantry::crd::{pod_name, secret_name};
 use serde_json::{Value, json};
 
 use crate::controller::{Cluster, MAIN, NAMESPACE};

@@ -20,6 +20,7 @@ use serde_json::Map;
 
 use crate::crd::{
     FunctionJob, LABEL_FUNCTION, LABEL_JOB_ID, LABEL_USER, SECRET_ACCESS_KEY, SECRET_ENV_PREFIX, SECRET_TOKEN_KEY,
+    label_value, pod_name,
 };
 use crate::domain::runtime_env::{JobEnvironmentInput, job_environment};
 
@@ -64,27 +65,6 @@ pub struct PodSettings {
     pub run_as_user: i64,
     /// `FUNCTIONS_LOGS_SIZE_LIMIT`.
     pub logs_size_limit: u64,
-}
-
-/// Name of a job's pod.
-pub fn pod_name(job_id: &str) -> String {
-    format!("gantry-job-{job_id}")
-}
-
-/// Name of a job's Secret.
-pub fn secret_name(job_id: &str) -> String {
-    format!("gantry-job-{job_id}")
-}
-
-/// A label value from free text: at most 63 characters of `[A-Za-z0-9_.-]`, starting and ending
-/// alphanumeric (others replaced by `_`, then trimmed).
-pub fn label_value(text: &str) -> String {
-    let replaced: String = text
-        .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.') { c } else { '_' })
-        .take(63)
-        .collect();
-    replaced.trim_matches(|c: char| !c.is_ascii_alphanumeric()).to_string()
 }
 
 fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
@@ -285,7 +265,7 @@ pub fn build_pod(job: &FunctionJob, settings: &PodSettings) -> Pod {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::crd::{FunctionJobSpec, FunctionRef, FunctionSize, JobResources};
+    use crate::crd::{FunctionJobSpec, FunctionRef, FunctionSize, JobResources, secret_name};
     use serde_json::json;
 
     const JOB_ID: &str = "0f2c0000-0000-4000-8000-000000000001";

@@ -1,8 +1,9 @@
-//! The controller's I/O shell: observe a `FunctionJob` (its job row, its pod), decide with the
-//! pure `build` and `status` functions and the shared lifecycle, then apply (pod, job row and
-//! event in one transaction, Kubernetes Event, resource status). It decides from observed state
-//! only, so a controller restarted at any point resumes without a second pod or a repeated
-//! event: the pod has a deterministic name and every status move is a compare-and-set.
+//! The controller's I/O shell: observe a `FunctionJob` (its job row, its pod, the log's
+//! archive), decide with the pure `plan` (which uses `build`, `status` and the shared
+//! lifecycle), then carry the plan out (pod, job row and event in one transaction, Kubernetes
+//! Event, resource status by server-side apply). It decides from observed state only, so a
+//! controller restarted at any point resumes without a second pod or a repeated event: the pod
+//! has a deterministic name and every status move is a compare-and-set.
 //! A separate admission pass moves queued jobs to PENDING under the shared limits.
 
 use std::sync::Arc;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, LogParams, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{self, Action, Controller};
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
@@ -19,19 +21,18 @@ use kube::runtime::{WatchStreamExt, predicates};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 
-use super::build::secret_name;
-use super::build::{PodSettings, build_pod, pod_name};
+use super::build::{PodSettings, build_pod};
 use super::leader::{Elector, LeaseSettings};
+use super::plan::{Archive, Next, Observed, Plan, Row, Step, Windows, ask_for_pod, plan};
 use super::seen::PodsSeen;
-use super::status::{LOST_LOG, LogState, NO_LOG, Observed, condition_is, log_source, pod_trigger, resource_status};
+use super::status::{LogState, NO_LOG};
 use crate::compute::{ADMISSION_WINDOW, admit_queued, move_job};
-use crate::crd::{FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus};
+use crate::crd::{FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus, pod_name, secret_name};
 use crate::db::{self, Db, jobs};
 use crate::domain::admission::{Capacity, Limits};
-use crate::domain::lifecycle::{JobStatus, Trigger};
 use crate::domain::logs::LogRouter;
 use crate::events::Publisher;
-use crate::ops::{Metrics, OutcomeLabels};
+use crate::ops::{ErrorLabels, Metrics, OutcomeLabels};
 use crate::storage::{self, Storage, keys};
 
 /// Settings of `gantry controller`.
@@ -60,6 +61,18 @@ pub struct ControllerSettings {
     pub leader: Option<LeaseSettings>,
 }
 
+impl ControllerSettings {
+    /// The time windows plans are made with.
+    pub fn windows(&self) -> Windows {
+        Windows {
+            pending_deadline: self.pending_deadline,
+            keep_finished_pods: self.keep_finished_pods,
+            keep_finished_jobs: self.keep_finished_jobs,
+            archive_give_up: self.archive_give_up,
+        }
+    }
+}
+
 /// What every reconcile may use.
 pub struct Context {
     pub client: kube::Client,
@@ -68,9 +81,8 @@ pub struct Context {
     pub publisher: Arc<dyn Publisher>,
     pub settings: ControllerSettings,
     pub metrics: Arc<Metrics>,
-    /// A hash of the status this process last wrote to each resource: the resource in the
-    /// controller's cache may not show that write yet, and writing it again is a wasted call.
-    written: std::sync::Mutex<std::collections::HashMap<String, u64>>,
+    /// Failed reconciles in a row, by resource name: how long the next retry waits.
+    failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// The job pods the leader's watch has seen (without their spec): read instead of asking
     /// the API server on every reconcile.
     pods_seen: std::sync::Mutex<Option<Arc<PodsSeen>>>,
@@ -94,7 +106,7 @@ impl Context {
             publisher,
             settings,
             metrics,
-            written: Default::default(),
+            failures: Default::default(),
             pods_seen: Default::default(),
             admission_wanted: Default::default(),
         }
@@ -177,6 +189,25 @@ pub enum Error {
     Finalizer { job_id: String, source: Box<kube::runtime::finalizer::Error<Error>> },
 }
 
+impl Error {
+    /// What failed, in one word: the `kind` label of the failure metric.
+    pub fn kind(&self) -> &'static str {
+        use kube::runtime::finalizer::Error as FinalizerError;
+        match self {
+            Error::Kube { .. } => "kube",
+            Error::Database { .. } => "database",
+            Error::Archive { .. } => "storage",
+            Error::PodLog { .. } => "pod_log",
+            Error::ArchivePending { .. } => "archive_pending",
+            Error::Finalizer { source, .. } => match source.as_ref() {
+                FinalizerError::ApplyFailed(error) | FinalizerError::CleanupFailed(error) => error.kind(),
+                FinalizerError::AddFinalizer(_) | FinalizerError::RemoveFinalizer(_) => "kube",
+                FinalizerError::UnnamedObject | FinalizerError::InvalidFinalizer => "finalizer",
+            },
+        }
+    }
+}
+
 fn kube_error<'a>(operation: &'static str, job_id: &'a str) -> impl FnOnce(kube::Error) -> Error + 'a {
     move |source| Error::Kube { operation, job_id: job_id.to_string(), source }
 }
@@ -189,39 +220,57 @@ fn database_error(job_id: &str) -> impl FnOnce(db::Error) -> Error + '_ {
 #[tracing::instrument(skip_all, fields(job.id = %job.spec.job_id))]
 pub async fn reconcile(job: Arc<FunctionJob>, ctx: Arc<Context>) -> Result<Action, Error> {
     let job_id = job.spec.job_id.clone();
+    let name = job.name_any();
     let started = std::time::Instant::now();
     let outcome = finalizer(&ctx.jobs(), FINALIZER, job, |event| async {
         match event {
-            Finalizer::Apply(job) => apply(&job, &ctx).await,
-            Finalizer::Cleanup(job) => cleanup(&job, &ctx).await,
+            Finalizer::Apply(job) => drive(&job, &ctx, false).await,
+            Finalizer::Cleanup(job) => drive(&job, &ctx, true).await,
         }
     })
     .await
     .map_err(|source| Error::Finalizer { job_id, source: Box::new(source) });
+    if outcome.is_ok() {
+        ctx.failures.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
+    }
     ctx.metrics.reconcile_seconds.observe(started.elapsed().as_secs_f64());
     let label = OutcomeLabels { outcome: if outcome.is_ok() { "ok" } else { "error" } };
     ctx.metrics.reconciles.get_or_create(&label).inc();
     outcome
 }
 
-/// Transient failures retry soon; the resource is reconciled again anyway on every change. A log
-/// still to archive before the resource may go retries on its own backoff.
-pub fn error_policy(_job: Arc<FunctionJob>, error: &Error, _ctx: Arc<Context>) -> Action {
+/// Failures are counted by kind and retried with a backoff per resource (1 s, doubling, at most
+/// 5 minutes; a success starts it over); the resource is reconciled again anyway on every
+/// change. A log still to archive before the resource may go retries on its own backoff.
+pub fn error_policy(job: Arc<FunctionJob>, error: &Error, ctx: Arc<Context>) -> Action {
     use kube::runtime::finalizer::Error as FinalizerError;
+    ctx.metrics.reconcile_failures.get_or_create(&ErrorLabels { kind: error.kind() }).inc();
     if let Error::Finalizer { source, .. } = error
         && let FinalizerError::CleanupFailed(Error::ArchivePending { retry_after, .. }) = source.as_ref()
     {
         tracing::info!(error = error as &dyn std::error::Error, "the resource waits for its log");
         return Action::requeue(*retry_after);
     }
-    tracing::warn!(error = error as &dyn std::error::Error, "reconcile failed; retrying");
-    Action::requeue(Duration::from_secs(5))
+    let failures = {
+        let mut failures = ctx.failures.lock().unwrap_or_else(|p| p.into_inner());
+        let count = failures.entry(job.name_any()).or_default();
+        *count = count.saturating_add(1);
+        *count
+    };
+    let retry_after = error_backoff(failures);
+    tracing::warn!(
+        error = error as &dyn std::error::Error,
+        retry_in = retry_after.as_secs(),
+        "reconcile failed; retrying"
+    );
+    Action::requeue(retry_after)
 }
 
-/// The wait before the next try to archive a log, `elapsed` after the first: doubling from 1 s,
-/// at most a minute.
-pub fn archive_backoff(elapsed: Duration) -> Duration {
-    elapsed.clamp(Duration::from_secs(1), Duration::from_secs(60))
+/// The wait after the `failures`th failed reconcile of a resource in a row: 1 s, doubling, at
+/// most 5 minutes.
+pub fn error_backoff(failures: u32) -> Duration {
+    let doubled = Duration::from_secs(1 << failures.saturating_sub(1).min(9));
+    doubled.min(Duration::from_secs(300))
 }
 
 /// Records a Kubernetes Event about the resource (what `kubectl describe fj` shows). Each is
@@ -252,260 +301,179 @@ async fn record(ctx: &Context, job: &FunctionJob, warning: bool, reason: &str, n
     }
 }
 
-/// A trigger's words for the resource's status and its Kubernetes Event.
-fn describe(trigger: &Trigger) -> Option<String> {
-    match trigger {
-        Trigger::LaunchFailed { reason } | Trigger::Lost { reason } | Trigger::Crashed { reason } => {
-            Some(reason.clone())
+/// Observes the job, plans, and carries the plan out; plans again when a step turned out
+/// otherwise than planned or the plan needs to look further. Never more than a few times: a job
+/// that keeps changing under the reconcile is reconciled again soon.
+async fn drive(job: &FunctionJob, ctx: &Context, deleting: bool) -> Result<Action, Error> {
+    let mut observed = observe(ctx, job, deleting).await?;
+    let windows = ctx.settings.windows();
+    for _ in 0..MAX_PLANS {
+        let plan = plan(&observed, &windows);
+        if let Some(action) = carry_out(ctx, job, &mut observed, plan).await? {
+            return Ok(action);
         }
-        Trigger::TimedOut => Some("the job exceeded PROGRAM_TIMEOUT".into()),
-        Trigger::StopRequested => Some("stopped at the user's request".into()),
-        _ => None,
     }
+    tracing::warn!("the job kept changing under its reconcile; reconciling it again soon");
+    Ok(Action::requeue(Duration::from_secs(1)))
 }
 
-async fn apply(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
+/// Plans made in one reconcile at most.
+const MAX_PLANS: usize = 6;
+
+/// What a reconcile starts from: the job's row, its pod (from the pod watch, or the API server
+/// when the watch may lag), the clock. The archive is looked at only when a plan asks.
+async fn observe<'a>(ctx: &Context, job: &'a FunctionJob, deleting: bool) -> Result<Observed<'a>, Error> {
     let job_id = job.spec.job_id.as_str();
-    let Some(row) = jobs::state(&ctx.db, job_id).await.map_err(database_error(job_id))? else {
-        // The gateway's sweep deletes such resources too; nothing to run for a job that is gone.
-        tracing::warn!("FunctionJob without a job row; deleting it");
-        ctx.jobs().delete(&job.name_any(), &DeleteParams::default()).await.map_err(kube_error("delete", job_id))?;
-        return Ok(Action::await_change());
-    };
-    let previous = job.status.clone().unwrap_or_default();
-    let mut status = row.status();
-    // Unless the watch shows the pod, ask the API server, except for a queued job (pods are
-    // made only once admitted) and an admitted one without a recorded pod (about to get one:
-    // the create below finds a pod made already).
-    // A pod recorded gone for good is never looked for again.
-    let pod_gone = condition_is(&previous, "PodDeleted");
-    let ask = !pod_gone
-        && (previous.pod_name.is_some()
-            || row.stop_requested
-            || !matches!(status, JobStatus::Queued | JobStatus::Pending));
-    let mut pod = ctx.observe_pod(job_id, ask).await?;
-    let mut message = previous.message.clone();
-    let pod_created = previous.pod_name.is_some() || pod.is_some();
-
-    if !pod_created && row.stop_requested && status.is_active() {
-        // Stopped before its pod existed: nothing to stop but the job itself.
-        if let Some(moved) = move_job(&ctx.db, &ctx.publisher, job_id, status, &Trigger::StopRequested)
-            .await
-            .map_err(database_error(job_id))?
-        {
-            status = moved;
-            message = describe(&Trigger::StopRequested);
-            record(ctx, job, false, moved.as_str(), message.clone()).await;
-        }
-    } else if status == JobStatus::Pending && !pod_created {
-        let (found, created) = ctx.create_pod(job).await?;
-        // The status written below already names it.
-        pod = found;
-        if created {
-            record(ctx, job, false, "PodCreated", Some(format!("pod {} created", pod_name(job_id)))).await;
-        }
-    } else if pod_created {
-        if row.stop_requested
-            && !status.is_terminal()
-            && pod.as_ref().is_some_and(|p| p.metadata.deletion_timestamp.is_none())
-        {
-            let params = DeleteParams { grace_period_seconds: Some(10), ..Default::default() };
-            ctx.delete_pod(job_id, &params, "stop the pod").await?;
-        }
-        let now = k8s_openapi::jiff::Timestamp::now();
-        if let Some(trigger) = pod_trigger(status, row.stop_requested, pod.as_ref(), now, ctx.settings.pending_deadline)
-            && let Some(moved) =
-                move_job(&ctx.db, &ctx.publisher, job_id, status, &trigger).await.map_err(database_error(job_id))?
-        {
-            status = moved;
-            message = describe(&trigger).or(message);
-            let warning = matches!(moved, JobStatus::Failed);
-            record(ctx, job, warning, moved.as_str(), message.clone()).await;
-        }
-    }
-
-    let completed = match (status.is_terminal(), &previous.completion_time) {
-        (true, Some(time)) => Some(time.0),
-        (true, None) => Some(k8s_openapi::jiff::Timestamp::now()),
-        (false, _) => None,
-    };
-    let since_end = completed.map(elapsed_since).unwrap_or_default();
-
-    // Once finished: the log settled, the token deleted, the pod deleted after its keep window,
-    // then the resource itself after its own. Each step is recorded in the status, so none is
-    // repeated and a settled job costs no API call until it is collected.
-    let mut logs = LogState::of(&previous);
-    let mut archive_retry = None;
-    if status.is_terminal() && !logs.settled() {
-        let why_none = why_no_pod_log(status, message.as_deref(), pod_created);
-        match settle_log(ctx, job, &row, pod.as_ref(), &why_none, since_end).await? {
-            Ok(settled) => logs = settled,
-            Err(retry_after) => archive_retry = Some(retry_after),
-        }
-    }
-    let mut secret_deleted = condition_is(&previous, "SecretDeleted");
-    if status.is_terminal() && !secret_deleted {
-        ctx.delete_secret(job_id).await?;
-        secret_deleted = true;
-    }
-    let keep_pod = ctx.settings.keep_finished_pods;
-    let mut pod_deleted = pod_gone;
-    if status.is_terminal() && logs.settled() && !pod_deleted {
-        match &pod {
-            None => pod_deleted = true,
-            Some(found) if since_end >= keep_pod && found.metadata.deletion_timestamp.is_none() => {
-                ctx.delete_pod(job_id, &DeleteParams::default(), "delete the pod").await?;
-            }
-            // Being deleted (its watch event wakes this), or still within its keep window.
-            Some(_) => {}
-        }
-    }
-
-    let observed = Observed {
-        status,
-        sub_status: row.sub_status.as_deref(),
-        pod: pod.as_ref(),
-        logs: &logs,
-        secret_deleted,
-        pod_deleted,
-        message: message.as_deref(),
-        generation: job.metadata.generation,
-        completed,
-        previous: job.status.as_ref(),
+    let row = read_row(ctx, job_id).await?;
+    let ask = ask_for_pod(job.status.as_ref(), row.as_ref(), deleting);
+    let pod = if row.is_some() || deleting { ctx.observe_pod(job_id, ask).await? } else { None };
+    Ok(Observed {
+        job,
+        deleting,
+        row,
+        pod,
+        archive: Archive::Unknown,
+        log_read_error: None,
+        moved: None,
         now: k8s_openapi::jiff::Timestamp::now(),
-    };
-    let mut desired = resource_status(&observed);
-    if desired.pod_name.is_none() && pod_created {
-        desired.pod_name = Some(pod_name(job_id));
-    }
-    if job.status.as_ref() != Some(&desired) {
-        write_status(ctx, job, &desired).await?;
-    }
-    let settled = status.is_terminal() && logs.settled() && secret_deleted && pod_deleted;
-    let keep_job = ctx.settings.keep_finished_jobs;
-    if settled && since_end >= keep_job {
-        // History lives in the database and the object storage; the cluster keeps work in
-        // flight and the recent past. The finalizer's cleanup finds everything settled.
-        match ctx.jobs().delete(&job.name_any(), &DeleteParams::default()).await {
-            Err(kube::Error::Api(status)) if status.is_not_found() => {}
-            outcome => {
-                outcome.map_err(kube_error("collect the finished FunctionJob", job_id))?;
-            }
-        }
-        ctx.metrics.collected.inc();
-        ctx.forget(job);
-        return Ok(Action::await_change());
-    }
-    Ok(match status {
-        JobStatus::Queued => {
-            ctx.admission_wanted.notify_one();
-            Action::await_change()
-        }
-        // Pod changes wake it; the timer only catches a pod pending past the deadline.
-        JobStatus::Pending => {
-            Action::requeue((ctx.settings.pending_deadline / 4).clamp(Duration::from_secs(1), Duration::from_secs(60)))
-        }
-        JobStatus::Running => Action::requeue(Duration::from_secs(60)),
-        _ => match archive_retry {
-            Some(retry_after) => Action::requeue(retry_after),
-            // The pod's deletion is under way (its watch event wakes this; the timer is a net)
-            // or its keep window runs.
-            None if !pod_deleted => Action::requeue(keep_pod.saturating_sub(since_end).max(Duration::from_secs(5))),
-            None => Action::requeue(keep_job.saturating_sub(since_end).max(Duration::from_secs(1))),
-        },
     })
 }
 
-/// Why a job without a pod has no log: it ended before its pod was made, or the pod went
-/// without the launcher shipping one.
-fn why_no_pod_log(status: JobStatus, message: Option<&str>, pod_made: bool) -> String {
-    let detail = message.map(|m| format!(": {m}")).unwrap_or_default();
-    if pod_made {
-        format!("the job's pod is gone and left no log{detail}")
-    } else {
-        format!("the job ended {} before its pod was made{detail}", status.as_str())
-    }
+async fn read_row(ctx: &Context, job_id: &str) -> Result<Option<Row>, Error> {
+    let state = jobs::state(&ctx.db, job_id).await.map_err(database_error(job_id))?;
+    Ok(state.map(|state| Row {
+        status: state.status(),
+        sub_status: state.sub_status,
+        stop_requested: state.stop_requested,
+        provider_function: state.provider_function,
+    }))
 }
 
-/// Time since `at` (zero for a time in the future).
-fn elapsed_since(at: k8s_openapi::jiff::Timestamp) -> Duration {
-    let seconds = k8s_openapi::jiff::Timestamp::now().duration_since(at).as_secs_f64();
-    Duration::from_secs_f64(seconds.max(0.0))
-}
-
-/// Writes the resource's status, unless this process wrote exactly that last time.
-async fn write_status(ctx: &Context, job: &FunctionJob, status: &FunctionJobStatus) -> Result<(), Error> {
-    use std::hash::{Hash, Hasher};
-    let patch = json!({"status": status});
-    let mut hasher = std::collections::hash_map::DefaultHasher::new();
-    patch.to_string().hash(&mut hasher);
-    let hash = hasher.finish();
-    // By uid: a resource deleted and made again is a new one.
-    let key = job.uid().unwrap_or_default();
-    if ctx.written.lock().unwrap_or_else(|p| p.into_inner()).get(&key) == Some(&hash) {
-        return Ok(());
-    }
-    ctx.jobs()
-        .patch_status(&job.name_any(), &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-        .map_err(kube_error("write the status", &job.spec.job_id))?;
-    ctx.written.lock().unwrap_or_else(|p| p.into_inner()).insert(key, hash);
-    Ok(())
-}
-
-impl Context {
-    fn forget(&self, job: &FunctionJob) {
-        self.written.lock().unwrap_or_else(|p| p.into_inner()).remove(&job.uid().unwrap_or_default());
-    }
-}
-
-/// Settles a finished job's log: in storage already (the launcher ships it, its exit record
-/// last), archived now from the pod's log (through the prefix router, capped), or, when there is
-/// none to read (the container never ran, the pod is gone), an explicit `no log: <why>` in its
-/// place. A pod log that cannot be read is retried: `Err(wait)`; after `archive_give_up` it is
-/// given up as lost, with a Warning and a job event saying why. Nothing goes silently.
-async fn settle_log(
-    ctx: &Context,
-    job: &FunctionJob,
-    row: &jobs::JobState,
-    pod: Option<&Pod>,
-    why_none: &str,
-    trying_for: Duration,
-) -> Result<Result<LogState, Duration>, Error> {
-    let job_id = job.spec.job_id.as_str();
+/// What storage holds of a finished job's log: the launcher's exit record (it ships the log
+/// first), or a log stored by an earlier reconcile whose status write was lost (a crash), read
+/// back so the log is not read, nor its loss announced, twice.
+async fn look_at_archive(ctx: &Context, job_id: &str) -> Result<Archive, Error> {
     let archive_error = |source| Error::Archive { job_id: job_id.to_string(), source };
     if ctx.storage.read_to_bytes(&keys::job_exit(job_id)).await.map_err(archive_error)?.is_some() {
-        return Ok(Ok(LogState::Archived));
+        return Ok(Archive::Holds(LogState::Archived));
     }
-    // Settled by an earlier reconcile whose status write was lost (a crash): read back, so the
-    // log is not read, nor its loss announced, twice.
-    if let Some(stored) = ctx.storage.read_to_bytes(&keys::job_user_log(job_id)).await.map_err(archive_error)? {
-        return Ok(Ok(LogState::of_stored(&String::from_utf8_lossy(&stored))));
+    Ok(match ctx.storage.read_to_bytes(&keys::job_user_log(job_id)).await.map_err(archive_error)? {
+        Some(stored) => Archive::Holds(LogState::of_stored(&String::from_utf8_lossy(&stored))),
+        None => Archive::Empty,
+    })
+}
+
+/// Carries out a plan's steps in order: `Some(action)` once done; `None` when a step turned out
+/// otherwise than planned, or the plan needs the archive, with `observed` saying what was seen,
+/// to plan again.
+async fn carry_out(
+    ctx: &Context,
+    job: &FunctionJob,
+    observed: &mut Observed<'_>,
+    plan: Plan,
+) -> Result<Option<Action>, Error> {
+    let job_id = job.spec.job_id.as_str();
+    for step in plan.steps {
+        match step {
+            Step::DeleteResource => {
+                tracing::warn!("FunctionJob without a job row; deleting it");
+                ctx.jobs()
+                    .delete(&job.name_any(), &DeleteParams::default())
+                    .await
+                    .map_err(kube_error("delete", job_id))?;
+            }
+            Step::Move { from, to: _, trigger, note } => {
+                match move_job(&ctx.db, &ctx.publisher, job_id, from, &trigger).await.map_err(database_error(job_id))? {
+                    Some(moved) => {
+                        record(ctx, job, note.warning, &note.reason, note.message).await;
+                        if let Some(row) = observed.row.as_mut() {
+                            row.status = moved;
+                        }
+                        observed.moved = Some(trigger);
+                    }
+                    // Another mover got there first: plan from where the job is now.
+                    None => {
+                        observed.row = read_row(ctx, job_id).await?;
+                        return Ok(None);
+                    }
+                }
+            }
+            Step::CreatePod => {
+                let (pod, created) = ctx.create_pod(job).await?;
+                observed.pod = pod;
+                if !created {
+                    // Made before a crash (or gone again): plan with the pod as it is.
+                    return Ok(None);
+                }
+                record(ctx, job, false, "PodCreated", Some(format!("pod {} created", pod_name(job_id)))).await;
+            }
+            Step::StopPod => {
+                let params = DeleteParams { grace_period_seconds: Some(10), ..Default::default() };
+                ctx.delete_pod(job_id, &params, "stop the pod").await?;
+                if let Some(pod) = observed.pod.as_mut() {
+                    pod.metadata.deletion_timestamp = Some(Time(observed.now));
+                }
+            }
+            Step::ArchivePodLog { provider_function } => match read_pod_log(ctx, job_id, provider_function).await {
+                Ok((user, provider)) => {
+                    store_log(ctx, job_id, user, provider).await?;
+                    record(ctx, job, false, "LogsArchived", Some("archived from the pod's log".into())).await;
+                    observed.archive = Archive::Holds(LogState::Archived);
+                }
+                Err(error) => {
+                    tracing::warn!(job.id = %job_id, %error, "the pod's log could not be read for archiving");
+                    observed.log_read_error = Some(error);
+                    return Ok(None);
+                }
+            },
+            Step::SettleWithoutLog { state, provider_function } => {
+                settle_without_log(ctx, job, provider_function, &state).await?;
+                observed.archive = Archive::Holds(state);
+            }
+            Step::DeleteSecret => ctx.delete_secret(job_id).await?,
+            Step::DeletePod => ctx.delete_pod(job_id, &DeleteParams::default(), "delete the pod").await?,
+            Step::WriteStatus(status) => write_status(ctx, job, &status).await?,
+            Step::Collect => {
+                match ctx.jobs().delete(&job.name_any(), &DeleteParams::default()).await {
+                    Err(kube::Error::Api(status)) if status.is_not_found() => {}
+                    outcome => {
+                        outcome.map_err(kube_error("collect the finished FunctionJob", job_id))?;
+                    }
+                }
+                ctx.metrics.collected.inc();
+            }
+            Step::WakeAdmission => ctx.admission_wanted.notify_one(),
+        }
     }
-    let readable = match pod {
-        Some(pod) => log_source(pod),
-        None => Err(why_none.to_string()),
-    };
-    let why = match readable {
-        Ok(()) => match read_pod_log(ctx, job_id, row.provider_function).await {
-            Ok((user, provider)) => {
-                store_log(ctx, job_id, user, provider).await?;
-                record(ctx, job, false, "LogsArchived", Some("archived from the pod's log".into())).await;
-                return Ok(Ok(LogState::Archived));
-            }
-            Err(error) if trying_for < ctx.settings.archive_give_up => {
-                let retry_after = archive_backoff(trying_for);
-                tracing::warn!(job.id = %job_id, %error, retry_in = retry_after.as_secs(), "the pod's log could not be read for archiving");
-                return Ok(Err(retry_after));
-            }
-            Err(error) => {
-                let why = format!("{LOST_LOG} {} s, giving up: {error}", trying_for.as_secs());
-                return settle_without_log(ctx, job, row, LogState::Lost(why)).await.map(Ok);
-            }
-        },
-        Err(why) => why,
-    };
-    settle_without_log(ctx, job, row, LogState::NoLog(why)).await.map(Ok)
+    match plan.next {
+        Next::Requeue(after) => Ok(Some(Action::requeue(after))),
+        Next::AwaitChange => Ok(Some(Action::await_change())),
+        Next::LookAtArchive => {
+            observed.archive = look_at_archive(ctx, job_id).await?;
+            Ok(None)
+        }
+        Next::HoldFinalizer(retry_after) => Err(Error::ArchivePending {
+            job_id: job_id.to_string(),
+            reason: "the pod's log could not be read".into(),
+            retry_after,
+        }),
+    }
+}
+
+/// Writes the resource's whole status by server-side apply under Gantry's field manager
+/// (forced: the status is the controller's own). The plan asks for it only when it differs from
+/// the status observed.
+async fn write_status(ctx: &Context, job: &FunctionJob, status: &FunctionJobStatus) -> Result<(), Error> {
+    let patch = json!({
+        "apiVersion": FunctionJob::api_version(&()),
+        "kind": FunctionJob::kind(&()),
+        "status": status,
+    });
+    ctx.jobs()
+        .patch_status(&job.name_any(), &PatchParams::apply(FIELD_MANAGER).force(), &Patch::Apply(&patch))
+        .await
+        .map_err(kube_error("write the status", &job.spec.job_id))?;
+    Ok(())
 }
 
 /// The pod's log, split by prefix as the launcher splits it: (user log, provider log).
@@ -537,14 +505,14 @@ async fn store_log(ctx: &Context, job_id: &str, user: String, provider: Option<S
 async fn settle_without_log(
     ctx: &Context,
     job: &FunctionJob,
-    row: &jobs::JobState,
-    state: LogState,
-) -> Result<LogState, Error> {
+    provider_function: bool,
+    state: &LogState,
+) -> Result<(), Error> {
     let job_id = job.spec.job_id.as_str();
-    let (lost, why) = match &state {
+    let (lost, why) = match state {
         LogState::Lost(why) => (true, why.clone()),
         LogState::NoLog(why) => (false, why.clone()),
-        _ => return Ok(state),
+        _ => return Ok(()),
     };
     // Said first, stored last: the stored note is what marks the log settled (`of_stored`), so a
     // crash in between says it again rather than never.
@@ -561,56 +529,7 @@ async fn settle_without_log(
     } else {
         record(ctx, job, false, "NoLog", Some(why)).await;
     }
-    store_log(ctx, job_id, note.clone(), row.provider_function.then(|| note.clone())).await?;
-    Ok(state)
-}
-
-/// The resource is being deleted: settle the job row, the log and the token, delete the pod,
-/// then let it go. A log that cannot be archived yet holds the resource (an error keeps the
-/// finalizer) until `archive_give_up` after the deletion began; then it is given up as lost.
-async fn cleanup(job: &FunctionJob, ctx: &Context) -> Result<Action, Error> {
-    let job_id = job.spec.job_id.as_str();
-    let previous = job.status.clone().unwrap_or_default();
-    let pod_gone = condition_is(&previous, "PodDeleted");
-    let pod = ctx.observe_pod(job_id, !pod_gone).await?;
-    if let Some(row) = jobs::state(&ctx.db, job_id).await.map_err(database_error(job_id))? {
-        let mut message = previous.message.clone();
-        let mut status = row.status();
-        if !status.is_terminal() {
-            let trigger = match row.status() {
-                JobStatus::Queued => Trigger::StopRequested,
-                _ => Trigger::Lost { reason: "the job's FunctionJob was deleted".into() },
-            };
-            if let Some(moved) = move_job(&ctx.db, &ctx.publisher, job_id, row.status(), &trigger)
-                .await
-                .map_err(database_error(job_id))?
-            {
-                status = moved;
-                message = describe(&trigger);
-                record(ctx, job, moved == JobStatus::Failed, moved.as_str(), message.clone()).await;
-            }
-        }
-        if !LogState::of(&previous).settled() {
-            let since = job.metadata.deletion_timestamp.as_ref().map(|t| elapsed_since(t.0)).unwrap_or_default();
-            let pod_made = previous.pod_name.is_some() || pod.is_some();
-            let why_none = why_no_pod_log(status, message.as_deref(), pod_made);
-            if let Err(retry_after) = settle_log(ctx, job, &row, pod.as_ref(), &why_none, since).await? {
-                return Err(Error::ArchivePending {
-                    job_id: job_id.to_string(),
-                    reason: "the pod's log could not be read".into(),
-                    retry_after,
-                });
-            }
-        }
-    }
-    if !condition_is(&previous, "SecretDeleted") {
-        ctx.delete_secret(job_id).await?;
-    }
-    if pod.is_some() {
-        ctx.delete_pod(job_id, &DeleteParams::default(), "delete the pod").await?;
-    }
-    ctx.forget(job);
-    Ok(Action::await_change())
+    store_log(ctx, job_id, note.clone(), provider_function.then(|| note.clone())).await
 }
 
 /// One admission pass: queued jobs that fit the limits across the cluster move to PENDING, and
@@ -741,5 +660,29 @@ struct AbortOnDrop(tokio::task::JoinHandle<()>);
 impl Drop for AbortOnDrop {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failed_reconciles_back_off_doubling_to_five_minutes() {
+        let waits: Vec<u64> = (1..=11).map(|failures| error_backoff(failures).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        assert_eq!(error_backoff(u32::MAX), Duration::from_secs(300));
+    }
+
+    #[test]
+    fn errors_name_their_kind_through_the_finalizer() {
+        use kube::runtime::finalizer::Error as FinalizerError;
+        let pending = || Error::ArchivePending { job_id: "j".into(), reason: "r".into(), retry_after: Duration::ZERO };
+        let wrapped = |source| Error::Finalizer { job_id: "j".into(), source: Box::new(source) };
+        assert_eq!(pending().kind(), "archive_pending");
+        assert_eq!(wrapped(FinalizerError::CleanupFailed(pending())).kind(), "archive_pending");
+        let database = Error::Database { job_id: "j".into(), source: db::Error::UnsupportedUrl { url: "x".into() } };
+        assert_eq!(wrapped(FinalizerError::ApplyFailed(database)).kind(), "database");
+        assert_eq!(wrapped(FinalizerError::UnnamedObject).kind(), "finalizer");
     }
 }

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{ContainerStatus, Pod};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use crate::crd::{FunctionJobStatus, JobPhase};
+use crate::crd::FunctionJobStatus;
 use crate::domain::lifecycle::{JobStatus, Trigger};
 
 /// Waiting reasons of a container that will not start without a change to the job.
@@ -248,20 +248,9 @@ pub fn condition_is(status: &FunctionJobStatus, kind: &str) -> bool {
     status.conditions.iter().any(|c| c.type_ == kind && c.status == "True")
 }
 
-fn phase_of(status: JobStatus) -> JobPhase {
-    match status {
-        JobStatus::Queued => JobPhase::Queued,
-        JobStatus::Pending => JobPhase::Pending,
-        JobStatus::Running => JobPhase::Running,
-        JobStatus::Succeeded => JobPhase::Succeeded,
-        JobStatus::Failed => JobPhase::Failed,
-        JobStatus::Stopped => JobPhase::Stopped,
-    }
-}
-
 /// What the controller knows of a job when it writes the resource's status.
 #[derive(Debug, Clone)]
-pub struct Observed<'a> {
+pub struct Known<'a> {
     pub status: JobStatus,
     pub sub_status: Option<&'a str>,
     pub pod: Option<&'a Pod>,
@@ -285,7 +274,7 @@ fn condition(
     on: bool,
     reason: &str,
     message: &str,
-    observed: &Observed<'_>,
+    observed: &Known<'_>,
 ) -> Condition {
     let status = if on { "True" } else { "False" };
     // The transition time moves only when the condition's value does.
@@ -305,7 +294,7 @@ fn condition(
 }
 
 /// The resource's whole status, computed in one piece (never patched field by field).
-pub fn resource_status(observed: &Observed<'_>) -> FunctionJobStatus {
+pub fn resource_status(observed: &Known<'_>) -> FunctionJobStatus {
     let status = observed.status;
     let pod_status = observed.pod.and_then(|p| p.status.as_ref());
     let previous = observed.previous;
@@ -315,7 +304,7 @@ pub fn resource_status(observed: &Observed<'_>) -> FunctionJobStatus {
     let message = observed.message.unwrap_or_default();
     let (log_reason, log_message) = observed.logs.condition();
     FunctionJobStatus {
-        phase: Some(phase_of(status)),
+        phase: Some(status),
         sub_status: observed.sub_status.filter(|_| running).map(str::to_string),
         pod_name: observed.pod.and_then(|p| p.metadata.name.clone()),
         start_time: pod_status
@@ -441,7 +430,7 @@ mod tests {
     #[test]
     fn the_status_is_computed_whole_and_keeps_transition_times() {
         let running_pod = pod(json!({"phase": "Running", "startTime": "2026-01-01T00:55:00Z"}));
-        let first = resource_status(&Observed {
+        let first = resource_status(&Known {
             status: JobStatus::Running,
             sub_status: Some("MAPPING"),
             pod: Some(&running_pod),
@@ -454,12 +443,12 @@ mod tests {
             previous: None,
             now: now(),
         });
-        assert_eq!(first.phase, Some(JobPhase::Running));
+        assert_eq!(first.phase, Some(JobStatus::Running));
         assert_eq!(first.sub_status.as_deref(), Some("MAPPING"));
         assert_eq!(first.pod_name.as_deref(), Some("gantry-job-x"));
         assert_eq!(first.start_time.as_ref().unwrap().0.to_string(), "2026-01-01T00:55:00Z");
         let later: Timestamp = "2026-01-01T02:00:00Z".parse().unwrap();
-        let done = resource_status(&Observed {
+        let done = resource_status(&Known {
             status: JobStatus::Succeeded,
             sub_status: Some("MAPPING"),
             pod: None,
@@ -570,7 +559,7 @@ mod tests {
             LogState::NoLog("never started".into()),
             LogState::Lost("log read refused".into()),
         ] {
-            let status = resource_status(&Observed {
+            let status = resource_status(&Known {
                 status: JobStatus::Failed,
                 sub_status: None,
                 pod: None,
