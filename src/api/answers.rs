@@ -3,7 +3,7 @@
 //!
 //! The fields of every answer are declared in alphabetical order: the order the answers had when
 //! they were built as JSON maps (sorted by key), so the bytes clients see did not change when
-//! they became types.
+//! they became types. A field that may be null is still always present (`required`).
 
 use serde::Serialize;
 use serde_json::Value;
@@ -40,8 +40,11 @@ impl Message {
 /// The function a job ran, as a job record names it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ProgramSummary {
+    #[schema(required = true)]
     pub id: Option<String>,
+    #[schema(required = true)]
     pub provider: Option<String>,
+    #[schema(required = true)]
     pub title: Option<String>,
 }
 
@@ -50,6 +53,7 @@ pub struct ProgramSummary {
 pub struct JobRecord {
     #[schema(format = DateTime)]
     pub created: String,
+    #[schema(required = true)]
     pub function_size: Option<String>,
     pub gpu: bool,
     #[schema(format = Uuid)]
@@ -61,6 +65,7 @@ pub struct JobRecord {
     pub result: Option<Option<String>>,
     #[schema(value_type = StatusName, inline)]
     pub status: String,
+    #[schema(required = true)]
     pub sub_status: Option<String>,
     #[schema(format = DateTime)]
     pub updated: String,
@@ -103,7 +108,7 @@ pub struct RunAnswer {
     /// The function's id.
     pub program: String,
     /// Always null: the job has just been queued.
-    #[schema(value_type = Option<String>)]
+    #[schema(required = true, value_type = Option<String>)]
     pub result: Option<String>,
     /// `QUEUED`.
     pub status: String,
@@ -113,7 +118,9 @@ pub struct RunAnswer {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct JobPage {
     pub count: i64,
+    #[schema(required = true)]
     pub next: Option<String>,
+    #[schema(required = true)]
     pub previous: Option<String>,
     pub results: Vec<JobRecord>,
 }
@@ -162,6 +169,7 @@ impl EventRecord {
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct RuntimeJob {
     pub runtime_job: String,
+    #[schema(required = true)]
     pub runtime_session: Option<String>,
 }
 
@@ -180,25 +188,33 @@ pub struct Logs {
 /// A function in every answer that returns one.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct FunctionRecord {
-    #[schema(value_type = Option<Object>)]
+    #[schema(required = true, value_type = Option<Object>)]
     pub arguments_schema: Option<Value>,
     /// `artifact.tar` when the function has code, else null.
+    #[schema(required = true)]
     pub artifact: Option<String>,
     #[schema(format = DateTime)]
     pub created: String,
+    #[schema(required = true)]
     pub default_size: Option<String>,
     #[schema(value_type = Vec<String>)]
     pub dependencies: Value,
+    #[schema(required = true)]
     pub description: Option<String>,
     pub disabled: bool,
+    #[schema(required = true)]
     pub documentation_url: Option<String>,
+    #[schema(required = true)]
     pub entrypoint: Option<String>,
     /// The default size, under the name older clients read.
+    #[schema(required = true)]
     pub function_size: Option<String>,
     pub gpu: bool,
     #[schema(format = Uuid)]
     pub id: String,
+    #[schema(required = true)]
     pub image: Option<String>,
+    #[schema(required = true)]
     pub provider: Option<String>,
     pub runner: String,
     /// `{label: compute profile}`, labels S, M, L, XL.
@@ -209,6 +225,7 @@ pub struct FunctionRecord {
     pub program_type: String,
     #[schema(format = DateTime)]
     pub updated: String,
+    #[schema(required = true)]
     pub version: Option<String>,
 }
 
@@ -295,5 +312,6 @@ pub struct QueuedPlace {
     #[schema(format = DateTime)]
     pub created: String,
     /// For a QUEUED job, how many queued jobs of any user came before it; null otherwise.
+    #[schema(required = true)]
     pub ahead: Option<i64>,
 }

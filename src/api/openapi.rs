@@ -15,24 +15,9 @@ use serde_json::Value;
 use utoipa::openapi::path::Operation;
 use utoipa::openapi::security::{Http, HttpAuthScheme, SecurityScheme};
 use utoipa::openapi::{OpenApi as Document, Ref, RefOr};
-use utoipa::{Modify, OpenApi, ToResponse, ToSchema};
+use utoipa::{Modify, OpenApi, ToResponse};
 
-/// The body of every error answer but 401: `message`, plus `path` for a schema failure.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct ErrorBody {
-    message: String,
-    /// Where the arguments break the function's schema.
-    #[schema(value_type = Vec<Object>, required = false)]
-    path: Vec<Value>,
-}
-
-/// The body of a 401.
-#[derive(ToSchema)]
-#[allow(dead_code)]
-pub struct DetailBody {
-    detail: String,
-}
+use super::error::{DetailBody, ErrorBody};
 
 #[derive(ToResponse)]
 #[response(description = "invalid input")]
