@@ -1,8 +1,12 @@
-//! The REST gateway: the route table (`router`) and the layers around it. Below it, one module
-//! per concern: `state` (what handlers may use), `error` (`ApiError`, rendered in the
-//! contract's shapes), `extract` (the `Caller` of a request), `fields` (request bodies), then
-//! the handlers by resource. Handlers import those modules, never this one.
+//! The REST gateway: the route table (`router`, whose documented part `documented_routes` also
+//! yields the OpenAPI document) and the layers around it. Below it, one module per concern:
+//! `state` (what handlers may use), `error` (`ApiError`, rendered in the contract's shapes),
+//! `extract` (the `Caller` of a request), `fields` (request bodies), `requests` and `answers`
+//! (the typed requests and answers, which the document describes), `service` (what each action
+//! does), then the handlers by resource, which parse, call one service function and answer.
+//! Handlers import those modules, never this one; services never import handlers.
 
+pub mod answers;
 pub mod console;
 pub mod error;
 pub mod extract;
@@ -12,19 +16,23 @@ pub mod idempotency;
 pub mod jobs;
 pub mod openapi;
 pub mod programs;
-pub mod queue;
+pub mod requests;
+pub mod service;
 pub mod state;
 pub mod streams;
 pub mod system;
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::http::{Method, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, patch, post};
+use axum::routing::get;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use error::ApiError;
 pub use fields::{RequestFields, UploadedFile};
@@ -73,54 +81,72 @@ impl ApiArgs {
     }
 }
 
-/// The gateway's route table. Paths are registered with their trailing slash; `app` adds the
-/// slash to requests that lack one before routing, so both forms are served without a redirect.
+/// The documented routes, grouped by resource: each handler's `#[utoipa::path]` gives its method
+/// and path, so the router and the OpenAPI document come from this one list. Paths carry their
+/// trailing slash; `app` adds the slash to requests that lack one before routing, so both forms
+/// are served without a redirect.
+pub fn documented_routes() -> OpenApiRouter<AppState> {
+    let probes = || {
+        OpenApiRouter::new()
+            .routes(routes!(system::version))
+            .routes(routes!(system::readiness))
+            .routes(routes!(system::liveness))
+    };
+    let api = OpenApiRouter::new()
+        .routes(routes!(programs::list_programs))
+        .routes(routes!(programs::get_program_by_title))
+        .routes(routes!(programs::upload_program))
+        .routes(routes!(programs::validate_arguments))
+        .routes(routes!(jobs::run_program))
+        .routes(routes!(jobs::get_program_jobs))
+        .routes(routes!(jobs::list_jobs))
+        .routes(routes!(jobs::list_provider_jobs))
+        .routes(routes!(jobs::my_queue))
+        .routes(routes!(jobs::get_job))
+        .routes(routes!(jobs::get_job_result, jobs::save_job_result))
+        .routes(routes!(streams::get_job_logs))
+        .routes(routes!(streams::stream_job_logs))
+        .routes(routes!(streams::get_job_provider_logs))
+        .routes(routes!(streams::stream_job_provider_logs))
+        .routes(routes!(jobs::stop_job))
+        .routes(routes!(jobs::set_sub_status))
+        .routes(routes!(jobs::create_job_event))
+        .routes(routes!(jobs::list_job_events))
+        .routes(routes!(streams::stream_job_events))
+        .routes(routes!(jobs::list_runtime_jobs, jobs::add_runtime_job))
+        .routes(routes!(files::list_user_files))
+        .routes(routes!(files::list_user_files_spec))
+        .routes(routes!(files::upload_user_file))
+        .routes(routes!(files::download_user_file))
+        .routes(routes!(files::delete_user_file))
+        .routes(routes!(files::list_provider_files))
+        .routes(routes!(files::upload_provider_file))
+        .routes(routes!(files::download_provider_file))
+        .routes(routes!(files::delete_provider_file))
+        .routes(routes!(system::dependencies_versions))
+        .merge(probes());
+    OpenApiRouter::with_openapi(openapi::base()).nest("/api/v1", api).merge(probes())
+}
+
+/// The OpenAPI document of `documented_routes`, as `/swagger.json` serves it.
+pub fn document() -> utoipa::openapi::OpenApi {
+    openapi::finish(documented_routes().into_openapi())
+}
+
+/// The gateway's route table: the documented routes, the document itself with its page, and
+/// the console.
 pub fn router(state: AppState) -> Router {
     let max_body = state.config.max_body_bytes;
-    let api = Router::new()
-        .route("/programs/", get(programs::list_programs))
-        .route("/programs/get_by_title/{title}/", get(programs::get_program_by_title))
-        .route("/programs/upload/", post(programs::upload_program))
-        .route("/programs/validate_arguments/", post(programs::validate_arguments))
-        .route("/programs/run/", post(jobs::run_program))
-        .route("/programs/{program_id}/get_jobs/", get(jobs::get_program_jobs))
-        .route("/jobs/", get(jobs::list_jobs))
-        .route("/jobs/provider/", get(jobs::list_provider_jobs))
-        .route("/jobs/queue/", get(queue::my_queue))
-        .route("/jobs/{job_id}/", get(jobs::get_job))
-        .route("/jobs/{job_id}/result/", get(jobs::get_job_result).post(jobs::save_job_result))
-        .route("/jobs/{job_id}/logs/", get(streams::get_job_logs))
-        .route("/jobs/{job_id}/logs/stream/", get(streams::stream_job_logs))
-        .route("/jobs/{job_id}/provider-logs/", get(streams::get_job_provider_logs))
-        .route("/jobs/{job_id}/provider-logs/stream/", get(streams::stream_job_provider_logs))
-        .route("/jobs/{job_id}/stop/", post(jobs::stop_job))
-        .route("/jobs/{job_id}/sub_status/", patch(jobs::set_sub_status))
-        .route("/jobs/{job_id}/event/", post(jobs::create_job_event))
-        .route("/jobs/{job_id}/events/", get(jobs::list_job_events))
-        .route("/jobs/{job_id}/events/stream/", get(streams::stream_job_events))
-        .route("/jobs/{job_id}/runtime_jobs/", get(jobs::list_runtime_jobs).post(jobs::add_runtime_job))
-        .route("/files/", get(files::list_user_files))
-        .route("/files/list/", get(files::list_user_files_spec))
-        .route("/files/upload/", post(files::upload_user_file))
-        .route("/files/download/", get(files::download_user_file))
-        .route("/files/delete/", delete(files::delete_user_file))
-        .route("/files/provider/", get(files::list_provider_files))
-        .route("/files/provider/upload/", post(files::upload_provider_file))
-        .route("/files/provider/download/", get(files::download_provider_file))
-        .route("/files/provider/delete/", delete(files::delete_provider_file))
-        .route("/dependencies-versions/", get(system::dependencies_versions))
-        .route("/version/", get(system::version))
-        .route("/readiness/", get(system::readiness))
-        .route("/liveness/", get(system::liveness))
-        .method_not_allowed_fallback(method_not_allowed);
-    Router::new()
-        .nest("/api/v1", api)
-        .route("/version/", get(system::version))
-        .route("/readiness/", get(system::readiness))
-        .route("/liveness/", get(system::liveness))
-        .route("/swagger/", get(openapi::swagger_ui))
-        .route("/swagger.json", get(openapi::swagger_json))
-        .route("/openapi.json", get(openapi::swagger_json))
+    let (documented, document) = documented_routes().split_for_parts();
+    let document = Arc::new(serde_json::to_value(openapi::finish(document)).expect("the document serializes"));
+    let json = {
+        let document = document.clone();
+        move || openapi::swagger_json(document.clone())
+    };
+    documented
+        .route("/swagger/", get(move || openapi::swagger_ui(document.clone())))
+        .route("/swagger.json", get(json.clone()))
+        .route("/openapi.json", get(json))
         .route("/", get(console::root))
         .route("/console/", get(console::index))
         .route("/console/{*path}", get(console::file))

@@ -3,7 +3,31 @@
 use axum::Json;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde::Serialize;
+use serde_json::Value;
+use utoipa::ToSchema;
+
+/// The body of every error answer but 401: `message`, plus `path` for a schema failure.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct ErrorBody {
+    pub message: String,
+    /// Where the arguments break the function's schema.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Vec<Object>, required = false, nullable = false)]
+    pub path: Option<Vec<Value>>,
+}
+
+impl ErrorBody {
+    fn new(message: impl Into<String>) -> ErrorBody {
+        ErrorBody { message: message.into(), path: None }
+    }
+}
+
+/// The body of a 401.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct DetailBody {
+    pub detail: String,
+}
 
 /// Every error an endpoint can answer, in the contract's shapes.
 #[derive(Debug, thiserror::Error)]
@@ -82,30 +106,32 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let message = self.to_string();
         let (status, body) = match self {
-            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, json!({ "message": message })),
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, ErrorBody::new(message)),
             ApiError::InvalidArguments { message, path } => {
-                (StatusCode::BAD_REQUEST, json!({ "message": message, "path": path }))
+                (StatusCode::BAD_REQUEST, ErrorBody { message, path: Some(path) })
             }
             ApiError::Unauthorized(detail) => {
-                let mut response = (StatusCode::UNAUTHORIZED, Json(json!({ "detail": detail }))).into_response();
+                let mut response = (StatusCode::UNAUTHORIZED, Json(DetailBody { detail })).into_response();
                 response.headers_mut().insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
                 return response;
             }
-            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, json!({ "message": message })),
-            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, json!({ "message": message })),
-            ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, json!({ "message": message })),
-            ApiError::Conflict(_) => (StatusCode::CONFLICT, json!({ "message": message })),
+            ApiError::Forbidden(_) => (StatusCode::FORBIDDEN, ErrorBody::new(message)),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, ErrorBody::new(message)),
+            ApiError::MethodNotAllowed(_) => (StatusCode::METHOD_NOT_ALLOWED, ErrorBody::new(message)),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, ErrorBody::new(message)),
             ApiError::PayloadTooLarge { limit_mb } => (
                 StatusCode::PAYLOAD_TOO_LARGE,
-                json!({ "message": format!("Request body is larger than the limit of {limit_mb} MB (MAX_REQUEST_BODY_SIZE_MB).") }),
+                ErrorBody::new(format!(
+                    "Request body is larger than the limit of {limit_mb} MB (MAX_REQUEST_BODY_SIZE_MB)."
+                )),
             ),
-            ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, json!({ "message": message })),
-            ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, json!({ "message": message })),
-            ApiError::UnprocessableEntity(_) => (StatusCode::UNPROCESSABLE_ENTITY, json!({ "message": message })),
-            ApiError::Locked(_) => (StatusCode::LOCKED, json!({ "message": message })),
+            ApiError::UnsupportedMediaType(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, ErrorBody::new(message)),
+            ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, ErrorBody::new(message)),
+            ApiError::UnprocessableEntity(_) => (StatusCode::UNPROCESSABLE_ENTITY, ErrorBody::new(message)),
+            ApiError::Locked(_) => (StatusCode::LOCKED, ErrorBody::new(message)),
             ApiError::Internal(source) => {
                 tracing::error!(error = &*source as &dyn std::error::Error, "request failed");
-                (StatusCode::INTERNAL_SERVER_ERROR, json!({ "message": "Internal server error" }))
+                (StatusCode::INTERNAL_SERVER_ERROR, ErrorBody::new("Internal server error"))
             }
         };
         (status, Json(body)).into_response()

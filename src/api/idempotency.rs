@@ -85,6 +85,17 @@ impl<S: Send + Sync> FromRequestParts<S> for IdempotencyKey {
     }
 }
 
+/// The `Idempotency-Key` header as the OpenAPI document states it (`IdempotencyKey` reads it).
+#[derive(Debug, Default, serde::Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct IdempotencyKeyHeader {
+    /// 1 to 255 visible ASCII characters: a retry with the same key within 24 h gets the first
+    /// answer (status and body) and creates nothing; the same key with a different request
+    /// answers 422.
+    #[param(rename = "Idempotency-Key", nullable = false, pattern = "^[!-~]{1,255}$", example = "retry-7f3c2a")]
+    pub key: Option<String>,
+}
+
 /// A valid key: 1 to `MAX_KEY_CHARS` visible ASCII characters (`!` to `~`, so no spaces).
 pub fn parse_key(value: &[u8]) -> Result<String, String> {
     if value.is_empty() {

@@ -1,256 +1,57 @@
-//! Function endpoints: list, get by title, upload (an upsert with the reference's merge rules)
-//! and argument validation.
-
-use std::sync::LazyLock;
-use std::time::Duration;
+//! Function endpoints: list, get by title, upload and argument validation. Each parses its
+//! request and calls one `service::programs` function.
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::response::Response;
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
 
+use super::answers::{FunctionRecord, Valid};
 use super::error::ApiError;
 use super::fields::RequestFields;
-use super::idempotency::{self, IdempotencyKey};
+use super::idempotency::{self, IdempotencyKey, IdempotencyKeyHeader};
+use super::requests::{ProgramsQuery, ProviderQuery, UploadFields, UploadMultipart, ValidateRequest};
+use super::service::programs as service;
 use super::state::AppState;
 use crate::auth::Caller;
-use crate::db::programs::{self, ProgramFields, ProgramRow};
-use crate::db::providers;
-use crate::domain::visibility::{self, FunctionAccess, ProviderOperation};
-use crate::domain::{dependencies, names, schema, sizes};
-use crate::storage::keys;
 
-/// Longest a single argument validation may run before the request is answered with a 400.
-pub const VALIDATION_TIME_LIMIT: Duration = Duration::from_secs(5);
+pub use super::service::programs::VALIDATION_TIME_LIMIT;
 
-/// Validations running at once; more wait, so hostile inputs cannot take every core.
-static VALIDATION_SLOTS: LazyLock<tokio::sync::Semaphore> = LazyLock::new(|| tokio::sync::Semaphore::new(2));
-
-/// The JSON form of a function in every response.
-pub fn program_record(row: &ProgramRow) -> Value {
-    let parse = |text: &str, fallback: Value| serde_json::from_str::<Value>(text).unwrap_or(fallback);
-    json!({
-        "id": row.id,
-        "title": row.title,
-        "provider": row.provider_name,
-        "entrypoint": row.entrypoint,
-        "artifact": row.artifact_key.as_ref().map(|_| "artifact.tar"),
-        "image": row.image,
-        "dependencies": parse(&row.dependencies, json!([])),
-        "description": row.description,
-        "documentation_url": row.documentation_url,
-        "type": row.program_type,
-        "version": row.version,
-        "runner": row.runner,
-        "gpu": row.gpu,
-        "arguments_schema": row.arguments_schema.as_deref().map(|s| parse(s, Value::Null)),
-        "function_size": row.default_size,
-        "default_size": row.default_size,
-        "sizes": parse(&row.sizes, json!({})),
-        "disabled": row.disabled,
-        "created": crate::db::format_timestamp(row.created),
-        "updated": crate::db::format_timestamp(row.updated),
-    })
-}
-
-/// Finds a function by optional provider and title, checking `rule` against the caller's access.
-/// Missing provider, missing function and refused access all answer the same 404.
-pub async fn resolve_function(
-    state: &AppState,
-    caller: &Caller,
-    provider: Option<&str>,
-    title: &str,
-    rule: fn(FunctionAccess) -> bool,
-) -> Result<ProgramRow, ApiError> {
-    let not_found = || ApiError::function_not_found(provider, title);
-    let row = match provider {
-        Some(name) => {
-            let Some(provider) = providers::find_by_name(&state.db, name).await? else {
-                return Err(not_found());
-            };
-            programs::find_provider_function(&state.db, &caller.user_id, &provider.id, title).await?
-        }
-        None => programs::find_user_function(&state.db, &caller.user_id, title).await?,
-    };
-    row.filter(|row| rule(caller.access(row))).ok_or_else(not_found)
-}
-
-#[derive(Debug, Deserialize)]
-pub struct ListProgramsQuery {
-    filter: Option<String>,
-    provider: Option<String>,
-}
-
+/// List the functions the caller can see
+#[utoipa::path(get, path = "/programs/", tag = "functions", params(ProgramsQuery),
+    responses((status = 200, description = "the functions", body = Vec<FunctionRecord>)),
+    security(("bearer" = [])))]
 pub async fn list_programs(
     State(state): State<AppState>,
     caller: Caller,
-    Query(query): Query<ListProgramsQuery>,
-) -> Result<Json<Vec<Value>>, ApiError> {
-    let provider = query.provider.as_deref().map(|p| names::sanitize_title(p, false)).filter(|p| !p.is_empty());
-    let rows = programs::list_candidates(&state.db, &caller.user_id, provider.as_deref()).await?;
-    let rule: fn(FunctionAccess) -> bool = match query.filter.as_deref() {
-        Some("serverless") => |access| !access.has_provider && access.is_author,
-        Some("catalog") => visibility::in_catalog,
-        _ => visibility::can_view,
-    };
-    Ok(Json(rows.iter().filter(|row| rule(caller.access(row))).map(program_record).collect()))
+    Query(query): Query<ProgramsQuery>,
+) -> Result<Json<Vec<FunctionRecord>>, ApiError> {
+    Ok(Json(service::list(&state, &caller, query).await?))
 }
 
-#[derive(Debug, Deserialize)]
-pub struct ProviderQuery {
-    provider: Option<String>,
-}
-
+/// One function by title (own function, or a provider's with `provider`)
+#[utoipa::path(get, path = "/programs/get_by_title/{title}/", tag = "functions",
+    params(("title" = String, Path, min_length = 1, example = "example-fn", description = "function title"), ProviderQuery),
+    responses((status = 200, description = "the function", body = FunctionRecord)),
+    security(("bearer" = [])))]
 pub async fn get_program_by_title(
     State(state): State<AppState>,
     caller: Caller,
     Path(title): Path<String>,
     Query(query): Query<ProviderQuery>,
-) -> Result<Json<Value>, ApiError> {
-    let provider = query.provider.map(|p| names::sanitize_title(&p, false)).filter(|p| !p.is_empty());
-    let title = names::sanitize_title(&title, false);
-    let row = resolve_function(&state, &caller, provider.as_deref(), &title, visibility::can_view).await?;
-    Ok(Json(program_record(&row)))
+) -> Result<Json<FunctionRecord>, ApiError> {
+    Ok(Json(service::by_title(&state, &caller, &title, query.provider).await?))
 }
 
-fn bad(message: impl Into<String>) -> ApiError {
-    ApiError::BadRequest(message.into())
-}
-
-/// A field given as JSON text inside a form, or as a JSON value in a JSON body.
-fn json_field(fields: &RequestFields, name: &str) -> Result<Option<Value>, ApiError> {
-    match fields.value(name) {
-        None => Ok(None),
-        Some(Value::String(text)) if text.trim().is_empty() => Ok(None),
-        Some(Value::String(text)) => {
-            serde_json::from_str(text).map(Some).map_err(|e| bad(format!("'{name}' is not valid JSON: {e}")))
-        }
-        Some(other) => Ok(Some(other.clone())),
-    }
-}
-
-fn parse_bool(name: &str, value: &Value) -> Result<bool, ApiError> {
-    match value {
-        Value::Bool(flag) => Ok(*flag),
-        Value::String(text) => match text.trim().to_ascii_lowercase().as_str() {
-            "true" | "1" | "yes" | "on" => Ok(true),
-            "false" | "0" | "no" | "off" | "" => Ok(false),
-            _ => Err(bad(format!("'{name}' must be a valid boolean."))),
-        },
-        _ => Err(bad(format!("'{name}' must be a valid boolean."))),
-    }
-}
-
-/// Applies the fields present in an upload onto the stored (or default) function fields.
-fn merge_upload(
-    fields: &RequestFields,
-    mut program: ProgramFields,
-    provider: Option<&providers::ProviderRow>,
-    creating: bool,
-) -> Result<ProgramFields, ApiError> {
-    if let Some(entrypoint) = fields.text("entrypoint") {
-        program.entrypoint = Some(names::normalize_entrypoint(&entrypoint).map_err(bad)?);
-    }
-    if let Some(image) = fields.text("image").filter(|i| !i.trim().is_empty()) {
-        let image = image.trim().to_string();
-        let provider = provider.ok_or_else(|| bad("Custom images are only available if you are a provider."))?;
-        if let Some(registry) = provider.registry.as_deref().filter(|r| !r.is_empty()) {
-            let registry = registry.trim_end_matches('/');
-            if image != registry && !image.starts_with(&format!("{registry}/")) {
-                return Err(bad(format!("Custom images must be in {registry}.")));
-            }
-        }
-        program.image = Some(image);
-    }
-    if let Some(value) = fields.value("dependencies") {
-        let requirements = dependencies::parse(value).map_err(bad)?;
-        program.dependencies = serde_json::to_string(&requirements).expect("strings serialize");
-    }
-    if let Some(value) = json_field(fields, "env_vars")? {
-        let object = value.as_object().ok_or_else(|| bad("'env_vars' should be a JSON object of strings."))?;
-        if object.values().any(|v| !v.is_string()) {
-            return Err(bad("'env_vars' should be a JSON object of strings."));
-        }
-        program.env_vars = value.to_string();
-    }
-    if let Some(description) = fields.text("description") {
-        program.description = Some(description);
-    }
-    if let Some(url) = fields.text("documentation_url") {
-        program.documentation_url = Some(url);
-    }
-    if let Some(version) = fields.text("version") {
-        if !names::is_valid_version(&version) {
-            return Err(bad(format!("Invalid version - expected format x.y.z (got '{version}').")));
-        }
-        program.version = Some(version.trim().to_string());
-    }
-    if let Some(runner) = fields.text("runner").filter(|r| !r.trim().is_empty()) {
-        let runner = runner.trim().to_ascii_lowercase();
-        if !matches!(runner.as_str(), "ray" | "fleets" | "local" | "kubernetes") {
-            return Err(bad(format!("Invalid runner '{runner}'. Valid runners: ray, fleets, local, kubernetes.")));
-        }
-        program.runner = runner;
-    }
-    if creating && let Some(kind) = fields.text("type") {
-        let kind = kind.trim().to_ascii_uppercase();
-        if !matches!(kind.as_str(), "GENERIC" | "APPLICATION" | "CIRCUIT") {
-            return Err(bad(format!(
-                "\"{kind}\" is not a valid choice for 'type'. Valid types: GENERIC, APPLICATION, CIRCUIT."
-            )));
-        }
-        program.program_type = kind;
-    }
-    if let Some(value) = fields.value("gpu") {
-        let gpu = parse_bool("gpu", value)?;
-        if gpu && provider.is_none() {
-            return Err(bad("GPU resources are only available for provider functions."));
-        }
-        program.gpu = gpu;
-    }
-    if fields.has("arguments_schema") {
-        let stored = match fields.value("arguments_schema") {
-            None => None,
-            Some(Value::String(text)) => schema::parse_stored_schema(text).map_err(bad)?,
-            Some(other) => {
-                let length = other.to_string().chars().count();
-                if length > schema::MAX_SCHEMA_CHARS {
-                    return Err(bad(format!(
-                        "arguments_schema is {length} characters long and the maximum is {}.",
-                        schema::MAX_SCHEMA_CHARS
-                    )));
-                }
-                schema::vet_schema(other.clone()).map_err(bad)?
-            }
-        };
-        program.arguments_schema = stored.map(|s| s.to_string());
-    }
-    let mut catalog: Map<String, Value> = serde_json::from_str(&program.sizes).unwrap_or_default();
-    if let Some(value) = json_field(fields, "sizes")? {
-        catalog = sizes::parse_catalog(&value).map_err(bad)?;
-        if program.default_size.as_ref().is_some_and(|d| !catalog.contains_key(d)) {
-            program.default_size = None;
-        }
-    }
-    let requested_default = fields.text("default_size").or_else(|| fields.text("function_size"));
-    if let Some(label) = requested_default.filter(|l| !l.trim().is_empty()) {
-        let label = sizes::parse_label(&label).map_err(bad)?;
-        if catalog.is_empty() {
-            catalog.insert(label.clone(), Value::Null);
-        } else if !catalog.contains_key(&label) {
-            return Err(bad(format!("Default size '{label}' is not in the function's sizes.")));
-        }
-        program.default_size = Some(label);
-    }
-    program.sizes = Value::Object(catalog).to_string();
-    if program.entrypoint.is_none() && program.image.is_none() {
-        return Err(bad("At least one of attributes (entrypoint, image) is required."));
-    }
-    Ok(program)
-}
-
-/// Creates or updates a function. With an `Idempotency-Key`, a retry gets the first answer.
+/// Create or update a function (upsert). Creating needs `entrypoint` and `artifact`, or `image` (providers); an update changes only the fields sent
+///
+/// With an `Idempotency-Key`, a retry gets the first answer.
+#[utoipa::path(post, path = "/programs/upload/", tag = "functions", params(IdempotencyKeyHeader),
+    request_body(content(
+        (UploadMultipart = "multipart/form-data"),
+        (UploadFields = "application/json"),
+        (UploadFields = "application/x-www-form-urlencoded"))),
+    responses((status = 200, description = "the function as stored", body = FunctionRecord)),
+    security(("bearer" = [])))]
 pub async fn upload_program(
     State(state): State<AppState>,
     caller: Caller,
@@ -259,164 +60,25 @@ pub async fn upload_program(
 ) -> Result<Response, ApiError> {
     let request = key.with_request(&fields).await?;
     let (db, user_id) = (state.db.clone(), caller.user_id.clone());
-    Ok(idempotency::answer_once(&db, &user_id, request, upsert_function(state, caller, fields)).await)
+    let work = async move {
+        let (provider, title) = service::upload_target(&fields)?;
+        service::upload(&state, &caller, provider, title, fields).await.map(Json)
+    };
+    Ok(idempotency::answer_once(&db, &user_id, request, work).await)
 }
 
-async fn upsert_function(state: AppState, caller: Caller, mut fields: RequestFields) -> Result<Json<Value>, ApiError> {
-    let raw_title = fields.required_text("title")?;
-    if raw_title.chars().count() > 255 {
-        return Err(bad("'title' must be at most 255 characters."));
-    }
-    let (provider_name, title) = names::split_title(&raw_title, fields.text("provider").as_deref()).map_err(bad)?;
-    let not_found = || ApiError::function_not_found(provider_name.as_deref(), &title);
-
-    let (provider, existing) = match provider_name.as_deref() {
-        Some(name) => {
-            let provider = match providers::find_by_name(&state.db, name).await? {
-                Some(provider) => provider,
-                // As the reference: an image names its provider, which must exist.
-                None if fields.text("image").is_some_and(|image| !image.is_empty()) => {
-                    return Err(bad(format!("{name} is not valid provider.")));
-                }
-                None => return Err(not_found()),
-            };
-            let existing = programs::find_provider_function(&state.db, &caller.user_id, &provider.id, &title).await?;
-            let allowed = match &existing {
-                Some(row) => visibility::can_manage(caller.access(row), ProviderOperation::Upload),
-                // Instances: `function.write` on the (provider, title) even for a new function.
-                None if caller.instance.is_some() => visibility::can_manage(
-                    visibility::FunctionAccess {
-                        has_provider: true,
-                        instance: Some(caller.permissions_on(Some(name), &title)),
-                        ..Default::default()
-                    },
-                    ProviderOperation::Upload,
-                ),
-                None => providers::is_admin(&state.db, &provider.id, &caller.user_id).await?,
-            };
-            if !allowed {
-                return Err(not_found());
-            }
-            (Some(provider), existing)
-        }
-        None if !visibility::can_upload_custom(caller.instance.as_ref().map(|access| access.custom)) => {
-            return Err(not_found());
-        }
-        None => (None, programs::find_user_function(&state.db, &caller.user_id, &title).await?),
-    };
-
-    let base = match &existing {
-        Some(row) => ProgramFields::from_row(row),
-        None => ProgramFields {
-            dependencies: "[]".into(),
-            env_vars: "{}".into(),
-            program_type: "GENERIC".into(),
-            runner: "local".into(),
-            sizes: "{}".into(),
-            ..Default::default()
-        },
-    };
-    let mut program = merge_upload(&fields, base, provider.as_ref(), existing.is_none())?;
-    let program_id = existing.as_ref().map(|row| row.id.clone()).unwrap_or_else(crate::db::new_id);
-
-    let previous_artifact = program.artifact_key.clone();
-    let mut stored_artifact = None;
-    if let Some(artifact) = fields.take_file("artifact") {
-        let file_name = artifact.file_name.clone().unwrap_or_default();
-        if !file_name.is_empty() && !file_name.to_ascii_lowercase().ends_with(".tar") {
-            let extension = file_name.rsplit_once('.').map(|(_, e)| e).unwrap_or_default();
-            return Err(bad(format!("File extension “{extension}” is not allowed. Allowed extensions are: tar.")));
-        }
-        let path = artifact.path.to_path_buf();
-        let members = tokio::task::spawn_blocking(move || crate::artifact::inspect(&path))
-            .await
-            .map_err(ApiError::internal)?
-            .map_err(|e| bad(format!("Invalid artifact: {e}.")))?;
-        if let Some(entrypoint) = &program.entrypoint
-            && program.image.is_none()
-            && !members.iter().any(|m| m == entrypoint)
-        {
-            return Err(bad(format!("Invalid artifact: the entrypoint '{entrypoint}' is not in the archive.")));
-        }
-        let key = keys::artifact(&program_id, &uuid::Uuid::new_v4().to_string());
-        state.storage.put_file(&key, &artifact.path).await?;
-        program.artifact_key = Some(key.clone());
-        stored_artifact = Some(key);
-    } else if existing.is_none() && program.image.is_none() {
-        return Err(bad("An artifact (.tar) is required to create a function with an entrypoint."));
-    }
-
-    let written = match &existing {
-        Some(_) => programs::update(&state.db, &program_id, &program).await,
-        None => {
-            let provider_id = provider.as_ref().map(|p| p.id.as_str());
-            programs::insert(&state.db, &program_id, &title, provider_id, &caller.user_id, &program).await
-        }
-    };
-    if let Err(error) = written {
-        if let Some(key) = &stored_artifact
-            && let Err(cleanup) = state.storage.delete(key).await
-        {
-            tracing::warn!(
-                error = &cleanup as &dyn std::error::Error,
-                "failed to remove the artifact of a failed upload"
-            );
-        }
-        if error.unique_violation().is_some() {
-            return Err(ApiError::Conflict(format!(
-                "Function {title} was uploaded by another request at the same time; retry the upload."
-            )));
-        }
-        return Err(error.into());
-    }
-    if let (Some(old), Some(_)) = (previous_artifact, &stored_artifact)
-        && let Err(error) = state.storage.delete(&old).await
-    {
-        tracing::warn!(error = &error as &dyn std::error::Error, "failed to remove a replaced artifact");
-    }
-    let row = programs::find_by_id(&state.db, &caller.user_id, &program_id).await?.ok_or_else(not_found)?;
-    Ok(Json(program_record(&row)))
-}
-
-/// The `arguments` field as text: the client sends a JSON string; a JSON body may also carry an
-/// object directly.
-pub fn arguments_text(fields: &RequestFields) -> Result<String, ApiError> {
-    match fields.value("arguments") {
-        Some(value) if !value.is_string() => Ok(value.to_string()),
-        _ => fields.required_text("arguments"),
-    }
-}
-
-/// Validates arguments against a function's stored schema, bounded in concurrency and time.
-pub async fn check_arguments(state: &AppState, row: &ProgramRow, arguments: String) -> Result<(), ApiError> {
-    let Some(schema_text) = row.arguments_schema.clone() else {
-        return Ok(());
-    };
-    let schema: Value = serde_json::from_str(&schema_text)
-        .map_err(|e| bad(format!("the function arguments schema cannot be used: {e}")))?;
-    let max_bytes = state.config.max_arguments_bytes;
-    let _slot = VALIDATION_SLOTS.acquire().await.map_err(ApiError::internal)?;
-    let task = tokio::task::spawn_blocking(move || schema::validate_arguments(&schema, &arguments, max_bytes));
-    match tokio::time::timeout(VALIDATION_TIME_LIMIT, task).await {
-        Err(_) => Err(bad(format!(
-            "argument validation took longer than {} s and was abandoned; simplify the arguments or the schema.",
-            VALIDATION_TIME_LIMIT.as_secs()
-        ))),
-        Ok(joined) => joined
-            .map_err(ApiError::internal)?
-            .map_err(|violation| ApiError::InvalidArguments { message: violation.message, path: violation.path }),
-    }
-}
-
+/// Validate arguments against a function's schema
+#[utoipa::path(post, path = "/programs/validate_arguments/", tag = "functions",
+    request_body(content(
+        (ValidateRequest = "application/json"),
+        (ValidateRequest = "application/x-www-form-urlencoded"))),
+    responses((status = 200, description = "the arguments are valid", body = Valid)),
+    security(("bearer" = [])))]
 pub async fn validate_arguments(
     State(state): State<AppState>,
     caller: Caller,
     fields: RequestFields,
-) -> Result<Json<Value>, ApiError> {
-    let raw_title = fields.required_text("title")?;
-    let (provider, title) = names::split_title(&raw_title, fields.text("provider").as_deref()).map_err(bad)?;
-    let arguments = arguments_text(&fields)?;
-    let row = resolve_function(&state, &caller, provider.as_deref(), &title, visibility::can_run).await?;
-    check_arguments(&state, &row, arguments).await?;
-    Ok(Json(json!({ "valid": true })))
+) -> Result<Json<Valid>, ApiError> {
+    let request = ValidateRequest::parse(&fields)?;
+    Ok(Json(service::validate(&state, &caller, request).await?))
 }

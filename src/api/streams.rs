@@ -14,12 +14,12 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
-use serde::Deserialize;
-use serde_json::json;
 use tokio::sync::watch;
 
+use super::answers::{EventRecord, Logs};
 use super::error::ApiError;
-use super::jobs::{event_json, log_reader_job, own_job};
+use super::requests::{EventStreamQuery, LastEventIdHeader, LogStreamQuery};
+use super::service::access::{log_reader_job, own_job};
 use super::state::AppState;
 use crate::auth::Caller;
 use crate::db::jobs::{self, JobRow};
@@ -45,14 +45,14 @@ fn last_event_id(headers: &HeaderMap, query: Option<&str>) -> Result<Option<u64>
     }
 }
 
-#[derive(Debug, Deserialize, Default)]
-pub struct EventStreamQuery {
-    last_event_id: Option<String>,
-}
-
-/// `GET jobs/{id}/events/stream/`: the job's events as Server-Sent Events as they are recorded,
-/// oldest first; each event's id is its sequence number, so a client that reconnects with
-/// `Last-Event-ID` resumes after it. The stream ends after the job's terminal event.
+/// Events of a job as Server-Sent Events, oldest first, as they are recorded; ends after the terminal event. Each event's id is its sequence number
+///
+/// A client that reconnects with `Last-Event-ID` resumes after it.
+#[utoipa::path(get, path = "/jobs/{job_id}/events/stream/", tag = "streams",
+    params(("job_id" = String, Path, format = Uuid, example = "00000000-0000-4000-8000-000000000000", description = "job id"),
+        EventStreamQuery, LastEventIdHeader),
+    responses((status = 200, description = "a stream that ends with the job", content((String = "text/event-stream")))),
+    security(("bearer" = [])))]
 pub async fn stream_job_events(
     State(state): State<AppState>,
     caller: Caller,
@@ -72,7 +72,7 @@ pub async fn stream_job_events(
             let event = Event::default()
                 .id(row.seq.to_string())
                 .event(row.event_type.clone())
-                .data(event_json(&job_id, &row).to_string());
+                .data(serde_json::to_string(&EventRecord::of(&job_id, &row)).unwrap_or_default());
             Some((Ok::<_, Infallible>(event), follower))
         }
     });
@@ -116,16 +116,15 @@ impl EventFollower {
     }
 }
 
-#[derive(Debug, Deserialize, Default)]
-pub struct LogStreamQuery {
-    /// Byte offset to start from (default 0).
-    offset: Option<String>,
-    /// `sse` or `text`; by default SSE when `Accept` names `text/event-stream` or the request
-    /// carries `Last-Event-ID`, else chunked text.
-    format: Option<String>,
-}
-
-/// `GET jobs/{id}/logs/stream/`: the job's user log, followed live until the job ends.
+/// User log followed live until the job ends (job author)
+///
+/// SSE (`log` events whose id is the byte offset after them, then `end`) or chunked text.
+#[utoipa::path(get, path = "/jobs/{job_id}/logs/stream/", tag = "streams",
+    params(("job_id" = String, Path, format = Uuid, example = "00000000-0000-4000-8000-000000000000", description = "job id"),
+        LogStreamQuery, LastEventIdHeader),
+    responses((status = 200, description = "a stream that ends with the job",
+        content((String = "text/event-stream"), (String = "text/plain")))),
+    security(("bearer" = [])))]
 pub async fn stream_job_logs(
     State(state): State<AppState>,
     caller: Caller,
@@ -137,7 +136,15 @@ pub async fn stream_job_logs(
     stream_log(&state, job, false, &query, &headers).await
 }
 
-/// `GET jobs/{id}/provider-logs/stream/`: the provider log, for who may read `provider-logs/`.
+/// Provider log followed live until the job ends (provider side)
+///
+/// SSE (`log` events whose id is the byte offset after them, then `end`) or chunked text.
+#[utoipa::path(get, path = "/jobs/{job_id}/provider-logs/stream/", tag = "streams",
+    params(("job_id" = String, Path, format = Uuid, example = "00000000-0000-4000-8000-000000000000", description = "job id"),
+        LogStreamQuery, LastEventIdHeader),
+    responses((status = 200, description = "a stream that ends with the job",
+        content((String = "text/event-stream"), (String = "text/plain")))),
+    security(("bearer" = [])))]
 pub async fn stream_job_provider_logs(
     State(state): State<AppState>,
     caller: Caller,
@@ -326,15 +333,15 @@ pub async fn logs_answer(state: &AppState, job: &JobRow, provider: bool) -> Resu
     if job.status() == JobStatus::Running
         && let Some(text) = state.compute.clone().live_log(&job.id, provider).await
     {
-        return Ok(Json(json!({ "logs": text })).into_response());
+        return Ok(Json(Logs { logs: text }).into_response());
     }
     // As the reference: the user log of a provider function has no database copy.
     if !provider && job.provider_id.is_some() {
-        return Ok(Json(json!({ "logs": "No logs available." })).into_response());
+        return Ok(Json(Logs { logs: "No logs available.".into() }).into_response());
     }
     let stored: Option<String> = jobs::stored_logs(&state.db, &job.id).await?;
     let text = stored.filter(|s| !s.is_empty()).unwrap_or_else(|| "No logs yet.".into());
-    Ok(Json(json!({ "logs": text })).into_response())
+    Ok(Json(Logs { logs: text }).into_response())
 }
 
 /// `text` as the inside of a JSON string (escaped, without the quotes).
@@ -343,6 +350,11 @@ fn json_string_body(text: &str) -> String {
     quoted[1..quoted.len() - 1].to_string()
 }
 
+/// User logs (job author)
+#[utoipa::path(get, path = "/jobs/{job_id}/logs/", tag = "jobs",
+    params(("job_id" = String, Path, format = Uuid, example = "00000000-0000-4000-8000-000000000000", description = "job id")),
+    responses((status = 200, description = "the log", body = Logs)),
+    security(("bearer" = [])))]
 pub async fn get_job_logs(
     State(state): State<AppState>,
     caller: Caller,
@@ -352,6 +364,11 @@ pub async fn get_job_logs(
     logs_answer(&state, &job, false).await
 }
 
+/// Provider logs (provider side)
+#[utoipa::path(get, path = "/jobs/{job_id}/provider-logs/", tag = "jobs",
+    params(("job_id" = String, Path, format = Uuid, example = "00000000-0000-4000-8000-000000000000", description = "job id")),
+    responses((status = 200, description = "the log", body = Logs)),
+    security(("bearer" = [])))]
 pub async fn get_job_provider_logs(
     State(state): State<AppState>,
     caller: Caller,

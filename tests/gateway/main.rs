@@ -20,6 +20,7 @@ mod lifecycle;
 mod log_order;
 mod messages;
 mod openapi;
+mod openapi_drift;
 mod pod_endings;
 mod programs;
 mod retention;

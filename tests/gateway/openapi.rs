@@ -44,6 +44,7 @@ fn operations(document: &Value) -> Vec<Operation> {
     all
 }
 
+/// The `example` of a schema, or of a parameter (which may state it beside its schema).
 fn example(schema: &Value) -> Option<String> {
     match &schema["example"] {
         Value::String(text) => Some(text.clone()),
@@ -160,7 +161,7 @@ async fn send(
     let mut query = Vec::new();
     for parameter in operation.spec["parameters"].as_array().into_iter().flatten() {
         let name = parameter["name"].as_str().unwrap();
-        let mut value = example(&parameter["schema"]);
+        let mut value = example(parameter).or_else(|| example(&parameter["schema"]));
         match broken {
             Some(Break::OmitQuery(n)) if n == name => value = None,
             Some(Break::Query(n, v) | Break::Path(n, v)) if n == name => value = Some(v.clone()),
@@ -246,8 +247,56 @@ fn with_bodies(operation: &Operation) -> Vec<Option<BodyVariant>> {
     if bodies.is_empty() { vec![None] } else { bodies.into_iter().map(Some).collect() }
 }
 
+/// The published document as a generator reads it: every `$ref` to a schema replaced by the
+/// schema it names, every `allOf` merged into one schema.
 async fn document(gateway: &Gateway) -> Value {
-    gateway.call("GET", "/swagger.json", None, None, Body::empty()).await.json
+    let document = gateway.call("GET", "/swagger.json", None, None, Body::empty()).await.json;
+    resolved(&document, &document)
+}
+
+const SCHEMAS: &str = "#/components/schemas/";
+
+fn resolved(value: &Value, document: &Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            if let Some(name) = map.get("$ref").and_then(Value::as_str).and_then(|r| r.strip_prefix(SCHEMAS)) {
+                let mut target = resolved(&document["components"]["schemas"][name], document);
+                for (key, sibling) in map.iter().filter(|(key, _)| *key != "$ref") {
+                    target[key] = resolved(sibling, document);
+                }
+                return target;
+            }
+            let mut object: Map<String, Value> =
+                map.iter().map(|(key, value)| (key.clone(), resolved(value, document))).collect();
+            if let Some(Value::Array(parts)) = object.remove("allOf") {
+                for part in parts {
+                    merge(&mut object, part);
+                }
+            }
+            Value::Object(object)
+        }
+        Value::Array(items) => Value::Array(items.iter().map(|item| resolved(item, document)).collect()),
+        other => other.clone(),
+    }
+}
+
+/// Adds one `allOf` part to a schema: properties and required fields join, other keys are taken
+/// where the schema has none.
+fn merge(object: &mut Map<String, Value>, part: Value) {
+    let Value::Object(part) = part else { return };
+    for (key, value) in part {
+        match (key.as_str(), object.get_mut(&key), value) {
+            ("properties", Some(Value::Object(properties)), Value::Object(more)) => properties.extend(more),
+            ("required", Some(Value::Array(required)), Value::Array(more)) => {
+                let new: Vec<Value> = more.into_iter().filter(|name| !required.contains(name)).collect();
+                required.extend(new);
+            }
+            (_, None, value) => {
+                object.insert(key, value);
+            }
+            _ => {}
+        }
+    }
 }
 
 /// What the examples name: alice's function `example-fn`, when `with_function`, and the provider

@@ -1,0 +1,502 @@
+//! Jobs: run (queue a job within the caller's active-job limit), listings, one job, its result,
+//! stop, sub-status, events, runtime jobs, the jobs of one function and the caller's queue.
+//! Unknown jobs and jobs the caller may not see answer the same 404. A body sent to one job is
+//! parsed once the job is found, the order in which the reference checks them.
+
+use axum::http::{HeaderMap, header};
+use serde_json::{Value, json};
+
+use super::access::{job_not_found, manages_job_function, own_job, resolve_function};
+use super::programs::check_arguments;
+use crate::api::answers::{
+    EventRecord, JobAnswer, JobPage, JobRecord, Message, QueueAnswer, QueuedPlace, ResultAnswer, RunAnswer, RuntimeJob,
+    RuntimeJobs,
+};
+use crate::api::error::ApiError;
+use crate::api::fields::RequestFields;
+use crate::api::requests::{
+    EventRequest, JobsQuery, RunHeaders, RunRequest, RuntimeJobRequest, SaveResultRequest, StopRequest,
+    SubStatusRequest, event_type,
+};
+use crate::api::state::AppState;
+use crate::auth::Caller;
+use crate::compute::StopOutcome;
+use crate::db::jobs::{self, JobFilter, JobRow, NewJob, SubStatusOutcome};
+use crate::db::{self, programs, providers, queue};
+use crate::domain::lifecycle::JobStatus;
+use crate::domain::visibility::ProviderOperation;
+use crate::domain::{names, sizes, visibility};
+use crate::events::{self, StatusEvent};
+use crate::storage::keys;
+
+fn bad(message: impl Into<String>) -> ApiError {
+    ApiError::BadRequest(message.into())
+}
+
+/// Queues a job of a function the caller may run: checks the function is enabled, the size is
+/// one of its sizes, this gateway can run it and the arguments fit its schema; records the job
+/// within the caller's active-job limit (429 beyond), publishes QUEUED and hands it to compute.
+pub async fn run(
+    state: &AppState,
+    caller: &Caller,
+    request: RunRequest,
+    headers: RunHeaders,
+) -> Result<RunAnswer, ApiError> {
+    let RunRequest { title, provider, arguments, function_size, config } = request;
+    let program = resolve_function(state, caller, provider.as_deref(), &title, visibility::can_run).await?;
+    if program.disabled {
+        return Err(ApiError::Locked(
+            program
+                .disabled_message
+                .clone()
+                .unwrap_or_else(|| "IBM has temporarily disabled access to this function".into()),
+        ));
+    }
+    let catalog: serde_json::Map<String, Value> = serde_json::from_str(&program.sizes).unwrap_or_default();
+    let function_size = match function_size {
+        Some(raw) => {
+            let label = sizes::parse_label(&raw).map_err(bad)?;
+            if !catalog.contains_key(&label) {
+                let mut labels: Vec<&String> = catalog.keys().collect();
+                labels.sort();
+                let offered = if labels.is_empty() {
+                    "none".to_string()
+                } else {
+                    labels.iter().map(|l| l.as_str()).collect::<Vec<_>>().join(", ")
+                };
+                return Err(bad(format!(
+                    "function_size '{label}' is not in the sizes of function {title} ({offered})."
+                )));
+            }
+            Some(label)
+        }
+        None => program.default_size.clone(),
+    };
+    if !state.compute.runs_images() && program.artifact_key.is_none() {
+        return Err(bad(format!(
+            "Function {title} runs a container image, which needs the Kubernetes backend; this gateway runs jobs as local processes."
+        )));
+    }
+    check_arguments(state, &program, arguments.clone()).await?;
+    let instance = headers.instance;
+    // No channel with an instance is the quantum platform (as the platform check decides).
+    let channel =
+        headers.channel.unwrap_or_else(|| if instance.is_some() { "ibm_quantum_platform" } else { "local" }.into());
+    // Runtime-instances mode: a provider function whose business model is TRIAL runs as a trial.
+    let trial = match (&caller.instance, program.provider_name.as_deref()) {
+        (Some(access), Some(provider)) => access.trial(provider, &program.title),
+        _ => false,
+    };
+    let request_env = json!({
+        "token": state.tokens.seal(&caller.token),
+        "channel": channel,
+        "instance": instance,
+        "trial": trial,
+    });
+    let job = NewJob {
+        id: db::new_id(),
+        program_id: program.id.clone(),
+        provider_id: program.provider_id.clone(),
+        author_id: caller.user_id.clone(),
+        arguments,
+        config: config.to_string(),
+        env_vars: request_env.to_string(),
+        runner: program.runner.clone(),
+        gpu: program.gpu && program.provider_id.is_some(),
+        function_size,
+    };
+    let limit = state.config.active_jobs_per_user;
+    let Some(created) = jobs::insert_with_limit(&state.db, &job, limit, state.publisher.outbox()).await? else {
+        return Err(ApiError::TooManyRequests(format!("Active job limit reached. The maximum allowed is {limit}.")));
+    };
+    events::publish(
+        &state.publisher,
+        StatusEvent {
+            job_id: job.id.clone(),
+            status: "QUEUED".into(),
+            origin: "API".into(),
+            context: "RUN_PROGRAM".into(),
+            created: db::format_timestamp(db::now_micros()),
+        },
+    );
+    state.compute.clone().submit(&job.id).await;
+    Ok(RunAnswer {
+        created: db::format_timestamp(created),
+        id: job.id,
+        program: program.id,
+        result: None,
+        status: "QUEUED".into(),
+    })
+}
+
+fn parse_count(name: &str, value: Option<&str>, default: i64) -> Result<i64, ApiError> {
+    match value {
+        None => Ok(default),
+        Some(text) => text
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|n| *n >= 0)
+            .ok_or_else(|| bad(format!("'{name}' must be a non-negative integer."))),
+    }
+}
+
+/// ISO 8601 datetime (with or without zone; naive is UTC) or date, as microseconds.
+pub fn parse_created_after(text: &str) -> Result<i64, ApiError> {
+    let text = text.trim();
+    if let Ok(parsed) = chrono::DateTime::parse_from_rfc3339(text) {
+        return Ok(parsed.timestamp_micros());
+    }
+    for format in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%dT%H:%M"] {
+        if let Ok(naive) = chrono::NaiveDateTime::parse_from_str(text, format) {
+            return Ok(naive.and_utc().timestamp_micros());
+        }
+    }
+    if let Ok(date) = chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d") {
+        return Ok(date.and_hms_opt(0, 0, 0).expect("midnight exists").and_utc().timestamp_micros());
+    }
+    Err(bad(format!("'created_after' must be an ISO 8601 date or datetime, got '{text}'.")))
+}
+
+/// Builds the common filter of the two paginated listings.
+fn base_filter(query: &JobsQuery) -> Result<JobFilter, ApiError> {
+    let mut filter = JobFilter::default();
+    if let Some(status) = query.status.as_deref().filter(|s| !s.is_empty()) {
+        let status: JobStatus = status.trim().to_ascii_uppercase().parse().map_err(|_| {
+            bad(format!(
+                "'status' must be one of QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED (got '{status}')."
+            ))
+        })?;
+        filter.status = Some(status.as_str().to_string());
+    }
+    filter.catalog = match query.filter.as_deref() {
+        None | Some("") => None,
+        Some("catalog") => Some(true),
+        Some("serverless") => Some(false),
+        Some(other) => {
+            return Err(bad(format!("\"{other}\" is not a valid choice. 'filter' takes catalog or serverless.")));
+        }
+    };
+    if let Some(after) = query.created_after.as_deref().filter(|s| !s.is_empty()) {
+        filter.created_after = Some(parse_created_after(after)?);
+    }
+    Ok(filter)
+}
+
+/// The paginated envelope with `next`/`previous` links carrying only `limit` and `offset`.
+async fn page(
+    state: &AppState,
+    headers: &HeaderMap,
+    path: &str,
+    filter: &JobFilter,
+    query: &JobsQuery,
+) -> Result<JobPage, ApiError> {
+    let limit = parse_count("limit", query.limit.as_deref(), 10)?;
+    let offset = parse_count("offset", query.offset.as_deref(), 0)?;
+    let (count, rows) = jobs::list(&state.db, filter, if limit == 0 { None } else { Some(limit) }, offset).await?;
+    let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
+    let scheme = headers.get("x-forwarded-proto").and_then(|h| h.to_str().ok()).unwrap_or("http");
+    let link = |offset: i64| format!("{scheme}://{host}{path}?limit={limit}&offset={offset}");
+    let next = (offset + limit < count || (limit == 0 && offset < count)).then(|| link(offset + limit));
+    let previous = (offset > 0).then(|| link((offset - limit).max(0)));
+    Ok(JobPage { count, next, previous, results: rows.iter().map(JobRecord::of).collect() })
+}
+
+/// The caller's jobs, newest first, filtered and paginated.
+pub async fn list(
+    state: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    query: JobsQuery,
+) -> Result<JobPage, ApiError> {
+    let mut filter = base_filter(&query)?;
+    filter.author_id = Some(caller.user_id.clone());
+    let provider = query.provider.as_deref().map(|p| names::sanitize_title(p, false)).filter(|p| !p.is_empty());
+    let provider_id = match &provider {
+        Some(name) => match providers::find_by_name(&state.db, name).await? {
+            Some(row) => Some(row.id),
+            None => Some(String::new()),
+        },
+        None => None,
+    };
+    if let Some(function) = query.function.as_deref().filter(|f| !f.is_empty()) {
+        let title = names::sanitize_title(function, false);
+        let ids = jobs::program_ids_by_title(&state.db, &title, provider_id.as_deref()).await?;
+        if ids.is_empty() {
+            return Err(ApiError::function_not_found(None, &title));
+        }
+        filter.program_ids = Some(ids);
+    }
+    filter.provider_id = provider_id;
+    page(state, headers, "/api/v1/jobs/", &filter, &query).await
+}
+
+/// Jobs of a provider's functions, every author's: all of them for its admins, those of the
+/// functions they wrote for authors.
+pub async fn list_provider(
+    state: &AppState,
+    caller: &Caller,
+    headers: &HeaderMap,
+    query: JobsQuery,
+) -> Result<JobPage, ApiError> {
+    let provider_name = query
+        .provider
+        .as_deref()
+        .map(|p| names::sanitize_title(p, false))
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| bad("'provider' not provided or is not valid"))?;
+    let provider = providers::find_by_name(&state.db, &provider_name)
+        .await?
+        .ok_or_else(|| ApiError::provider_not_found(&provider_name))?;
+    let is_admin = providers::is_admin(&state.db, &provider.id, &caller.user_id).await?;
+    let mut filter = base_filter(&query)?;
+    filter.provider_id = Some(provider.id.clone());
+    match query.function.as_deref().filter(|f| !f.is_empty()) {
+        Some(function) => {
+            let title = names::sanitize_title(function, false);
+            match programs::find_provider_function(&state.db, &caller.user_id, &provider.id, &title).await? {
+                Some(program) if visibility::can_manage(caller.access(&program), ProviderOperation::Jobs) => {
+                    filter.program_ids = Some(vec![program.id])
+                }
+                None if is_admin => return Err(ApiError::function_not_found(Some(&provider_name), &title)),
+                _ => return Err(ApiError::provider_not_found(&provider_name)),
+            }
+        }
+        None if is_admin => {}
+        None => {
+            // Authors of provider functions see the jobs of the functions they wrote.
+            let authored: Vec<String> = programs::list_candidates(&state.db, &caller.user_id, Some(&provider_name))
+                .await?
+                .into_iter()
+                .filter(|program| visibility::can_manage(caller.access(program), ProviderOperation::Jobs))
+                .map(|program| program.id)
+                .collect();
+            if authored.is_empty() {
+                return Err(ApiError::provider_not_found(&provider_name));
+            }
+            filter.program_ids = Some(authored);
+        }
+    }
+    page(state, headers, "/api/v1/jobs/provider/", &filter, &query).await
+}
+
+fn parse_bool(name: &str, value: Option<&str>, default: bool) -> Result<bool, ApiError> {
+    match value.map(|v| v.trim().to_ascii_lowercase()) {
+        None => Ok(default),
+        Some(v) if ["true", "1", "yes", "on", "t", "y"].contains(&v.as_str()) => Ok(true),
+        Some(v) if ["false", "0", "no", "off", "f", "n"].contains(&v.as_str()) => Ok(false),
+        Some(_) => Err(bad(format!("Must be a valid boolean. ('{name}')"))),
+    }
+}
+
+async fn stored_result(state: &AppState, job: &JobRow) -> Result<Option<String>, ApiError> {
+    match state.storage.read_to_bytes(&keys::job_result(&job.id)).await? {
+        Some(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
+        None => Ok(job.result.clone()),
+    }
+}
+
+/// One job, for its author (with its result unless `with_result` is false) or for who manages
+/// its function (result null).
+pub async fn get(
+    state: &AppState,
+    caller: &Caller,
+    job_id: &str,
+    with_result: Option<&str>,
+) -> Result<JobRecord, ApiError> {
+    let with_result = parse_bool("with_result", with_result, true)?;
+    let job = jobs::find(&state.db, job_id).await?.ok_or_else(|| job_not_found(job_id))?;
+    let is_author = job.author_id == caller.user_id;
+    if !is_author && !manages_job_function(state, caller, &job, ProviderOperation::Jobs).await? {
+        return Err(job_not_found(job_id));
+    }
+    let record = JobRecord::of(&job);
+    Ok(match (with_result, is_author) {
+        (false, _) => record,
+        (true, true) => record.with_result(stored_result(state, &job).await?),
+        (true, false) => record.with_result(None),
+    })
+}
+
+/// The result of the caller's job; `None` when it has none (204).
+pub async fn result(state: &AppState, caller: &Caller, job_id: &str) -> Result<Option<ResultAnswer>, ApiError> {
+    let job = own_job(state, caller, job_id).await?;
+    Ok(stored_result(state, &job).await?.map(|result| ResultAnswer { result }))
+}
+
+/// Saves a result the legacy way (older in-job clients).
+pub async fn save_result(
+    state: &AppState,
+    caller: &Caller,
+    job_id: &str,
+    fields: &RequestFields,
+) -> Result<JobRecord, ApiError> {
+    let job = own_job(state, caller, job_id).await?;
+    let request = SaveResultRequest::parse(fields)?;
+    state.storage.put_bytes(&keys::job_result(&job.id), request.result.clone().into()).await?;
+    Ok(JobRecord::of(&job).with_result(Some(request.result)))
+}
+
+/// Asks compute to stop the caller's job.
+pub async fn stop(
+    state: &AppState,
+    caller: &Caller,
+    job_id: &str,
+    fields: &RequestFields,
+) -> Result<Message, ApiError> {
+    own_job(state, caller, job_id).await?;
+    StopRequest::parse(fields)?;
+    let outcome = state.compute.clone().stop(job_id).await?;
+    Ok(Message::new(match outcome {
+        StopOutcome::Requested => {
+            format!("Stop requested for job {job_id}; its status will show STOPPED once it has stopped.")
+        }
+        StopOutcome::AlreadyFinished(status) => {
+            format!("Job {job_id} had already finished ({status}); nothing to stop.")
+        }
+    }))
+}
+
+/// Sets the sub-status of the caller's active job.
+pub async fn set_sub_status(
+    state: &AppState,
+    caller: &Caller,
+    job_id: &str,
+    fields: &RequestFields,
+) -> Result<JobAnswer, ApiError> {
+    let job = own_job(state, caller, job_id).await?;
+    let request = SubStatusRequest::parse(fields)?;
+    match jobs::set_sub_status(&state.db, &job.id, request.sub_status.as_str(), state.publisher.outbox()).await? {
+        SubStatusOutcome::Updated => state.publisher.recorded(),
+        SubStatusOutcome::Unchanged => {}
+        SubStatusOutcome::NotActive(status) => {
+            return Err(ApiError::Forbidden(format!(
+                "Cannot update 'sub_status' when is not in active status. (Currently {status})"
+            )));
+        }
+        SubStatusOutcome::Missing => return Err(job_not_found(job_id)),
+    }
+    let job = jobs::find(&state.db, job_id).await?.ok_or_else(|| job_not_found(job_id))?;
+    Ok(JobAnswer { job: JobRecord::of(&job) })
+}
+
+/// Records an ERROR event of the caller's active job.
+pub async fn add_event(
+    state: &AppState,
+    caller: &Caller,
+    job_id: &str,
+    fields: &RequestFields,
+) -> Result<(), ApiError> {
+    let job = own_job(state, caller, job_id).await?;
+    let request = EventRequest::parse(fields)?;
+    let data = json!({
+        "code": request.code,
+        "message": request.message,
+        "exception": request.exception,
+        "args": request.args,
+    });
+    if !jobs::insert_error_event(&state.db, &job.id, &data, state.publisher.outbox()).await? {
+        return Err(ApiError::Forbidden("You can create events on active jobs only".into()));
+    }
+    state.publisher.recorded();
+    Ok(())
+}
+
+/// The events of the caller's job, newest first, optionally of one type.
+pub async fn events(
+    state: &AppState,
+    caller: &Caller,
+    job_id: &str,
+    wanted: Option<String>,
+) -> Result<Vec<EventRecord>, ApiError> {
+    let job = own_job(state, caller, job_id).await?;
+    let wanted = event_type(wanted.filter(|t| !t.is_empty()))?;
+    let events = jobs::list_events(&state.db, &job.id, wanted.as_deref()).await?;
+    Ok(events.iter().map(|event| EventRecord::of(&job.id, event)).collect())
+}
+
+/// The runtime jobs the caller's job reported.
+pub async fn runtime_jobs(state: &AppState, caller: &Caller, job_id: &str) -> Result<RuntimeJobs, ApiError> {
+    let job = own_job(state, caller, job_id).await?;
+    let rows = jobs::list_runtime_jobs(&state.db, &job.id).await?;
+    Ok(RuntimeJobs {
+        runtime_jobs: rows
+            .into_iter()
+            .map(|r| RuntimeJob { runtime_job: r.runtime_job, runtime_session: r.runtime_session })
+            .collect(),
+    })
+}
+
+/// Records a runtime job of the caller's job. As the reference, one already recorded is
+/// reported in a 200 answer.
+pub async fn add_runtime_job(
+    state: &AppState,
+    caller: &Caller,
+    job_id: &str,
+    fields: &RequestFields,
+) -> Result<Message, ApiError> {
+    let job = own_job(state, caller, job_id).await?;
+    let RuntimeJobRequest { runtime_job, runtime_session } = RuntimeJobRequest::parse(fields)?;
+    match jobs::insert_runtime_job(&state.db, &job.id, &runtime_job, runtime_session.as_deref()).await {
+        Ok(()) => {
+            Ok(Message::new(format!("RuntimeJob object [{runtime_job}] created for serverless job id [{job_id}].")))
+        }
+        Err(error) if error.unique_violation().is_some() => Ok(Message::new(format!(
+            "Failed to create RuntimeJob object [{runtime_job}] for job id [{job_id}]. Error: runtime job {runtime_job} is already recorded."
+        ))),
+        Err(error) => Err(error.into()),
+    }
+}
+
+/// Jobs of one function: all authors' (without result) for those who manage it, else the
+/// caller's own (with result); at most 1,000.
+pub async fn of_function(state: &AppState, caller: &Caller, program_id: &str) -> Result<Vec<JobRecord>, ApiError> {
+    let program = programs::find_by_id(&state.db, &caller.user_id, program_id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("Qiskit Function {program_id} doesn't exist.")))?;
+    let manages = visibility::can_manage(caller.access(&program), ProviderOperation::Jobs);
+    let filter = JobFilter {
+        program_ids: Some(vec![program.id.clone()]),
+        author_id: (!manages).then(|| caller.user_id.clone()),
+        ..Default::default()
+    };
+    let (_, rows) = jobs::list(&state.db, &filter, Some(1000), 0).await?;
+    Ok(rows
+        .iter()
+        .map(|job| match manages {
+            true => JobRecord::of(job),
+            false => JobRecord::of(job).with_result(job.result.clone()),
+        })
+        .collect())
+}
+
+/// At most this many of the caller's unfinished jobs are listed (and the default).
+pub const MAX_QUEUE_LISTED: i64 = 500;
+
+/// Where the caller's unfinished jobs stand.
+pub async fn queue(state: &AppState, caller: &Caller, limit: Option<&str>) -> Result<QueueAnswer, ApiError> {
+    let limit = match limit.map(str::trim) {
+        None | Some("") => MAX_QUEUE_LISTED,
+        Some(text) => text.parse::<i64>().ok().filter(|n| (0..=MAX_QUEUE_LISTED).contains(n)).ok_or_else(|| {
+            ApiError::BadRequest(format!("'limit' must be an integer from 0 to {MAX_QUEUE_LISTED}, got '{text}'."))
+        })?,
+    };
+    let counts = queue::active_counts(&state.db, &caller.user_id).await?;
+    let count = |status: &str| counts.iter().filter(|(s, _)| s == status).map(|(_, n)| n).sum::<i64>();
+    let places = queue::places(&state.db, &caller.user_id, limit).await?;
+    Ok(QueueAnswer {
+        active_limit: state.config.active_jobs_per_user,
+        active: count("QUEUED") + count("PENDING") + count("RUNNING"),
+        queued: count("QUEUED"),
+        running: count("PENDING") + count("RUNNING"),
+        jobs: places
+            .into_iter()
+            .map(|p| QueuedPlace {
+                ahead: (p.status == "QUEUED").then_some(p.ahead),
+                id: p.id,
+                status: p.status,
+                created: db::format_timestamp(p.created),
+            })
+            .collect(),
+    })
+}
