@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The test command: formatting, lints, unit tests, the gateway suite on SQLite+local and on
 # PostgreSQL+S3, and the end-to-end checks with the real Python client against `gantry serve`
-# (functions, files, and jobs executed by a Python that has the client installed), the same
+# (functions, files, and jobs executed by a Python that has the client installed), the web
+# console in headless Chromium driven by Playwright against `gantry serve`, the same
 # against `gantry gateway` + `gantry controller` with the Kubernetes doubles, the Helm chart's
 # offline checks, and the container images built and run with podman (installed if missing).
 # Needs DATABASE_URL (a PostgreSQL superuser; default postgres://postgres@127.0.0.1:5432/test)
-# and GANTRY_TEST_PYTHON (a Python with qiskit-serverless 0.37.0); `.ci/run` provides both.
+# and GANTRY_TEST_PYTHON (a Python with qiskit-serverless 0.37.0, playwright and pytest) and
+# Debian's chromium; `.ci/run` provides them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
@@ -46,6 +48,9 @@ status=0
 if [ "$status" != 0 ]; then
   echo "--- gantry serve log ---"; tail -n 200 "$DATA/serve.log"; exit 1
 fi
+
+step "web console in headless Chromium (Playwright)"
+GANTRY_BIN=target/debug/gantry GANTRY_TEST_PYTHON="$PYTHON" tests/console/run.sh
 
 step "end to end: the real client against gateway + controller (Kubernetes doubles), and with runtime_platform"
 GANTRY_TEST_PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" \

@@ -1,0 +1,161 @@
+// The jobs list: filters (status, function, provider, created after), server-side pages
+// (`limit`/`offset`: the gateway counts and slices, so 100,000 jobs page as fast as 10), and
+// statuses kept current by re-reading the page shown every few seconds while the tab is visible.
+
+import * as api from "./api.js";
+import { h, fill, field, notice, when, route, statusBadge, functionName, poll, STATUSES } from "./dom.js";
+
+const PAGE_SIZES = [10, 25, 50, 100];
+const REFRESH_MS = 3000;
+
+/** `2024-05-01T10:00:00.000Z` → the `datetime-local` text of that moment here. */
+function toLocalInput(iso) {
+  const date = new Date(iso);
+  if (Number.isNaN(date.getTime())) return "";
+  const local = new Date(date.getTime() - date.getTimezoneOffset() * 60000);
+  return local.toISOString().slice(0, 16);
+}
+
+export async function jobsView(root, { query, scope }) {
+  document.title = "Jobs · Gantry";
+  const limit = PAGE_SIZES.includes(Number(query.limit)) ? Number(query.limit) : 10;
+  const offset = Math.max(0, Number.parseInt(query.offset, 10) || 0);
+
+  const status = h("select", { name: "status" }, h("option", { value: "" }, "Any"), STATUSES.map((s) => h("option", { value: s }, s)));
+  status.value = query.status || "";
+  const fnInput = h("input", { name: "function", type: "text", autocomplete: "off", value: query.function || "" });
+  const provider = h("input", { name: "provider", type: "text", autocomplete: "off", value: query.provider || "" });
+  const after = h("input", { name: "created_after", type: "datetime-local", value: query.created_after ? toLocalInput(query.created_after) : "" });
+  const size = h("select", { name: "limit" }, PAGE_SIZES.map((n) => h("option", { value: String(n) }, String(n))));
+  size.value = String(limit);
+  const form = h(
+    "form",
+    { class: "filters", role: "search" },
+    field("Status", status),
+    field("Function", fnInput),
+    field("Provider", provider),
+    field("Created after", after),
+    field("Per page", size),
+    h(
+      "div",
+      { class: "actions" },
+      h("button", { type: "submit" }, "Apply"),
+      h("a", { class: "button quiet", href: "#/jobs" }, "Clear"),
+    ),
+  );
+  form.addEventListener("submit", (event) => {
+    event.preventDefault();
+    const afterDate = after.value ? new Date(after.value) : null;
+    location.hash = route("jobs", {
+      status: status.value,
+      function: fnInput.value.trim(),
+      provider: provider.value.trim(),
+      created_after: afterDate && !Number.isNaN(afterDate.getTime()) ? afterDate.toISOString() : "",
+      limit: size.value === "10" ? "" : size.value,
+    });
+  });
+
+  const queueLine = h("p", { class: "queue-line muted", "aria-live": "off" });
+  const list = h("div", { class: "table-wrap" });
+  const pager = h("nav", { class: "pager", "aria-label": "Pages" });
+  const live = h("p", { class: "visually-hidden", "aria-live": "polite" });
+  fill(root, h("h1", {}, "Jobs"), form, queueLine, list, pager, live);
+  fill(list, h("p", { class: "muted" }, "Loading…"));
+
+  const filters = {
+    status: query.status,
+    function: query.function,
+    provider: query.provider,
+    created_after: query.created_after,
+  };
+  const rows = new Map(); // job id → its row's cells that change
+  let rendered = false;
+
+  const load = async () => {
+    const [page, queue] = await Promise.all([
+      api.get("jobs/", { ...filters, limit, offset }),
+      api.get("jobs/queue/", { limit: 0 }).catch(() => null),
+    ]);
+    if (!scope.alive) return;
+    if (queue) {
+      fill(
+        queueLine,
+        `Active slots: ${queue.active} of ${queue.active_limit} used (${queue.queued} queued, ${queue.running} running). `,
+        h("a", { href: "#/queue" }, "Queue"),
+      );
+    }
+    showPage(page);
+  };
+
+  const showPage = (page) => {
+    const ids = page.results.map((job) => job.id);
+    const same = rendered && ids.length === rows.size && ids.every((id) => rows.has(id));
+    rendered = true;
+    if (same) {
+      // Same jobs: only what changed, so focus and selection stay where they are.
+      for (const job of page.results) {
+        const cells = rows.get(job.id);
+        if (cells.status.dataset.value !== `${job.status}/${job.sub_status}`) {
+          fill(cells.status, statusBadge(job.status, job.sub_status));
+          cells.status.dataset.value = `${job.status}/${job.sub_status}`;
+          live.textContent = `Job ${job.id.slice(0, 8)} is ${job.status}.`;
+        }
+        fill(cells.updated, when(job.updated));
+      }
+    } else {
+      rows.clear();
+      if (!page.results.length) {
+        fill(list, h("p", { class: "muted" }, page.count ? "No jobs on this page." : "No jobs match."));
+      } else {
+        fill(
+          list,
+          h(
+            "table",
+            { class: "jobs" },
+            h("caption", { class: "visually-hidden" }, "Jobs, newest first"),
+            h("thead", {}, h("tr", {}, ["Job", "Function", "Status", "Created", "Updated", "Size"].map((n) => h("th", { scope: "col" }, n)))),
+            h("tbody", {}, page.results.map(row)),
+          ),
+        );
+      }
+    }
+    const first = page.results.length ? offset + 1 : 0;
+    const last = offset + page.results.length;
+    const pageLink = (to, label, enabled) =>
+      enabled
+        ? h("a", { class: "button quiet", href: route("jobs", { ...filters, limit: limit === 10 ? "" : limit, offset: to || "" }), rel: label === "Next" ? "next" : "prev" }, label)
+        : h("span", { class: "button quiet disabled", "aria-disabled": "true" }, label);
+    fill(
+      pager,
+      pageLink(Math.max(0, offset - limit), "Previous", Boolean(page.previous)),
+      h("span", { class: "range" }, `${first}–${last} of ${page.count}`),
+      pageLink(offset + limit, "Next", Boolean(page.next)),
+    );
+  };
+
+  const row = (job) => {
+    const statusCell = h("td", { class: "status" }, statusBadge(job.status, job.sub_status));
+    statusCell.dataset.value = `${job.status}/${job.sub_status}`;
+    const updated = h("td", {}, when(job.updated));
+    rows.set(job.id, { status: statusCell, updated });
+    const program = job.program || {};
+    return h(
+      "tr",
+      { "data-job": job.id },
+      h("td", {}, h("a", { href: `#/job/${encodeURIComponent(job.id)}`, class: "mono", title: job.id }, job.id.slice(0, 8))),
+      h("td", {}, program.title ? functionName(program.title, program.provider) : h("span", { class: "muted" }, "(deleted)")),
+      statusCell,
+      h("td", {}, when(job.created)),
+      updated,
+      h("td", {}, job.function_size || ""),
+    );
+  };
+
+  try {
+    await load();
+  } catch (error) {
+    fill(list, notice("error", error.message));
+    return;
+  }
+  scope.add(poll(load, REFRESH_MS));
+}
