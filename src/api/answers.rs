@@ -13,18 +13,6 @@ use crate::db::jobs::{EventRow, JobRow};
 use crate::db::programs::ProgramRow;
 use crate::db::{self};
 
-/// A job's status, as answers and filters name it.
-#[derive(Debug, Clone, Copy, Serialize, serde::Deserialize, ToSchema)]
-#[serde(rename_all = "UPPERCASE")]
-pub enum StatusName {
-    Queued,
-    Pending,
-    Running,
-    Succeeded,
-    Failed,
-    Stopped,
-}
-
 /// `{"message": …}`: what a stop, a delete, an upload of a file or a runtime job report says.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct Message {
@@ -63,7 +51,7 @@ pub struct JobRecord {
     #[serde(skip_serializing_if = "Option::is_none")]
     #[schema(value_type = Option<String>)]
     pub result: Option<Option<String>>,
-    #[schema(value_type = StatusName, inline)]
+    #[schema(value_type = crate::domain::lifecycle::JobStatus, inline)]
     pub status: String,
     #[schema(required = true)]
     pub sub_status: Option<String>,

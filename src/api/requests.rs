@@ -451,7 +451,7 @@ pub struct JobsQuery {
     /// Function title; 404 when no such function exists.
     pub function: Option<String>,
     /// Job status.
-    #[param(value_type = Option<super::answers::StatusName>, inline)]
+    #[param(value_type = Option<crate::domain::lifecycle::JobStatus>, inline)]
     pub status: Option<String>,
     /// catalog (provider functions) or serverless (own functions).
     #[param(value_type = Option<JobsFilter>, inline)]
@@ -477,7 +477,7 @@ pub struct ProviderJobsQuery {
     /// Function title; 404 when no such function exists.
     pub function: Option<String>,
     /// Job status.
-    #[param(value_type = Option<super::answers::StatusName>, inline)]
+    #[param(value_type = Option<crate::domain::lifecycle::JobStatus>, inline)]
     pub status: Option<String>,
     /// catalog (provider functions) or serverless (own functions).
     #[param(value_type = Option<JobsFilter>, inline)]

@@ -6,8 +6,19 @@ use std::fmt;
 use std::str::FromStr;
 
 /// The six job statuses; the same words in the API, the database and a `FunctionJob`'s
-/// `status.phase`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
+/// `status.phase`, and the API's document (`ToSchema`).
+#[derive(
+    Debug,
+    Clone,
+    Copy,
+    PartialEq,
+    Eq,
+    Hash,
+    serde::Serialize,
+    serde::Deserialize,
+    schemars::JsonSchema,
+    utoipa::ToSchema,
+)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum JobStatus {
     Queued,
