@@ -556,14 +556,23 @@ fn walk_local(root: &Path, start: &Path) -> io::Result<Vec<ObjectInfo>> {
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(e),
         };
+        // What another deletion (a second retention pass) removes under the walk is gone, not an
+        // error.
+        fn gone<T>(result: io::Result<T>) -> io::Result<Option<T>> {
+            match result {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                other => other.map(Some),
+            }
+        }
         for entry in entries {
-            let entry = entry?;
-            let file_type = entry.file_type()?;
+            let Some(entry) = gone(entry)? else { continue };
+            let Some(file_type) = gone(entry.file_type())? else { continue };
             let path = entry.path();
             if file_type.is_dir() {
                 folders.push(path);
             } else if file_type.is_file() && !entry.file_name().to_string_lossy().starts_with(".incoming-") {
-                let modified = entry.metadata()?.modified()?;
+                let Some(metadata) = gone(entry.metadata())? else { continue };
+                let modified = metadata.modified()?;
                 let micros = modified.duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros()).unwrap_or_default();
                 let key = path.strip_prefix(root).expect("walked below the root").to_string_lossy().into_owned();
                 objects.push(ObjectInfo { key, modified: i64::try_from(micros).unwrap_or(i64::MAX) });
@@ -722,6 +731,37 @@ mod tests {
         assert!(Storage::local_path(root, "a/./b").is_ok());
         assert!(Storage::local_path(root, "a/../b").is_err());
         assert!(Storage::local_path(root, "").is_err());
+    }
+
+    /// Two deletions of one tree at once (two retention passes, two replicas) both succeed:
+    /// what vanishes under one of them because the other removed it is gone, not an error.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn concurrent_deletions_of_a_local_tree_both_succeed() {
+        let dir = tempfile::tempdir().unwrap();
+        let storage = Storage::Local { root: dir.path().to_path_buf() };
+        for round in 0..50 {
+            for folder in 0..20 {
+                let folder = dir.path().join(format!("jobs/{round}/{folder}"));
+                std::fs::create_dir_all(&folder).unwrap();
+                for file in 0..10 {
+                    std::fs::write(folder.join(format!("{file}.log")), b"x").unwrap();
+                }
+            }
+            let prefix = format!("jobs/{round}/");
+            let (first, second) = tokio::join!(
+                tokio::spawn({
+                    let (storage, prefix) = (storage.clone(), prefix.clone());
+                    async move { storage.delete_tree(&prefix).await }
+                }),
+                tokio::spawn({
+                    let (storage, prefix) = (storage.clone(), prefix.clone());
+                    async move { storage.delete_tree(&prefix).await }
+                })
+            );
+            let (first, second) = (first.unwrap(), second.unwrap());
+            assert!(first.is_ok() && second.is_ok(), "round {round}: {first:?} / {second:?}");
+            assert!(!dir.path().join(format!("jobs/{round}")).exists());
+        }
     }
 
     #[test]
