@@ -3,14 +3,18 @@
 # ../shared/bench/README.md, driven by the shared load.sh (wrk, 16 connections):
 #   a  GET /api/v1/jobs/{id}/            b  GET /api/v1/jobs/?limit=10
 #   c  GET /api/v1/jobs/?limit=10&status=SUCCEEDED&created_after=...
-#   e  POST /api/v1/programs/run/ (16 concurrent clients)
+#   d  GET /api/v1/programs/             e  POST /api/v1/programs/run/ (16 concurrent clients)
+#   f  10 MiB file upload and download, one stream
 # plus, per backend, the time from `run` to the first output line of the job's python, measured
 # with the local runner on a fresh database. Prints markdown tables. Not a test: figures vary by machine.
 #
 # usage: bench/jobs.sh            (both backends)   BACKENDS=sqlite bench/jobs.sh
 # env:   DATABASE_URL (PostgreSQL superuser, default postgres://postgres@127.0.0.1:5432/test),
 #        LOAD_SH (default ../shared/bench/load.sh), DURATION/WARMUP/CONNS for load.sh,
-#        LOAD_TESTS (default "a b c e"), STARTS=20
+#        LOAD_TESTS (default "a b c d e f"), STARTS=20, GANTRY_BIN (a binary to measure instead)
+# Beside req/s and p99, each test prints its cost per request: the gateway's CPU, PostgreSQL's
+# CPU (all its processes) and PostgreSQL's transactions (pg_stat_database), over the warm-up and
+# the run. Needs procps (pgrep).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -24,8 +28,13 @@ for tool in wrk curl python3 psql; do
 done
 [ -f "$LOAD_SH" ] || { echo "load.sh not found at $LOAD_SH (set LOAD_SH)" >&2; exit 2; }
 
-cargo build --release --quiet --bin gantry
-GANTRY=$ROOT/target/release/gantry
+# GANTRY_BIN: measure that binary instead of this checkout's release build (before/after runs).
+if [ -n "${GANTRY_BIN:-}" ]; then
+  GANTRY=$(realpath "$GANTRY_BIN")
+else
+  cargo build --release --quiet --bin gantry
+  GANTRY=$ROOT/target/release/gantry
+fi
 WORK=$(mktemp -d)
 # Run as root, gantry runs jobs as nobody, which must pass through the data dirs' parent (search
 # only), as tests/run.sh does for its own.
@@ -133,6 +142,70 @@ print(f"| {count} | {delays[len(delays) // 2]:.0f} | {delays[-1]:.0f} |")
 PY
 }
 
+# CPU ticks (user + system, 1/CLK_TCK s) of the given processes, summed, with those of their
+# children that ended (PostgreSQL's parallel workers end within a query: their time is then
+# the postmaster's).
+cpu_ticks() {
+  local total=0 pid fields
+  for pid in "$@"; do
+    fields=$(sed 's/^.*) //' "/proc/$pid/stat" 2>/dev/null) || continue
+    # shellcheck disable=SC2086
+    set -- $fields
+    total=$((total + ${12} + ${13} + ${14} + ${15}))
+  done
+  echo "$total"
+}
+# PostgreSQL's processes: the postmaster, its backends and background workers (all named postgres).
+pg_pids() { pgrep -x postgres || true; }
+# Committed and rolled-back transactions of database $1 so far. A backend reports its counts up
+# to 10 s after it goes idle, so callers wait that long before reading the final figure.
+pg_xacts() { psql "$DATABASE_URL" -qtAc "SELECT xact_commit + xact_rollback FROM pg_stat_database WHERE datname = '$1'"; }
+
+# measure_load PORT BACKEND [PG_DATABASE]: runs load.sh one test at a time and prints, beside
+# its figures, what each request cost: the gateway's CPU, PostgreSQL's CPU (all its processes)
+# and PostgreSQL transactions, per request (warm-up and probe requests included in the count,
+# as they are in the CPU time).
+measure_load() {
+  local port=$1 backend=$2 database=${3:-} test out rows="" files="" hz
+  hz=$(getconf CLK_TCK)
+  for test in ${LOAD_TESTS:-a b c d e f}; do
+    out=$(mktemp -d -p "$WORK")
+    local g0 p0=0 x0=0 g1 p1=0 x1=0
+    if [ -n "$database" ]; then sleep 11; p0=$(cpu_ticks $(pg_pids)); x0=$(pg_xacts "$database"); fi
+    g0=$(cpu_ticks "$SERVER")
+    SERVER_PID=$SERVER OUT_DIR=$out TESTS=$test bash "$LOAD_SH" "http://127.0.0.1:$port" "$TOKEN" \
+      be0c0000-0000-0000-0000-00000000c350 bench-fn >"$out/table.md"
+    g1=$(cpu_ticks "$SERVER")
+    if [ -n "$database" ]; then sleep 11; p1=$(cpu_ticks $(pg_pids)); x1=$(pg_xacts "$database"); fi
+    if [ "$test" = f ]; then
+      files+=$(grep '^| f |' "$out/table.md")$'\n'
+      continue
+    fi
+    local row requests
+    row=$(grep "^| $test |" "$out/table.md" || echo "| $test | load.sh failed | | | | | | | | |")
+    # Requests: the probe, the warm-up and the measured run.
+    requests=$(cat "$out/$test.warmup.txt" "$out/$test.txt" 2>/dev/null | awk '/^WRKRESULT/ {n += $2} END {print n + 1}')
+    rows+=$(awk -v row="$row" -v n="$requests" -v hz="$hz" -v g="$((g1 - g0))" -v p="$((p1 - p0))" -v x="$((x1 - x0))" -v pg="$database" 'BEGIN {
+      split(row, f, "|")
+      us = 1e6 / hz / n
+      if (pg == "") printf "|%s|%s|%s|%s| %.0f | - | - |\n", f[2], f[3], f[4], f[6], g * us
+      else printf "|%s|%s|%s|%s| %.0f | %.0f | %.2f |\n", f[2], f[3], f[4], f[6], g * us, p * us, x / n
+    }')$'\n'
+  done
+  echo
+  echo "Per request: CPU of the gateway and of PostgreSQL (µs, warm-up included), PostgreSQL transactions ($backend)"
+  echo
+  echo "| test | request | req/s | p99 ms | gantry CPU µs | PostgreSQL CPU µs | PG transactions |"
+  echo "|---|---|---:|---:|---:|---:|---:|"
+  printf '%s' "$rows"
+  if [ -n "$files" ]; then
+    echo
+    echo "| test | transfer | median MiB/s | range MiB/s | median ms | reps | peak RSS MiB |"
+    echo "|---|---|---:|---:|---:|---:|---:|"
+    printf '%s' "$files"
+  fi
+}
+
 # The jobs' interpreter itself, not a wrapper such as a pyenv shim (which alone costs ~100 ms);
 # run as root, one that nobody (the jobs' user) can run: a pyenv under /root may not be.
 JOB_PYTHON=$(python3 -c 'import sys; print(sys.executable)')
@@ -156,7 +229,7 @@ for backend in $BACKENDS; do
   start_server "$data" "$port" "${flags[@]}"
   program=$(upload_function "$port" bench-fn 'print("bench")')
   if [ "$backend" = postgres ]; then seed_postgres "$pg_bench_url" "$program"; else seed_sqlite "$data/gantry.db" "$program"; fi
-  SERVER_PID=$SERVER TESTS="${LOAD_TESTS:-a b c e}" bash "$LOAD_SH" "http://127.0.0.1:$port" "$TOKEN" be0c0000-0000-0000-0000-00000000c350 bench-fn
+  measure_load "$port" "$backend" "$([ "$backend" = postgres ] && echo "$name")"
   stop_server
   # Run-to-start on a fresh database, with the local runner.
   starts_flags=(--python "$JOB_PYTHON")
