@@ -12,6 +12,9 @@
 //! Verdicts of the upstream checks are cached by the SHA-256 of the token (`cache`); upstream
 //! calls have a deadline and hold no lock, so a slow service delays only the requests that wait
 //! for it. Tokens are never logged.
+//!
+//! The user a token names is kept in memory too (`db::watched`), so a request of a known token
+//! costs no database round trip; `observe` keeps it true to changes made anywhere.
 
 pub mod cache;
 pub mod custom;
@@ -27,6 +30,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use axum::http::{HeaderMap, header};
 
 use crate::db;
+use crate::db::users::UserRow;
+use crate::db::watched::Watched;
 use crate::domain::names::is_valid_user_name;
 use crate::domain::visibility::{FunctionAccess, InstanceAccess, Permissions};
 use cache::{VerdictCache, credential_key};
@@ -175,7 +180,11 @@ impl AuthArgs {
                 )))
             }
         };
-        Ok(Authenticator { check, verdicts: VerdictCache::new(Duration::from_secs(self.auth_cache_ttl_seconds)) })
+        Ok(Authenticator {
+            check,
+            verdicts: VerdictCache::new(Duration::from_secs(self.auth_cache_ttl_seconds)),
+            users: Watched::default(),
+        })
     }
 
     pub fn mechanism_name(&self) -> String {
@@ -194,12 +203,25 @@ enum Check {
 pub struct Authenticator {
     check: Check,
     verdicts: VerdictCache<Identity>,
+    /// The users of known tokens, by name; used only while changes are followed (`observe`).
+    users: Watched<String, CachedUser>,
 }
 
 impl Authenticator {
     /// `mock_token`, as `gantry serve` starts by default and the tests use.
     pub fn mock() -> Authenticator {
-        Authenticator { check: Check::Mock, verdicts: VerdictCache::new(Duration::ZERO) }
+        Authenticator { check: Check::Mock, verdicts: VerdictCache::new(Duration::ZERO), users: Watched::default() }
+    }
+
+    /// What the watcher of user changes reports (`db::users::watch_auth_changes`); until it
+    /// reports that changes are followed, every request reads its user from the database.
+    pub fn observe(&self, event: db::users::AuthWatch) {
+        self.users.observe(event);
+    }
+
+    /// How many users are kept in memory (for tests and metrics).
+    pub fn cached_users(&self) -> usize {
+        self.users.len()
     }
 
     /// Who `token` is; `runtime_platform` also reads the request's channel and instance
@@ -256,6 +278,14 @@ impl std::fmt::Debug for Authenticator {
         };
         f.debug_struct("Authenticator").field("mechanism", &mechanism).finish_non_exhaustive()
     }
+}
+
+/// A user as kept in memory: their row and the groups last written for them from the identity
+/// provider's answer.
+#[derive(Debug, Clone, PartialEq)]
+struct CachedUser {
+    row: UserRow,
+    synced_groups: Option<Vec<String>>,
 }
 
 /// Shared by every request.
@@ -325,16 +355,29 @@ impl Authenticator {
         }
         let header_text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::trim);
         let identity = self.identify(token, header_text("service-channel"), header_text("service-crn")).await?;
-        let user = db::users::ensure(db, &identity.username).await?;
-        if !user.is_active {
+        let generation = self.users.generation();
+        let known = self.users.get(&identity.username);
+        let mut user = match known.clone() {
+            Some(user) => user,
+            None => CachedUser { row: db::users::ensure(db, &identity.username).await?, synced_groups: None },
+        };
+        if !user.row.is_active {
+            self.users.put(generation, user.row.username.clone(), user);
             return Err(AuthError::Denied(
                 "Your user was deactivated. Please contact IBM support for reactivation.".into(),
             ));
         }
-        if let Some(groups) = &identity.groups {
-            db::users::set_groups(db, &user.id, groups).await?;
+        if let Some(groups) = &identity.groups
+            && user.synced_groups.as_ref() != Some(groups)
+        {
+            db::users::set_groups(db, &user.row.id, groups).await?;
+            user.synced_groups = Some(groups.clone());
         }
-        Ok(Caller { user_id: user.id, username: user.username, token: token.to_string(), instance: identity.instance })
+        if known.as_ref() != Some(&user) {
+            self.users.put(generation, user.row.username.clone(), user.clone());
+        }
+        let UserRow { id, username, .. } = user.row;
+        Ok(Caller { user_id: id, username, token: token.to_string(), instance: identity.instance })
     }
 }
 

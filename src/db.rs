@@ -12,6 +12,7 @@ pub mod queue;
 pub mod retention;
 pub mod storage_steps;
 pub mod users;
+pub mod watched;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -30,6 +31,32 @@ macro_rules! on_db {
     };
 }
 pub(crate) use on_db;
+
+/// Runs `$body` (statements on the transaction `$tx`) in a transaction that also raises the auth
+/// stamp and, on PostgreSQL, notifies `users::AUTH_CHANNEL` when it commits: every server then
+/// forgets the users and functions it keeps in memory (`watched`). For every write that changes
+/// who a user is or what they may reach. Answers `$body`'s value as `Result<_, sqlx::Error>`.
+macro_rules! announced {
+    ($db:expr, $tx:ident => $body:expr) => {{
+        let db: &$crate::db::Db = $db;
+        let _writer = db.write_lock().await;
+        let notify = matches!(db, $crate::db::Db::Postgres(_));
+        $crate::db::on_db!(db, pool => async {
+            let mut $tx = pool.begin().await?;
+            let answer = $body;
+            sqlx::query("UPDATE auth_stamp SET n = n + 1 WHERE id = 1").execute(&mut *$tx).await?;
+            if notify {
+                sqlx::query("SELECT pg_notify($1, '')")
+                    .bind($crate::db::users::AUTH_CHANNEL)
+                    .execute(&mut *$tx)
+                    .await?;
+            }
+            $tx.commit().await?;
+            Ok::<_, sqlx::Error>(answer)
+        }.await)
+    }};
+}
+pub(crate) use announced;
 
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -60,6 +87,9 @@ pub(crate) fn query_error(operation: &'static str) -> impl FnOnce(sqlx::Error) -
     move |source| Error::Query { operation, source }
 }
 
+/// A pooled PostgreSQL connection idle longer than this is pinged before it is used again.
+const IDLE_BEFORE_PING: Duration = Duration::from_secs(2);
+
 #[derive(Clone, Debug)]
 pub enum Db {
     /// The pool, and the lock that queues this process's write transactions: SQLite allows one
@@ -80,12 +110,34 @@ impl Db {
                 .synchronous(SqliteSynchronous::Normal)
                 .foreign_keys(true)
                 .busy_timeout(Duration::from_secs(10));
-            let pool =
-                SqlitePoolOptions::new().max_connections(8).connect_with(options).await.map_err(connect_error)?;
+            // No ping before handing out a connection (`test_before_acquire`): on SQLite it is a
+            // trip to the connection's worker thread and back for nothing; a failed statement
+            // reports the failure anyway.
+            let pool = SqlitePoolOptions::new()
+                .max_connections(8)
+                .test_before_acquire(false)
+                .connect_with(options)
+                .await
+                .map_err(connect_error)?;
             Ok(Db::Sqlite(pool, Arc::new(tokio::sync::Mutex::new(()))))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
+            // No ping before every query (`test_before_acquire`): it is a round trip to the
+            // server, as costly as the query itself. A connection is pinged only when it sat
+            // idle for a while, when the server may have dropped it (a restart, a proxy's
+            // timeout), and connections are renewed before such timeouts.
             let pool = PgPoolOptions::new()
                 .max_connections(16)
+                .test_before_acquire(false)
+                .before_acquire(|connection, meta| {
+                    Box::pin(async move {
+                        if meta.idle_for > IDLE_BEFORE_PING {
+                            sqlx::Connection::ping(connection).await?;
+                        }
+                        Ok(true)
+                    })
+                })
+                .idle_timeout(Duration::from_secs(300))
+                .max_lifetime(Duration::from_secs(1800))
                 .acquire_timeout(Duration::from_secs(10))
                 .connect(url)
                 .await

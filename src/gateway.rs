@@ -88,6 +88,8 @@ impl GatewayArgs {
         };
         let tokens = TokenCipher::from_key_text(token_key.expose())?;
         let db = database.open().await?;
+        let functions = Arc::new(crate::api::state::FunctionCache::default());
+        crate::api::state::follow_changes(&db, &auth, &functions);
         storage.check().await.context("object storage is not reachable")?;
         let (client, namespace) = cluster.connect().await?;
         let publisher = events.start(&db).await?;
@@ -120,8 +122,17 @@ impl GatewayArgs {
         let metrics = Arc::new(crate::ops::Metrics::gateway());
         let admin = tokio::spawn(crate::ops::serve(admin_listen, Arc::clone(&metrics), db.clone()));
         let follows = Arc::new(crate::follow::Follows::default());
-        let state =
-            AppState { db, storage, config: Arc::new(config), compute: backend, publisher, tokens, auth, follows };
+        let state = AppState {
+            db,
+            storage,
+            config: Arc::new(config),
+            compute: backend,
+            publisher,
+            tokens,
+            auth,
+            follows,
+            functions,
+        };
         tokio::select! {
             served = serve_http(listener, state, Some(metrics)) => served,
             admin = admin => admin.context("admin server stopped")?,

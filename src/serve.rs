@@ -101,6 +101,8 @@ impl ServeArgs {
         isolation::forbid_dumping().context("failed to make gantry non-dumpable")?;
         let auth = Arc::new(api.auth.authenticator()?);
         let db = database.open().await?;
+        let functions = Arc::new(crate::api::state::FunctionCache::default());
+        crate::api::state::follow_changes(&db, &auth, &functions);
         let storage_settings = storage;
         let storage = storage_settings.open(&database.data_dir)?;
         storage.check().await.context("object storage is not reachable")?;
@@ -167,7 +169,8 @@ impl ServeArgs {
             }
         };
         let follows = Arc::new(crate::follow::Follows::default());
-        let state = AppState { db, storage, config: Arc::new(config), compute, publisher, tokens, auth, follows };
+        let state =
+            AppState { db, storage, config: Arc::new(config), compute, publisher, tokens, auth, follows, functions };
         println!("{listening}");
         serve_http(listener, state, None).await
     }

@@ -5,6 +5,8 @@ use std::sync::Arc;
 
 use crate::compute::Compute;
 use crate::db::Db;
+use crate::db::programs::ProgramRow;
+use crate::db::watched::Watched;
 use crate::secrets::TokenCipher;
 use crate::storage::Storage;
 
@@ -51,4 +53,27 @@ pub struct AppState {
     pub auth: Arc<crate::auth::Authenticator>,
     /// The live followers of jobs' events and logs (`…/stream/` endpoints).
     pub follows: Arc<crate::follow::Follows>,
+    /// Functions as `run` resolved them, by caller, provider and title (`follow_changes`).
+    pub functions: Arc<FunctionCache>,
+}
+
+/// Functions with the caller's relation to them, by (user id, provider, title).
+pub type FunctionCache = Watched<(String, Option<String>, String), ProgramRow>;
+
+/// Keeps the users and functions held in memory true to changes made anywhere, for as long as
+/// the returned task runs (without it, nothing is held: every request reads the database).
+/// SQLite's stamp is read every 100 ms.
+pub fn follow_changes(
+    db: &Db,
+    auth: &Arc<crate::auth::Authenticator>,
+    functions: &Arc<FunctionCache>,
+) -> tokio::task::JoinHandle<()> {
+    let (db, auth, functions) = (db.clone(), Arc::clone(auth), Arc::clone(functions));
+    tokio::spawn(async move {
+        crate::db::users::watch_auth_changes(&db, std::time::Duration::from_millis(100), |event| {
+            auth.observe(event);
+            functions.observe(event);
+        })
+        .await
+    })
 }

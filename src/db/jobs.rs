@@ -87,7 +87,7 @@ macro_rules! insert_event {
             "INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
         )
-        .bind(new_id())
+        .bind(crate::db::new_id())
         .bind($job_id)
         .bind($seq)
         .bind($created)
@@ -119,7 +119,7 @@ macro_rules! insert_outbox {
         sqlx::query(
             "INSERT INTO event_outbox (id, job_id, seq, created, event_type, data) VALUES ($1, $2, $3, $4, $5, $6)",
         )
-        .bind(new_id())
+        .bind(crate::db::new_id())
         .bind($job_id)
         .bind($seq)
         .bind($created)
@@ -145,7 +145,7 @@ macro_rules! insert_move_outbox {
                 sub_status: names.sub_status,
                 origin: $origin.to_string(),
                 context: $context.to_string(),
-                time: super::format_timestamp($created),
+                time: crate::db::format_timestamp($created),
             }
         })
     };
@@ -171,7 +171,7 @@ macro_rules! insert_event_outbox {
                     sub_status: names.sub_status,
                     origin: $origin.to_string(),
                     context: $context.to_string(),
-                    time: super::format_timestamp($created),
+                    time: crate::db::format_timestamp($created),
                     fields: Default::default(),
                 }
                 .with_fields($data)
@@ -188,94 +188,6 @@ struct OutboxNames {
     provider_name: Option<String>,
     status: String,
     sub_status: Option<String>,
-}
-
-/// A job to create.
-#[derive(Debug, Clone)]
-pub struct NewJob {
-    pub id: String,
-    pub program_id: String,
-    pub provider_id: Option<String>,
-    pub author_id: String,
-    pub arguments: String,
-    pub config: String,
-    pub env_vars: String,
-    pub runner: String,
-    pub gpu: bool,
-    pub function_size: Option<String>,
-}
-
-/// Creates a `QUEUED` job and its first event in one transaction, unless the author already has
-/// `active_limit` active jobs (then nothing is written and `None` is returned). Returns the
-/// creation time. With `outbox`, the move into `QUEUED` is also recorded for the outbound
-/// sinks. On PostgreSQL the
-/// author's row is locked first so concurrent runs of one user serialize; SQLite serializes all
-/// writers, and the conditional insert is one statement.
-pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64, outbox: bool) -> Result<Option<i64>, Error> {
-    let (db, job) = (db.clone(), job.clone());
-    super::detached(async move { insert_with_limit_attached(&db, &job, active_limit, outbox).await }).await
-}
-
-async fn insert_with_limit_attached(
-    db: &Db,
-    job: &NewJob,
-    active_limit: i64,
-    outbox: bool,
-) -> Result<Option<i64>, Error> {
-    // SQLite: take the write lock up front, so the count and the insert see one state.
-    let (begin, lock) = match db {
-        Db::Postgres(_) => ("BEGIN", "SELECT id FROM users WHERE id = $1 FOR UPDATE"),
-        Db::Sqlite(..) => ("BEGIN IMMEDIATE", "SELECT id FROM users WHERE id = $1"),
-    };
-    let now = now_micros();
-    let event = serde_json::json!({ "status": "QUEUED" }).to_string();
-    let _writer = db.write_lock().await;
-    on_db!(db, pool => async {
-        let mut tx = pool.begin_with(begin).await?;
-        sqlx::query(lock).bind(&job.author_id).execute(&mut *tx).await?;
-        let inserted = sqlx::query(
-            "INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
-             function_size, created, updated, last_activity, event_seq) \
-             SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $11, $11, $11, 1 \
-             WHERE (SELECT COALESCE(SUM(n), 0) FROM job_counts \
-                    WHERE author_id = $4 AND status IN ('QUEUED', 'PENDING', 'RUNNING')) < $12")
-            .bind(&job.id)
-            .bind(&job.program_id)
-            .bind(&job.provider_id)
-            .bind(&job.author_id)
-            .bind(&job.arguments)
-            .bind(&job.config)
-            .bind(&job.env_vars)
-            .bind(&job.runner)
-            .bind(job.gpu)
-            .bind(&job.function_size)
-            .bind(now)
-            .bind(active_limit)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-        if inserted == 0 {
-            tx.rollback().await?;
-            return Ok(None);
-        }
-        for statement in COUNT_ADD {
-            sqlx::query(statement)
-                .bind(&job.author_id)
-                .bind(&job.program_id)
-                .bind("QUEUED")
-                .bind(day_of(now))
-                .bind(1i64)
-                .execute(&mut *tx)
-                .await?;
-        }
-        insert_event!(tx, &job.id, 1i64, now, "STATUS_CHANGE", "API", "RUN_PROGRAM", &event);
-        if outbox {
-            insert_move_outbox!(tx, &job.id, 1i64, now, None::<&str>, "QUEUED", "API", "RUN_PROGRAM");
-        }
-        tx.commit().await?;
-        Ok(Some(now))
-    }.await)
-    .map_err(query_error("create job"))
 }
 
 /// What the controller reads of a job on every reconcile: its state, without its arguments,
@@ -746,5 +658,7 @@ pub async fn stored_logs(db: &Db, job_id: &str) -> Result<Option<String>, Error>
 }
 
 // The listings' filters and query, below the macros they use.
+mod create;
 mod listing;
+pub use create::{NewJob, insert_with_limit};
 pub use listing::{JobFilter, Param, list};

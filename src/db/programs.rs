@@ -1,7 +1,7 @@
 //! Functions ("programs"): lookups that also load the caller's relation to the function, and the
 //! create/update writes of the upload upsert.
 
-use super::{Db, Error, now_micros, on_db, query_error};
+use super::{Db, Error, announced, now_micros, on_db, query_error};
 use crate::domain::visibility::FunctionAccess;
 
 /// Columns of a program plus the caller's relation to it; `$1` is always the caller's user id.
@@ -76,6 +76,24 @@ pub async fn find_provider_function(
     on_db!(db, pool => sqlx::query_as::<_, ProgramRow>(concat!(program_select!(), "WHERE p.provider_id = $2 AND p.title = $3"))
         .bind(user_id)
         .bind(provider_id)
+        .bind(title)
+        .fetch_optional(pool)
+        .await)
+    .map_err(query_error("find provider function"))
+}
+
+/// The provider function `(provider name, title)`, with the caller's relation to it: one
+/// statement for what a provider lookup and a function lookup would answer (no row for an
+/// unknown provider as for an unknown function).
+pub async fn find_provider_function_named(
+    db: &Db,
+    user_id: &str,
+    provider: &str,
+    title: &str,
+) -> Result<Option<ProgramRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, ProgramRow>(concat!(program_select!(), "WHERE pr.name = $2 AND p.title = $3"))
+        .bind(user_id)
+        .bind(provider)
         .bind(title)
         .fetch_optional(pool)
         .await)
@@ -165,7 +183,7 @@ pub async fn insert(
     fields: &ProgramFields,
 ) -> Result<(), Error> {
     let now = now_micros();
-    on_db!(db, pool => sqlx::query(
+    announced!(db, tx => sqlx::query(
         "INSERT INTO programs (id, title, provider_id, author_id, entrypoint, artifact_key, image, dependencies, env_vars, \
          arguments_schema, type, version, description, documentation_url, runner, gpu, sizes, default_size, created, updated) \
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $19)")
@@ -188,16 +206,16 @@ pub async fn insert(
         .bind(&fields.sizes)
         .bind(&fields.default_size)
         .bind(now)
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected()))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected())
     .map_err(query_error("create function"))?;
     Ok(())
 }
 
 /// Overwrites the mutable fields of an existing function (`type` and author never change).
 pub async fn update(db: &Db, id: &str, fields: &ProgramFields) -> Result<(), Error> {
-    on_db!(db, pool => sqlx::query(
+    announced!(db, tx => sqlx::query(
         "UPDATE programs SET entrypoint = $2, artifact_key = $3, image = $4, dependencies = $5, env_vars = $6, \
          arguments_schema = $7, version = $8, description = $9, documentation_url = $10, runner = $11, gpu = $12, \
          sizes = $13, default_size = $14, updated = $15 WHERE id = $1")
@@ -216,25 +234,25 @@ pub async fn update(db: &Db, id: &str, fields: &ProgramFields) -> Result<(), Err
         .bind(&fields.sizes)
         .bind(&fields.default_size)
         .bind(now_micros())
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected()))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected())
     .map_err(query_error("update function"))?;
     Ok(())
 }
 
 /// Grants (or revokes, with both false) a group's view/run rights on a function.
 pub async fn grant(db: &Db, program_id: &str, group_id: &str, can_view: bool, can_run: bool) -> Result<(), Error> {
-    on_db!(db, pool => sqlx::query(
+    announced!(db, tx => sqlx::query(
         "INSERT INTO program_grants (program_id, group_id, can_view, can_run) VALUES ($1, $2, $3, $4) \
          ON CONFLICT (program_id, group_id) DO UPDATE SET can_view = excluded.can_view, can_run = excluded.can_run")
         .bind(program_id)
         .bind(group_id)
         .bind(can_view)
         .bind(can_run)
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected()))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected())
     .map_err(query_error("grant function access"))?;
     Ok(())
 }
@@ -242,13 +260,14 @@ pub async fn grant(db: &Db, program_id: &str, group_id: &str, can_view: bool, ca
 /// Disables a function (runs answer 423 with `message`, or the reference's default) or enables it
 /// again (`disabled` false clears the message).
 pub async fn set_disabled(db: &Db, program_id: &str, disabled: bool, message: Option<&str>) -> Result<(), Error> {
-    on_db!(db, pool => sqlx::query("UPDATE programs SET disabled = $1, disabled_message = $2, updated = $3 WHERE id = $4")
+    announced!(db, tx => sqlx::query("UPDATE programs SET disabled = $1, disabled_message = $2, updated = $3 WHERE id = $4")
         .bind(disabled)
         .bind(message.filter(|_| disabled))
         .bind(now_micros())
         .bind(program_id)
-        .execute(pool)
-        .await
-        .map(|_| ()))
-    .map_err(query_error("disable function"))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected())
+    .map_err(query_error("disable function"))?;
+    Ok(())
 }

@@ -1,6 +1,6 @@
 //! Providers and their admin groups.
 
-use super::{Db, Error, new_id, now_micros, on_db, query_error};
+use super::{Db, Error, announced, new_id, now_micros, on_db, query_error};
 
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct ProviderRow {
@@ -43,12 +43,12 @@ pub async fn upsert(db: &Db, name: &str, registry: Option<&str>) -> Result<Provi
 }
 
 pub async fn add_admin_group(db: &Db, provider_id: &str, group_id: &str) -> Result<(), Error> {
-    on_db!(db, pool => sqlx::query("INSERT INTO provider_admin_groups (provider_id, group_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+    announced!(db, tx => sqlx::query("INSERT INTO provider_admin_groups (provider_id, group_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
         .bind(provider_id)
         .bind(group_id)
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected()))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected())
     .map_err(query_error("add provider admin group"))?;
     Ok(())
 }

@@ -1,8 +1,8 @@
 //! Users and groups: who a token is, whether they are active, which groups they belong to.
 
-use super::{Db, Error, new_id, now_micros, on_db, query_error};
+use super::{Db, Error, announced, new_id, now_micros, on_db, query_error};
 
-#[derive(Debug, Clone, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct UserRow {
     pub id: String,
     pub username: String,
@@ -35,16 +35,93 @@ pub async fn ensure(db: &Db, username: &str) -> Result<UserRow, Error> {
         .ok_or(Error::Query { operation: "create user", source: sqlx::Error::RowNotFound })
 }
 
-/// Sets `is_active`; returns false when no such user exists.
+/// Sets `is_active`; returns false when no such user exists. Announced (`announced!`): every
+/// server forgets the users it keeps in memory.
 pub async fn set_active(db: &Db, username: &str, active: bool) -> Result<bool, Error> {
-    let result = on_db!(db, pool => sqlx::query("UPDATE users SET is_active = $1 WHERE username = $2")
+    let changed = announced!(db, tx => sqlx::query("UPDATE users SET is_active = $1 WHERE username = $2")
         .bind(active)
         .bind(username)
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected()))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected())
     .map_err(query_error("update user"))?;
-    Ok(result > 0)
+    Ok(changed > 0)
+}
+
+/// The PostgreSQL channel told of every change that makes servers forget their cached users.
+pub const AUTH_CHANNEL: &str = "gantry_auth";
+
+/// What `watch_auth_changes` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthWatch {
+    /// Changes are being followed from now on: what was cached before may be stale.
+    Following,
+    /// A change was made: what is cached is stale.
+    Changed,
+    /// Changes can no longer be followed (the connection was lost): nothing may be cached
+    /// until `Following` is reported again.
+    Lost,
+}
+
+/// Follows changes to users made anywhere (`set_active`), forever, reporting to `report`: on
+/// PostgreSQL by LISTEN on its own connection (reconnected with backoff when lost), on SQLite
+/// by reading the auth stamp every `poll` (another process may share the file).
+pub async fn watch_auth_changes(db: &Db, poll: std::time::Duration, report: impl Fn(AuthWatch)) {
+    let mut backoff = std::time::Duration::from_millis(100);
+    loop {
+        match db {
+            Db::Postgres(pool) => {
+                let listening = async {
+                    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+                    listener.listen(AUTH_CHANNEL).await?;
+                    Ok::<_, sqlx::Error>(listener)
+                };
+                match listening.await {
+                    Ok(mut listener) => {
+                        report(AuthWatch::Following);
+                        backoff = std::time::Duration::from_millis(100);
+                        // `try_recv` answers None when the connection was lost: notifications
+                        // sent meanwhile are gone, so follow again from a new connection.
+                        while let Ok(Some(_)) = listener.try_recv().await {
+                            report(AuthWatch::Changed);
+                        }
+                        report(AuthWatch::Lost);
+                    }
+                    Err(error) => {
+                        tracing::warn!(error = %error, "cannot follow user changes; cached users are not used");
+                        report(AuthWatch::Lost);
+                    }
+                }
+            }
+            Db::Sqlite(..) => {
+                let mut seen = None;
+                loop {
+                    match stamp(db).await {
+                        Ok(now) => {
+                            match seen {
+                                None => report(AuthWatch::Following),
+                                Some(before) if before != now => report(AuthWatch::Changed),
+                                Some(_) => {}
+                            }
+                            seen = Some(now);
+                        }
+                        Err(_) => {
+                            report(AuthWatch::Lost);
+                            break;
+                        }
+                    }
+                    tokio::time::sleep(poll).await;
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+    }
+}
+
+async fn stamp(db: &Db) -> Result<i64, Error> {
+    on_db!(db, pool => sqlx::query_scalar::<_, i64>("SELECT n FROM auth_stamp WHERE id = 1").fetch_one(pool).await)
+        .map_err(query_error("read auth stamp"))
 }
 
 #[derive(Debug, Clone, sqlx::FromRow)]
@@ -78,23 +155,23 @@ pub async fn find_group(db: &Db, name: &str) -> Result<Option<GroupRow>, Error> 
 }
 
 pub async fn add_member(db: &Db, group_id: &str, user_id: &str) -> Result<(), Error> {
-    on_db!(db, pool => sqlx::query("INSERT INTO group_members (group_id, user_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+    announced!(db, tx => sqlx::query("INSERT INTO group_members (group_id, user_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
         .bind(group_id)
         .bind(user_id)
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected()))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected())
     .map_err(query_error("add group member"))?;
     Ok(())
 }
 
 pub async fn remove_member(db: &Db, group_id: &str, user_id: &str) -> Result<bool, Error> {
-    let removed = on_db!(db, pool => sqlx::query("DELETE FROM group_members WHERE group_id = $1 AND user_id = $2")
+    let removed = announced!(db, tx => sqlx::query("DELETE FROM group_members WHERE group_id = $1 AND user_id = $2")
         .bind(group_id)
         .bind(user_id)
-        .execute(pool)
-        .await
-        .map(|r| r.rows_affected()))
+        .execute(&mut *tx)
+        .await?
+        .rows_affected())
     .map_err(query_error("remove group member"))?;
     Ok(removed > 0)
 }

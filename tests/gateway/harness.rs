@@ -111,6 +111,7 @@ impl Gateway {
                 tokens: gantry::secrets::TokenCipher::generate().0,
                 auth: Arc::new(gantry::auth::Authenticator::mock()),
                 follows: Arc::new(gantry::follow::Follows::new(std::time::Duration::from_millis(100))),
+                functions: Arc::default(),
             },
             s3_endpoint,
             runner_task: None,

@@ -280,6 +280,12 @@ async fn listings_filter_paginate_and_order(backend: Backend) {
     assert_eq!(last["next"], Value::Null);
     assert!(last["previous"].as_str().unwrap().ends_with("/api/v1/jobs/?limit=2&offset=0"));
     assert_eq!(gateway.get("/api/v1/jobs/", "alice").await.json["results"].as_array().unwrap().len(), 4);
+    // A page past the end still carries the count (read in the same statement as the page).
+    let past = gateway.get("/api/v1/jobs/?limit=2&offset=10&status=QUEUED", "alice").await.json;
+    assert_eq!((past["count"].as_i64(), past["results"].as_array().map(Vec::len)), (Some(4), Some(0)), "{past}");
+    assert!(past["previous"].as_str().unwrap().ends_with("/api/v1/jobs/?limit=2&offset=8"), "{past}");
+    let none = gateway.get("/api/v1/jobs/?status=SUCCEEDED&limit=0", "alice").await.json;
+    assert_eq!((none["count"].as_i64(), none["results"].as_array().map(Vec::len)), (Some(0), Some(0)), "{none}");
 
     for (query, message) in [
         ("filter=nope", "not a valid choice"),

@@ -23,6 +23,7 @@ mod openapi;
 mod openapi_drift;
 mod pod_endings;
 mod programs;
+mod replicas;
 mod retention;
 mod scoped_access;
 mod streams;

@@ -5,7 +5,7 @@ use crate::api::error::ApiError;
 use crate::api::state::AppState;
 use crate::auth::Caller;
 use crate::db::jobs::{self, JobRow};
-use crate::db::{programs, providers};
+use crate::db::programs;
 use crate::domain::visibility::{self, FunctionAccess, ProviderOperation};
 
 pub fn job_not_found(job_id: &str) -> ApiError {
@@ -63,15 +63,44 @@ pub async fn resolve_function(
     title: &str,
     rule: fn(FunctionAccess) -> bool,
 ) -> Result<programs::ProgramRow, ApiError> {
-    let not_found = || ApiError::function_not_found(provider, title);
-    let row = match provider {
-        Some(name) => {
-            let Some(provider) = providers::find_by_name(&state.db, name).await? else {
-                return Err(not_found());
-            };
-            programs::find_provider_function(&state.db, &caller.user_id, &provider.id, title).await?
+    let row = find_function(state, caller, provider, title).await?;
+    row.filter(|row| rule(caller.access(row))).ok_or_else(|| ApiError::function_not_found(provider, title))
+}
+
+/// `resolve_function` for `run`: from memory when the caller resolved the same function before
+/// and no change was announced since (`AppState::functions`), so the job's own transaction is
+/// the only one.
+pub async fn runnable_function(
+    state: &AppState,
+    caller: &Caller,
+    provider: Option<&str>,
+    title: &str,
+) -> Result<programs::ProgramRow, ApiError> {
+    let key = (caller.user_id.clone(), provider.map(str::to_string), title.to_string());
+    let generation = state.functions.generation();
+    let row = match state.functions.get(&key) {
+        Some(row) => Some(row),
+        None => {
+            let row = find_function(state, caller, provider, title).await?;
+            if let Some(row) = &row {
+                state.functions.put(generation, key, row.clone());
+            }
+            row
         }
-        None => programs::find_user_function(&state.db, &caller.user_id, title).await?,
     };
-    row.filter(|row| rule(caller.access(row))).ok_or_else(not_found)
+    row.filter(|row| visibility::can_run(caller.access(row)))
+        .ok_or_else(|| ApiError::function_not_found(provider, title))
+}
+
+/// The function by optional provider and title, with the caller's relation to it: one statement.
+async fn find_function(
+    state: &AppState,
+    caller: &Caller,
+    provider: Option<&str>,
+    title: &str,
+) -> Result<Option<programs::ProgramRow>, ApiError> {
+    Ok(match provider {
+        Some(name) => programs::find_provider_function_named(&state.db, &caller.user_id, name, title).await?,
+        None => programs::find_user_function(&state.db, &caller.user_id, title).await?,
+    })
 }

@@ -89,19 +89,21 @@ async fn provider_folder(
     let operation = if write { ProviderOperation::FilesWrite } else { ProviderOperation::FilesRead };
     let target = target(query, true)?;
     let provider_name = target.provider.expect("required above");
-    let provider = providers::find_by_name(&state.db, &provider_name)
-        .await?
-        .ok_or_else(|| ApiError::provider_not_found(&provider_name))?;
-    let row = programs::find_provider_function(&state.db, &caller.user_id, &provider.id, &target.function).await?;
+    let row =
+        programs::find_provider_function_named(&state.db, &caller.user_id, &provider_name, &target.function).await?;
     match row {
         Some(row) if visibility::can_manage(caller.access(&row), operation) => {
-            Ok(keys::provider_files(&provider.name, &row.title))
+            Ok(keys::provider_files(&provider_name, &row.title))
         }
         Some(_) => Err(ApiError::provider_not_found(&provider_name)),
-        None if providers::is_admin(&state.db, &provider.id, &caller.user_id).await? => {
-            Err(ApiError::function_not_found(Some(&provider_name), &target.function))
-        }
-        None => Err(ApiError::provider_not_found(&provider_name)),
+        // No such function: its provider's admins learn that, everyone else that there is no
+        // such provider (for them).
+        None => match providers::find_by_name(&state.db, &provider_name).await? {
+            Some(provider) if providers::is_admin(&state.db, &provider.id, &caller.user_id).await? => {
+                Err(ApiError::function_not_found(Some(&provider_name), &target.function))
+            }
+            _ => Err(ApiError::provider_not_found(&provider_name)),
+        },
     }
 }
 

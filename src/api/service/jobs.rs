@@ -6,7 +6,7 @@
 use axum::http::{HeaderMap, header};
 use serde_json::{Value, json};
 
-use super::access::{job_not_found, manages_job_function, own_job, resolve_function};
+use super::access::{job_not_found, manages_job_function, own_job, runnable_function};
 use super::programs::check_arguments;
 use crate::api::answers::{
     EventRecord, JobAnswer, JobPage, JobRecord, Message, QueueAnswer, QueuedPlace, ResultAnswer, RunAnswer, RuntimeJob,
@@ -43,7 +43,7 @@ pub async fn run(
     headers: RunHeaders,
 ) -> Result<RunAnswer, ApiError> {
     let RunRequest { title, provider, arguments, function_size, config } = request;
-    let program = resolve_function(state, caller, provider.as_deref(), &title, visibility::can_run).await?;
+    let program = runnable_function(state, caller, provider.as_deref(), &title).await?;
     if program.disabled {
         return Err(ApiError::Locked(
             program

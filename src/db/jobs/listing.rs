@@ -49,38 +49,27 @@ const COUNT_COLUMNS: FilterColumns = FilterColumns {
 };
 
 impl JobFilter {
-    /// `WHERE …` over the given columns, with its numbered parameters.
-    fn clause(&self, columns: &FilterColumns) -> (String, Vec<Param>) {
+    /// `WHERE …` over the given columns; its parameters are appended to `params` and numbered
+    /// after those already there.
+    fn clause(&self, columns: &FilterColumns, params: &mut Vec<Param>) -> String {
         let mut clauses = Vec::new();
-        let mut params = Vec::new();
-        let mut equal = |column: &str, param: Param, clauses: &mut Vec<String>| {
-            params.push(param);
-            clauses.push(format!("{column} = ${}", params.len()));
-        };
         if let Some(author) = &self.author_id {
-            equal(columns.author, Param::Text(author.clone()), &mut clauses);
+            clauses.push(format!("{} = {}", columns.author, bind(params, Param::Text(author.clone()))));
         }
         if let Some(provider) = &self.provider_id {
-            equal(columns.provider, Param::Text(provider.clone()), &mut clauses);
+            clauses.push(format!("{} = {}", columns.provider, bind(params, Param::Text(provider.clone()))));
         }
         if let Some(status) = &self.status {
-            equal(columns.status, Param::Text(status.clone()), &mut clauses);
+            clauses.push(format!("{} = {}", columns.status, bind(params, Param::Text(status.clone()))));
         }
         if let Some(after) = self.created_after {
-            if columns.by_day {
-                params.push(Param::Int(day_of(after)));
-                clauses.push(format!("jc.day > ${}", params.len()));
-            } else {
-                params.push(Param::Int(after));
-                clauses.push(format!("j.created >= ${}", params.len()));
-            }
+            clauses.push(match columns.by_day {
+                true => format!("jc.day > {}", bind(params, Param::Int(day_of(after)))),
+                false => format!("j.created >= {}", bind(params, Param::Int(after))),
+            });
         }
         if let Some(ids) = &self.program_ids {
-            let mut placeholders = Vec::new();
-            for id in ids {
-                params.push(Param::Text(id.clone()));
-                placeholders.push(format!("${}", params.len()));
-            }
+            let placeholders: Vec<String> = ids.iter().map(|id| bind(params, Param::Text(id.clone()))).collect();
             clauses.push(match placeholders.is_empty() {
                 true => "1 = 0".to_string(),
                 false => format!("{} IN ({})", columns.program, placeholders.join(", ")),
@@ -91,33 +80,34 @@ impl JobFilter {
             Some(false) => clauses.push(format!("{} IS NULL", columns.provider)),
             None => {}
         }
-        let clause = if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) };
-        (clause, params)
+        if clauses.is_empty() { String::new() } else { format!("WHERE {}", clauses.join(" AND ")) }
     }
 
-    fn where_clause(&self) -> (String, Vec<Param>) {
-        self.clause(&JOB_COLUMNS)
-    }
-
-    /// The count of matching jobs from the kept counts; with `created_after`, the whole days after
-    /// its day from `job_counts_by_day` plus that day's rows counted in `jobs`.
-    fn count_queries(&self) -> Vec<(String, Vec<Param>)> {
-        let (clause, params) = self.clause(&COUNT_COLUMNS);
+    /// The count of matching jobs, as one SQL expression: from the kept counts; with
+    /// `created_after`, the whole days after its day from `job_counts_by_day` plus that day's
+    /// rows counted in `jobs`.
+    fn count_expression(&self, params: &mut Vec<Param>) -> String {
+        let clause = self.clause(&COUNT_COLUMNS, params);
         let table = if self.created_after.is_some() { "job_counts_by_day" } else { "job_counts" };
-        let mut queries = vec![(
-            format!(
-                "SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM {table} jc \
-                 LEFT JOIN programs p ON p.id = jc.program_id {clause}"
-            ),
-            params,
-        )];
-        if let Some(after) = self.created_after {
-            let (clause, mut params) = self.clause(&JOB_COLUMNS);
-            params.push(Param::Int((day_of(after) + 1) * DAY_MICROS));
-            queries.push((format!("SELECT COUNT(*) FROM jobs j {clause} AND j.created < ${}", params.len()), params));
+        let kept = format!(
+            "(SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM {table} jc \
+             LEFT JOIN programs p ON p.id = jc.program_id {clause})"
+        );
+        match self.created_after {
+            None => kept,
+            Some(after) => {
+                let clause = self.clause(&JOB_COLUMNS, params);
+                let day_end = bind(params, Param::Int((day_of(after) + 1) * DAY_MICROS));
+                format!("{kept} + (SELECT COUNT(*) FROM jobs j {clause} AND j.created < {day_end})")
+            }
         }
-        queries
     }
+}
+
+/// Appends `param` and answers its placeholder.
+fn bind(params: &mut Vec<Param>, param: Param) -> String {
+    params.push(param);
+    format!("${}", params.len())
 }
 
 macro_rules! bind_params {
@@ -133,24 +123,34 @@ macro_rules! bind_params {
     }};
 }
 
-/// One page of jobs, newest first, and the total matching.
+/// One page of jobs, newest first, and the total matching, in one statement: the count is
+/// joined to the page, so a page past the end still carries it (a row of NULL job columns).
 pub async fn list(db: &Db, filter: &JobFilter, limit: Option<i64>, offset: i64) -> Result<(i64, Vec<JobRow>), Error> {
-    let (clause, params) = filter.where_clause();
+    let mut params = Vec::new();
+    let count = filter.count_expression(&mut params);
+    let clause = filter.clause(&JOB_COLUMNS, &mut params);
     // The page is chosen on the jobs table alone (its index gives the order), then joined.
-    let page_sql = format!(
-        "{} FROM (SELECT * FROM jobs j {clause} ORDER BY j.created DESC, j.id DESC LIMIT {} OFFSET {}) j {} \
-         ORDER BY j.created DESC, j.id DESC",
+    let sql = format!(
+        "SELECT total.n AS total, page.* FROM (SELECT {count} AS n) total LEFT JOIN ({} FROM \
+         (SELECT * FROM jobs j {clause} ORDER BY j.created DESC, j.id DESC LIMIT {} OFFSET {}) j {}) page ON 1 = 1 \
+         ORDER BY page.created DESC, page.id DESC",
         job_columns!(),
         limit.map(|l| l.max(0)).unwrap_or(i64::MAX),
         offset.max(0),
         job_joins!(),
     );
-    let mut count = 0;
-    for (count_sql, count_params) in filter.count_queries() {
-        count += on_db!(db, pool => bind_params!(sqlx::query_scalar::<_, i64>(&count_sql), &count_params).fetch_one(pool).await)
-            .map_err(query_error("count jobs"))?;
-    }
-    let rows = on_db!(db, pool => bind_params!(sqlx::query_as::<_, JobRow>(&page_sql), &params).fetch_all(pool).await)
-        .map_err(query_error("list jobs"))?;
-    Ok((count, rows))
+    on_db!(db, pool => async {
+        let rows = bind_params!(sqlx::query(&sql), &params).fetch_all(pool).await?;
+        let mut total = 0;
+        let mut jobs = Vec::with_capacity(rows.len());
+        for row in &rows {
+            total = sqlx::Row::try_get::<i64, _>(row, "total")?;
+            if sqlx::Row::try_get::<Option<String>, _>(row, "id")?.is_some() {
+                let job: JobRow = sqlx::FromRow::from_row(row)?;
+                jobs.push(job);
+            }
+        }
+        Ok::<_, sqlx::Error>((total, jobs))
+    }.await)
+    .map_err(query_error("list jobs"))
 }

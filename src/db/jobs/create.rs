@@ -1,0 +1,161 @@
+//! Creating a job: the `run` transaction, the active-job limit checked in it.
+
+use super::{COUNT_ADD, OutboxNames, day_of};
+use crate::db::{Db, Error, new_id, now_micros, on_db, query_error};
+
+/// A job to create.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    pub id: String,
+    pub program_id: String,
+    pub provider_id: Option<String>,
+    pub author_id: String,
+    pub arguments: String,
+    pub config: String,
+    pub env_vars: String,
+    pub runner: String,
+    pub gpu: bool,
+    pub function_size: Option<String>,
+}
+
+/// Creates a `QUEUED` job and its first event in one transaction, unless the author already has
+/// `active_limit` active jobs (then nothing is written and `None` is returned). Returns the
+/// creation time. With `outbox`, the move into `QUEUED` is also recorded for the outbound
+/// sinks. On PostgreSQL the
+/// author's row is locked first so concurrent runs of one user serialize; SQLite serializes all
+/// writers, and the conditional insert is one statement.
+pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64, outbox: bool) -> Result<Option<i64>, Error> {
+    let (db, job) = (db.clone(), job.clone());
+    crate::db::detached(async move { insert_with_limit_attached(&db, &job, active_limit, outbox).await }).await
+}
+
+async fn insert_with_limit_attached(
+    db: &Db,
+    job: &NewJob,
+    active_limit: i64,
+    outbox: bool,
+) -> Result<Option<i64>, Error> {
+    if let Db::Postgres(pool) = db {
+        return insert_with_limit_postgres(pool, job, active_limit, outbox).await.map_err(query_error("create job"));
+    }
+    // SQLite: take the write lock up front, so the count and the insert see one state.
+    let (begin, lock) = ("BEGIN IMMEDIATE", "SELECT id FROM users WHERE id = $1");
+    let now = now_micros();
+    let event = serde_json::json!({ "status": "QUEUED" }).to_string();
+    let _writer = db.write_lock().await;
+    on_db!(db, pool => async {
+        let mut tx = pool.begin_with(begin).await?;
+        sqlx::query(lock).bind(&job.author_id).execute(&mut *tx).await?;
+        let inserted = sqlx::query(
+            "INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
+             function_size, created, updated, last_activity, event_seq) \
+             SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $11, $11, $11, 1 \
+             WHERE (SELECT COALESCE(SUM(n), 0) FROM job_counts \
+                    WHERE author_id = $4 AND status IN ('QUEUED', 'PENDING', 'RUNNING')) < $12")
+            .bind(&job.id)
+            .bind(&job.program_id)
+            .bind(&job.provider_id)
+            .bind(&job.author_id)
+            .bind(&job.arguments)
+            .bind(&job.config)
+            .bind(&job.env_vars)
+            .bind(&job.runner)
+            .bind(job.gpu)
+            .bind(&job.function_size)
+            .bind(now)
+            .bind(active_limit)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if inserted == 0 {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        for statement in COUNT_ADD {
+            sqlx::query(statement)
+                .bind(&job.author_id)
+                .bind(&job.program_id)
+                .bind("QUEUED")
+                .bind(day_of(now))
+                .bind(1i64)
+                .execute(&mut *tx)
+                .await?;
+        }
+        insert_event!(tx, &job.id, 1i64, now, "STATUS_CHANGE", "API", "RUN_PROGRAM", &event);
+        if outbox {
+            insert_move_outbox!(tx, &job.id, 1i64, now, None::<&str>, "QUEUED", "API", "RUN_PROGRAM");
+        }
+        tx.commit().await?;
+        Ok(Some(now))
+    }.await)
+    .map_err(query_error("create job"))
+}
+
+/// `insert_with_limit` on PostgreSQL in three round trips: `BEGIN` with the lock on the author's
+/// row (concurrent runs of one user wait there), then the limit check, the job, its kept counts
+/// and its first event in one statement (which, started after the lock was granted, counts the
+/// jobs that the runs it waited for committed), then `COMMIT`.
+async fn insert_with_limit_postgres(
+    pool: &sqlx::PgPool,
+    job: &NewJob,
+    active_limit: i64,
+    outbox: bool,
+) -> Result<Option<i64>, sqlx::Error> {
+    let now = now_micros();
+    let event = serde_json::json!({ "status": "QUEUED" }).to_string();
+    // The simple protocol takes no parameters: the id goes in as a literal, which is safe only
+    // because it is one of our ids (letters, digits and '-'); anything else takes a round trip
+    // more.
+    let mut tx = if job.author_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
+        pool.begin_with(format!("BEGIN; SELECT id FROM users WHERE id = '{}' FOR UPDATE", job.author_id)).await?
+    } else {
+        let mut tx = pool.begin().await?;
+        sqlx::query("SELECT id FROM users WHERE id = $1 FOR UPDATE").bind(&job.author_id).execute(&mut *tx).await?;
+        tx
+    };
+    let inserted: i64 = sqlx::query_scalar(
+        "WITH job AS ( \
+           INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
+             function_size, created, updated, last_activity, event_seq) \
+           SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $11, $11, $11, 1 \
+           WHERE (SELECT COALESCE(SUM(n), 0) FROM job_counts \
+                  WHERE author_id = $4 AND status IN ('QUEUED', 'PENDING', 'RUNNING')) < $12 \
+           RETURNING id), \
+         counted AS ( \
+           INSERT INTO job_counts (author_id, program_id, status, n) SELECT $4, $2, 'QUEUED', 1 FROM job \
+           ON CONFLICT (author_id, program_id, status) DO UPDATE SET n = job_counts.n + excluded.n), \
+         counted_by_day AS ( \
+           INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) SELECT $4, $2, 'QUEUED', $13, 1 FROM job \
+           ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n), \
+         event AS ( \
+           INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
+           SELECT $14, id, 1, $11, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $15 FROM job) \
+         SELECT COUNT(*) FROM job",
+    )
+    .bind(&job.id)
+    .bind(&job.program_id)
+    .bind(&job.provider_id)
+    .bind(&job.author_id)
+    .bind(&job.arguments)
+    .bind(&job.config)
+    .bind(&job.env_vars)
+    .bind(&job.runner)
+    .bind(job.gpu)
+    .bind(&job.function_size)
+    .bind(now)
+    .bind(active_limit)
+    .bind(day_of(now))
+    .bind(new_id())
+    .bind(&event)
+    .fetch_one(&mut *tx)
+    .await?;
+    if inserted == 0 {
+        tx.rollback().await?;
+        return Ok(None);
+    }
+    if outbox {
+        insert_move_outbox!(tx, &job.id, 1i64, now, None::<&str>, "QUEUED", "API", "RUN_PROGRAM");
+    }
+    tx.commit().await?;
+    Ok(Some(now))
+}
