@@ -4,14 +4,16 @@
 #   a  GET /api/v1/jobs/{id}/            b  GET /api/v1/jobs/?limit=10
 #   c  GET /api/v1/jobs/?limit=10&status=SUCCEEDED&created_after=...
 #   d  GET /api/v1/programs/             e  POST /api/v1/programs/run/ (16 concurrent clients)
-#   f  10 MiB file upload and download, one stream
+#   f  10 MiB file upload and download, one stream (local storage, and S3 storage through
+#      examples/s3_server.rs unless FILES_S3=0)
 # plus, per backend, the time from `run` to the first output line of the job's python, measured
 # with the local runner on a fresh database. Prints markdown tables. Not a test: figures vary by machine.
 #
 # usage: bench/jobs.sh            (both backends)   BACKENDS=sqlite bench/jobs.sh
 # env:   DATABASE_URL (PostgreSQL superuser, default postgres://postgres@127.0.0.1:5432/test),
 #        LOAD_SH (default ../shared/bench/load.sh), DURATION/WARMUP/CONNS for load.sh,
-#        LOAD_TESTS (default "a b c d e f"), STARTS=20, GANTRY_BIN (a binary to measure instead)
+#        LOAD_TESTS (default "a b c d e f"), STARTS=20, GANTRY_BIN (a binary to measure instead),
+#        PG_SOCKET=1 (the server reaches PostgreSQL over its Unix socket, not TCP)
 # Beside req/s and p99, each test prints its cost per request: the gateway's CPU, PostgreSQL's
 # CPU (all its processes) and PostgreSQL's transactions (pg_stat_database), over the warm-up and
 # the run. Needs procps (pgrep).
@@ -41,7 +43,8 @@ WORK=$(mktemp -d)
 chmod 711 "$WORK"
 SERVER=""
 stop_server() { if [ -n "$SERVER" ]; then kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; SERVER=""; fi; }
-cleanup() { stop_server; if [ -n "${KEEP_WORK:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
+S3_SERVER=""
+cleanup() { stop_server; if [ -n "$S3_SERVER" ]; then kill "$S3_SERVER" 2>/dev/null || true; fi; if [ -n "${KEEP_WORK:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -224,6 +227,13 @@ for backend in $BACKENDS; do
     name="gantry_bench_$$"
     psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $name" -c "CREATE DATABASE $name"
     pg_bench_url="${DATABASE_URL%/*}/$name"
+    if [ -n "${PG_SOCKET:-}" ]; then
+      # The server reaches PostgreSQL over its Unix socket (the seed and the counters still use
+      # DATABASE_URL).
+      read -r socket_dir socket_port socket_user < <(psql "$DATABASE_URL" -qtAF ' ' -c \
+        "SELECT split_part(current_setting('unix_socket_directories'), ',', 1), current_setting('port'), current_user")
+      pg_bench_url="postgres:///$name?host=$socket_dir&port=$socket_port&user=$socket_user"
+    fi
     flags+=(--database-url "$pg_bench_url")
   fi
   start_server "$data" "$port" "${flags[@]}"
@@ -244,3 +254,27 @@ for backend in $BACKENDS; do
   if [ -n "$pg_bench_url" ]; then psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $name WITH (FORCE)"; fi
 done
 
+# Files through S3 storage (FILES_S3=0 skips it): s3s-fs, the S3 protocol server the gateway
+# suite runs in-process, as a program of its own (examples/s3_server.rs), on loopback; SQLite.
+if [ "${FILES_S3:-1}" = 1 ]; then
+  cargo build --release --quiet --example s3_server
+  mkdir -p "$WORK/s3/gantry"
+  s3_port=$(free_port)
+  "$ROOT/target/release/examples/s3_server" "$WORK/s3" "127.0.0.1:$s3_port" bench-key bench-secret-key >"$WORK/s3.log" 2>&1 &
+  S3_SERVER=$!
+  for _ in $(seq 1 100); do grep -q "listening" "$WORK/s3.log" && break; sleep 0.05; done
+  port=$(free_port)
+  AWS_ACCESS_KEY_ID=bench-key AWS_SECRET_ACCESS_KEY=bench-secret-key start_server "$WORK/s3-gantry" "$port" \
+    --runner none --storage s3://gantry/bench --s3-endpoint "http://127.0.0.1:$s3_port" --s3-path-style
+  upload_function "$port" bench-fn 'print("bench")' >/dev/null
+  echo
+  echo "## files on S3 storage (s3s-fs on loopback, SQLite)"
+  echo
+  echo "| test | transfer | median MiB/s | range MiB/s | median ms | reps | peak RSS MiB |"
+  echo "|---|---|---:|---:|---:|---:|---:|"
+  SERVER_PID=$SERVER TESTS=f bash "$LOAD_SH" "http://127.0.0.1:$port" "$TOKEN" be0c0000-0000-0000-0000-00000000c350 bench-fn |
+    grep '^| f |'
+  stop_server
+  kill "$S3_SERVER" 2>/dev/null || true
+  S3_SERVER=""
+fi

@@ -243,6 +243,9 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
     if job_ids.is_empty() {
         return Ok(Vec::new());
     }
+    if let (Db::Postgres(pool), [job_id], false) = (db, job_ids, outbox) {
+        return apply_move_postgres(pool, job_id, mv).await.map_err(query_error("move job status"));
+    }
     let now = now_micros();
     let terminal = mv.to.is_terminal();
     let data = mv.data.to_string();
@@ -322,6 +325,49 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
         Ok(moved)
     }.await)
     .map_err(query_error("move job status"))
+}
+
+/// One job's move on PostgreSQL without outbound sinks: the move, its event and the four
+/// counter changes in one statement, one round trip. Counter rows are locked as every other
+/// writer locks them: totals in status order, and each per-day row after its total (it reads
+/// the totals' rows), so concurrent moves and runs cannot deadlock.
+async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Result<Vec<String>, sqlx::Error> {
+    let moved: Option<i64> = sqlx::query_scalar(
+        "WITH moved AS ( \
+           UPDATE jobs SET status = $1, updated = $3, last_activity = $3, event_seq = event_seq + 1, \
+             sub_status = CASE WHEN $4 THEN NULL ELSE sub_status END, \
+             env_vars = CASE WHEN $4 THEN '{}' ELSE env_vars END \
+           WHERE status = $2 AND id = $5 \
+           RETURNING id, author_id, COALESCE(program_id, '') AS program_id, created / $10 AS day, event_seq), \
+         event AS ( \
+           INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
+           SELECT $6, id, event_seq, $3, 'STATUS_CHANGE', $7, $8, $9 FROM moved), \
+         counted AS ( \
+           INSERT INTO job_counts (author_id, program_id, status, n) \
+           SELECT m.author_id, m.program_id, c.status, c.n FROM moved m \
+           CROSS JOIN (VALUES ($2, CAST(-1 AS BIGINT)), ($1, CAST(1 AS BIGINT))) AS c (status, n) ORDER BY c.status \
+           ON CONFLICT (author_id, program_id, status) DO UPDATE SET n = job_counts.n + excluded.n \
+           RETURNING author_id, program_id, status), \
+         counted_by_day AS ( \
+           INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
+           SELECT c.author_id, c.program_id, c.status, m.day, CASE WHEN c.status = $1 THEN 1 ELSE -1 END \
+           FROM counted c CROSS JOIN moved m ORDER BY c.status \
+           ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n) \
+         SELECT event_seq FROM moved",
+    )
+    .bind(mv.to.as_str())
+    .bind(mv.from.as_str())
+    .bind(now_micros())
+    .bind(mv.to.is_terminal())
+    .bind(job_id)
+    .bind(new_id())
+    .bind(mv.origin.as_str())
+    .bind(mv.context)
+    .bind(mv.data.to_string())
+    .bind(DAY_MICROS)
+    .fetch_optional(pool)
+    .await?;
+    Ok(moved.map(|_| vec![job_id.to_string()]).unwrap_or_default())
 }
 
 /// Outcome of a sub-status update.

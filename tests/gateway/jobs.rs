@@ -11,6 +11,7 @@ both_backends!(
     run_queues_a_job_with_its_first_event,
     rejected_runs_leave_nothing_behind,
     active_job_limit_holds_under_concurrency,
+    runs_and_status_moves_at_once_never_deadlock,
     listings_filter_paginate_and_order,
     job_endpoints_are_author_only,
     sub_status_events_and_runtime_jobs,
@@ -209,6 +210,59 @@ async fn active_job_limit_holds_under_concurrency(backend: Backend) {
     // Another user is not affected.
     gateway.upload_function("bob", &[("title", "fn"), ("entrypoint", "main.py")]).await;
     assert_eq!(run(&gateway, "bob", "fn", "{}").await.status, 200);
+}
+
+/// Runs of one user race with status moves of that user's jobs (what an admission pass does):
+/// both write the same kept-count rows, and neither may deadlock or lose a count.
+async fn runs_and_status_moves_at_once_never_deadlock(backend: Backend) {
+    use gantry::domain::lifecycle::{JobStatus, Move, Origin};
+    let gateway = Gateway::start_with(backend, |config| config.active_jobs_per_user = 1000).await;
+    gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
+    let gateway = std::sync::Arc::new(gateway);
+    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let mut runs = Vec::new();
+    for _ in 0..8 {
+        let (gateway, sender) = (gateway.clone(), sender.clone());
+        runs.push(tokio::spawn(async move {
+            for _ in 0..10 {
+                let reply = run(&gateway, "alice", "fn", "{}").await;
+                assert_eq!(reply.status, 200, "{}", reply.json);
+                sender.send(reply.json["id"].as_str().unwrap().to_string()).unwrap();
+            }
+        }));
+    }
+    drop(sender);
+    let mover = {
+        let gateway = gateway.clone();
+        tokio::spawn(async move {
+            let db = &gateway.state.db;
+            let mv = Move {
+                from: JobStatus::Queued,
+                to: JobStatus::Pending,
+                origin: Origin::Scheduler,
+                context: "MOVE",
+                data: serde_json::json!({}),
+            };
+            let mut moved = 0;
+            while let Some(id) = receiver.recv().await {
+                moved += gantry::db::jobs::apply_moves(db, &[id], &mv, false).await.expect("a move").len();
+            }
+            moved
+        })
+    };
+    for task in runs {
+        tokio::time::timeout(std::time::Duration::from_secs(60), task).await.expect("runs finish").unwrap();
+    }
+    let moved = tokio::time::timeout(std::time::Duration::from_secs(60), mover).await.expect("moves finish").unwrap();
+    assert_eq!(moved, 80);
+    let count = |status: &'static str| {
+        let gateway = gateway.clone();
+        async move {
+            let filter = gantry::db::jobs::JobFilter { status: Some(status.into()), ..Default::default() };
+            gantry::db::jobs::list(&gateway.state.db, &filter, Some(1), 0).await.unwrap().0
+        }
+    };
+    assert_eq!((count("QUEUED").await, count("PENDING").await), (0, 80));
 }
 
 async fn listings_filter_paginate_and_order(backend: Backend) {

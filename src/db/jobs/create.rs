@@ -94,7 +94,10 @@ async fn insert_with_limit_attached(
 /// `insert_with_limit` on PostgreSQL in three round trips: `BEGIN` with the lock on the author's
 /// row (concurrent runs of one user wait there), then the limit check, the job, its kept counts
 /// and its first event in one statement (which, started after the lock was granted, counts the
-/// jobs that the runs it waited for committed), then `COMMIT`.
+/// jobs that the runs it waited for committed), then `COMMIT`. The per-day count reads the
+/// total count's row, so the two counter rows are locked in the order every other writer
+/// locks them (total, then per day): sub-statements of one statement otherwise run in no
+/// promised order, and two orders could deadlock with a concurrent status move.
 async fn insert_with_limit_postgres(
     pool: &sqlx::PgPool,
     job: &NewJob,
@@ -123,9 +126,11 @@ async fn insert_with_limit_postgres(
            RETURNING id), \
          counted AS ( \
            INSERT INTO job_counts (author_id, program_id, status, n) SELECT $4, $2, 'QUEUED', 1 FROM job \
-           ON CONFLICT (author_id, program_id, status) DO UPDATE SET n = job_counts.n + excluded.n), \
+           ON CONFLICT (author_id, program_id, status) DO UPDATE SET n = job_counts.n + excluded.n \
+           RETURNING author_id), \
          counted_by_day AS ( \
-           INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) SELECT $4, $2, 'QUEUED', $13, 1 FROM job \
+           INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
+           SELECT $4, $2, 'QUEUED', $13, 1 FROM counted \
            ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n), \
          event AS ( \
            INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
