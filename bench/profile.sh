@@ -45,4 +45,4 @@ echo "Samples by where they ran:"
 perf report -i "$WORK/perf.data" --no-children --sort dso --stdio 2>/dev/null | grep -E '^ +[0-9]' | head -6
 echo
 echo "Top symbols:"
-perf report -i "$WORK/perf.data" --no-children --sort dso,symbol --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | head -15
+perf report -i "$WORK/perf.data" --no-children --sort dso,symbol --stdio -g none 2>/dev/null | grep -E '^ +[0-9]' | sed -E 's/ +/ /g; s/ - - *$//' | cut -c1-110 | head -15
