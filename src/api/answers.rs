@@ -79,6 +79,21 @@ impl JobRecord {
         }
     }
 
+    /// `of`, taking the row (a listing's rows are not needed after): nothing is copied.
+    pub fn from_row(job: JobRow) -> JobRecord {
+        JobRecord {
+            created: db::format_timestamp(job.created),
+            function_size: job.function_size,
+            gpu: job.gpu,
+            id: job.id,
+            program: ProgramSummary { id: job.program_id, provider: job.provider_name, title: job.program_title },
+            result: None,
+            status: job.status,
+            sub_status: job.sub_status,
+            updated: db::format_timestamp(job.updated),
+        }
+    }
+
     /// The record with `result` (null when `result` is `None`).
     pub fn with_result(mut self, result: Option<String>) -> JobRecord {
         self.result = Some(result);

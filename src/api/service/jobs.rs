@@ -199,7 +199,7 @@ async fn page(
     let link = |offset: i64| format!("{scheme}://{host}{path}?limit={limit}&offset={offset}");
     let next = (offset + limit < count || (limit == 0 && offset < count)).then(|| link(offset + limit));
     let previous = (offset > 0).then(|| link((offset - limit).max(0)));
-    Ok(JobPage { count, next, previous, results: rows.iter().map(JobRecord::of).collect() })
+    Ok(JobPage { count, next, previous, results: rows.into_iter().map(JobRecord::from_row).collect() })
 }
 
 /// The caller's jobs, newest first, filtered and paginated.
