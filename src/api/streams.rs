@@ -221,13 +221,21 @@ async fn stream_log(
     }
     // SSE carries text: pieces are decoded without splitting characters; each event's id is the
     // byte offset after it, so `Last-Event-ID` resumes exactly there.
+    // The closing `end` event carries the log's length as data: an event without a data line
+    // is never dispatched by a browser's EventSource.
     let mut decoder = Utf8Pieces::default();
+    let reached = Arc::new(std::sync::atomic::AtomicU64::new(offset));
+    let last = Arc::clone(&reached);
     let events = pieces
         .map(move |(end, piece)| {
+            reached.store(end, std::sync::atomic::Ordering::Relaxed);
             let text = decoder.push(&piece);
             Event::default().id(end.to_string()).event("log").data(sse_safe(&text))
         })
-        .chain(futures::stream::once(async { Event::default().event("end").data("") }))
+        .chain(futures::stream::once(async move {
+            let offset = last.load(std::sync::atomic::Ordering::Relaxed);
+            Event::default().event("end").data(format!("{{\"offset\": {offset}}}"))
+        }))
         .map(Ok::<_, Infallible>);
     Ok(sse(events))
 }

@@ -647,8 +647,10 @@ impl SseReader {
                         data.push(value.strip_prefix(' ').unwrap_or(value).to_string());
                     }
                 }
-                if data.is_empty() && event.event.is_none() {
-                    continue; // a keep-alive comment
+                // As a browser's EventSource does: a block without data lines (a keep-alive
+                // comment, or an event with no data) is never dispatched.
+                if data.is_empty() {
+                    continue;
                 }
                 event.data = data.join("\n");
                 return Some(event);
@@ -747,7 +749,11 @@ async fn a_log_follower_receives_every_line_of_a_job_that_prints_for_seconds(bac
                     assert_eq!(gateway.state.follows.running(), 1);
                 }
             }
-            Some("end") => ended = true,
+            Some("end") => {
+                let end: Value = serde_json::from_str(&event.data).unwrap();
+                assert_eq!(end["offset"].as_u64(), Some(followed.len() as u64), "{end}");
+                ended = true;
+            }
             other => panic!("unexpected event {other:?}"),
         }
     }
