@@ -213,15 +213,10 @@ impl Authenticator {
         Authenticator { check: Check::Mock, verdicts: VerdictCache::new(Duration::ZERO), users: Watched::default() }
     }
 
-    /// What the watcher of user changes reports (`db::users::watch_auth_changes`); until it
+    /// What the watcher of changes reports (`db::watched::watch_auth_changes`); until it
     /// reports that changes are followed, every request reads its user from the database.
-    pub fn observe(&self, event: db::users::AuthWatch) {
+    pub fn observe(&self, event: db::watched::AuthWatch) {
         self.users.observe(event);
-    }
-
-    /// How many users are kept in memory (for tests and metrics).
-    pub fn cached_users(&self) -> usize {
-        self.users.len()
     }
 
     /// Who `token` is; `runtime_platform` also reads the request's channel and instance

@@ -33,7 +33,7 @@ macro_rules! on_db {
 pub(crate) use on_db;
 
 /// Runs `$body` (statements on the transaction `$tx`) in a transaction that also raises the auth
-/// stamp and, on PostgreSQL, notifies `users::AUTH_CHANNEL` when it commits: every server then
+/// stamp and, on PostgreSQL, notifies `watched::AUTH_CHANNEL` when it commits: every server then
 /// forgets the users and functions it keeps in memory (`watched`). For every write that changes
 /// who a user is or what they may reach. Answers `$body`'s value as `Result<_, sqlx::Error>`.
 macro_rules! announced {
@@ -47,7 +47,7 @@ macro_rules! announced {
             sqlx::query("UPDATE auth_stamp SET n = n + 1 WHERE id = 1").execute(&mut *$tx).await?;
             if notify {
                 sqlx::query("SELECT pg_notify($1, '')")
-                    .bind($crate::db::users::AUTH_CHANNEL)
+                    .bind($crate::db::watched::AUTH_CHANNEL)
                     .execute(&mut *$tx)
                     .await?;
             }

@@ -70,7 +70,7 @@ pub fn follow_changes(
 ) -> tokio::task::JoinHandle<()> {
     let (db, auth, functions) = (db.clone(), Arc::clone(auth), Arc::clone(functions));
     tokio::spawn(async move {
-        crate::db::users::watch_auth_changes(&db, std::time::Duration::from_millis(100), |event| {
+        crate::db::watched::watch_auth_changes(&db, std::time::Duration::from_millis(100), |event| {
             auth.observe(event);
             functions.observe(event);
         })

@@ -224,6 +224,16 @@ pub async fn find(db: &Db, id: &str) -> Result<Option<JobRow>, Error> {
     .map_err(query_error("find job"))
 }
 
+/// Moves jobs to `$1` (at `$3`, terminal when `$4`) with their next event number: terminal
+/// moves clear the sub-status and the stored environment. The caller adds which jobs.
+macro_rules! move_job {
+    () => {
+        "UPDATE jobs SET status = $1, updated = $3, last_activity = $3, event_seq = event_seq + 1, \
+         sub_status = CASE WHEN $4 THEN NULL ELSE sub_status END, \
+         env_vars = CASE WHEN $4 THEN '{}' ELSE env_vars END"
+    };
+}
+
 /// Applies a move decided by the state machine, if the job is still in `mv.from`. Returns
 /// whether it was applied. Terminal moves clear `sub_status` and the stored environment (which
 /// holds the caller's token). With `outbox`, the move is also recorded for the outbound sinks.
@@ -252,11 +262,9 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
     // One statement moves them all (`$5...` are the ids), one more records their events.
     let ids = (0..job_ids.len()).map(|i| format!("${}", i + 5)).collect::<Vec<_>>().join(", ");
     let update = format!(
-        "UPDATE jobs SET status = $1, updated = $3, last_activity = $3, event_seq = event_seq + 1, \
-         sub_status = CASE WHEN $4 THEN NULL ELSE sub_status END, \
-         env_vars = CASE WHEN $4 THEN '{{}}' ELSE env_vars END \
-         WHERE status = $2 AND id IN ({ids}) \
-         RETURNING id, author_id, COALESCE(program_id, ''), created, event_seq"
+        "{} WHERE status = $2 AND id IN ({ids}) \
+         RETURNING id, author_id, COALESCE(program_id, ''), created, event_seq",
+        move_job!()
     );
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
@@ -332,12 +340,10 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
 /// writer locks them: totals in status order, and each per-day row after its total (it reads
 /// the totals' rows), so concurrent moves and runs cannot deadlock.
 async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Result<Vec<String>, sqlx::Error> {
-    let moved: Option<i64> = sqlx::query_scalar(
-        "WITH moved AS ( \
-           UPDATE jobs SET status = $1, updated = $3, last_activity = $3, event_seq = event_seq + 1, \
-             sub_status = CASE WHEN $4 THEN NULL ELSE sub_status END, \
-             env_vars = CASE WHEN $4 THEN '{}' ELSE env_vars END \
-           WHERE status = $2 AND id = $5 \
+    let moved: Option<i64> = sqlx::query_scalar(concat!(
+        "WITH moved AS (",
+        move_job!(),
+        " WHERE status = $2 AND id = $5 \
            RETURNING id, author_id, COALESCE(program_id, '') AS program_id, created / $10 AS day, event_seq), \
          event AS ( \
            INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
@@ -353,8 +359,8 @@ async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Re
            SELECT c.author_id, c.program_id, c.status, m.day, CASE WHEN c.status = $1 THEN 1 ELSE -1 END \
            FROM counted c CROSS JOIN moved m ORDER BY c.status \
            ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n) \
-         SELECT event_seq FROM moved",
-    )
+         SELECT event_seq FROM moved"
+    ))
     .bind(mv.to.as_str())
     .bind(mv.from.as_str())
     .bind(now_micros())

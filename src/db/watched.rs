@@ -1,7 +1,7 @@
 //! What a server keeps in memory of users and functions, so a request whose user or function
 //! was read before costs no database round trip for it.
 //!
-//! A kept value is only used while changes are followed (`users::watch_auth_changes`): every
+//! A kept value is only used while changes are followed (`watch_auth_changes`): every
 //! announced change (`announced!`: deactivation, groups, grants, admins, a new version of a
 //! function, made on any replica or by `gantry admin`) empties every `Watched`, and while
 //! changes cannot be followed (no watcher running, or its connection lost) nothing is kept, so
@@ -13,7 +13,7 @@ use std::hash::Hash;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::users::AuthWatch;
+use super::{Db, Error};
 
 /// Entries beyond this many empty the cache before the next insert (it then refills with what
 /// is used).
@@ -78,12 +78,9 @@ impl<K: Eq + Hash, V: Clone> Watched<K, V> {
         }
     }
 
-    pub fn len(&self) -> usize {
-        self.lock().len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 
     fn forget_all(&self) {
@@ -95,6 +92,90 @@ impl<K: Eq + Hash, V: Clone> Watched<K, V> {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<K, V>> {
         self.entries.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
+}
+
+/// The PostgreSQL channel told of every announced change (`announced!`).
+pub const AUTH_CHANNEL: &str = "gantry_auth";
+
+/// What `watch_auth_changes` reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AuthWatch {
+    /// Changes are being followed from now on: what was cached before may be stale.
+    Following,
+    /// A change was made: what is cached is stale.
+    Changed,
+    /// Changes can no longer be followed (the connection was lost): nothing may be cached
+    /// until `Following` is reported again.
+    Lost,
+}
+
+/// Follows announced changes (`announced!`) made anywhere, forever, reporting to `report`: on
+/// PostgreSQL by LISTEN on its own connection (reconnected with backoff when lost), on SQLite
+/// by reading the auth stamp every `poll` (another process may share the file).
+pub async fn watch_auth_changes(db: &Db, poll: std::time::Duration, report: impl Fn(AuthWatch)) {
+    let mut backoff = std::time::Duration::from_millis(100);
+    loop {
+        match db {
+            Db::Postgres(pool) => {
+                let listening = async {
+                    let mut listener = sqlx::postgres::PgListener::connect_with(pool).await?;
+                    listener.listen(AUTH_CHANNEL).await?;
+                    Ok::<_, sqlx::Error>(listener)
+                };
+                match listening.await {
+                    Ok(mut listener) => {
+                        report(AuthWatch::Following);
+                        backoff = std::time::Duration::from_millis(100);
+                        // `try_recv` answers None when the connection was lost: notifications
+                        // sent meanwhile are gone, so follow again from a new connection.
+                        let why = loop {
+                            match listener.try_recv().await {
+                                Ok(Some(_)) => report(AuthWatch::Changed),
+                                Ok(None) => break "the connection was lost".to_string(),
+                                Err(error) => break error.to_string(),
+                            }
+                        };
+                        tracing::warn!(why, "stopped following changes; cached users and functions are not used");
+                        report(AuthWatch::Lost);
+                    }
+                    Err(error) => {
+                        tracing::warn!(error = %error, "cannot follow user changes; cached users are not used");
+                        report(AuthWatch::Lost);
+                    }
+                }
+            }
+            Db::Sqlite(..) => {
+                let mut seen = None;
+                loop {
+                    match stamp(db).await {
+                        Ok(now) => {
+                            match seen {
+                                None => {
+                                    report(AuthWatch::Following);
+                                    backoff = std::time::Duration::from_millis(100);
+                                }
+                                Some(before) if before != now => report(AuthWatch::Changed),
+                                Some(_) => {}
+                            }
+                            seen = Some(now);
+                        }
+                        Err(_) => {
+                            report(AuthWatch::Lost);
+                            break;
+                        }
+                    }
+                    tokio::time::sleep(poll).await;
+                }
+            }
+        }
+        tokio::time::sleep(backoff).await;
+        backoff = (backoff * 2).min(std::time::Duration::from_secs(5));
+    }
+}
+
+async fn stamp(db: &Db) -> Result<i64, Error> {
+    super::on_db!(db, pool => sqlx::query_scalar::<_, i64>("SELECT n FROM auth_stamp WHERE id = 1").fetch_one(pool).await)
+        .map_err(super::query_error("read auth stamp"))
 }
 
 #[cfg(test)]

@@ -160,6 +160,34 @@ async fn admin_changes_reach_every_server_at_once_on_postgres() {
         eprintln!("revoked run right shown by {} after {took:?}", server.base);
     }
 
+    // What `run` keeps of a function follows the function itself too: disabled (423), enabled,
+    // and a new version uploaded through a third replica (the in-process gateway) whose schema
+    // the arguments break (400), each on both servers.
+    admin(&database, &["grant", "--provider", "acme", "--function", "tool", "--group", "readers", "--run"]).await;
+    for server in &servers {
+        shows_with(server, "/api/v1/programs/run/", "bob", Some(&run), 200).await;
+    }
+    admin(&database, &["disable-function", "--provider", "acme", "--function", "tool", "--message", "Back soon."])
+        .await;
+    for server in &servers {
+        let (_, body) = shows_with(server, "/api/v1/programs/run/", "bob", Some(&run), 423).await;
+        assert_eq!(body["message"], "Back soon.");
+    }
+    admin(&database, &["enable-function", "--provider", "acme", "--function", "tool"]).await;
+    for server in &servers {
+        shows_with(server, "/api/v1/programs/run/", "bob", Some(&run), 200).await;
+    }
+    let schema = r#"{"type": "object", "required": ["n"]}"#;
+    let upload = gateway
+        .upload_function("erin", &[("title", "acme/tool"), ("entrypoint", "main.py"), ("arguments_schema", schema)])
+        .await;
+    assert_eq!(upload.status, 200, "{}", upload.json);
+    for server in &servers {
+        let (_, body) = shows_with(server, "/api/v1/programs/run/", "bob", Some(&run), 400).await;
+        assert!(body["message"].as_str().unwrap().starts_with("'required' validation failed"), "{body}");
+    }
+    admin(&database, &["grant", "--provider", "acme", "--function", "tool", "--group", "readers"]).await;
+
     // Deactivation: both servers forget bob when PostgreSQL tells them.
     admin(&database, &["deactivate-user", "bob"]).await;
     for server in &servers {

@@ -1,7 +1,7 @@
 //! Creating a job: the `run` transaction, the active-job limit checked in it.
 
 use super::{COUNT_ADD, OutboxNames, day_of};
-use crate::db::{Db, Error, new_id, now_micros, on_db, query_error};
+use crate::db::{Db, Error, new_id, now_micros, query_error};
 
 /// A job to create.
 #[derive(Debug, Clone)]
@@ -16,6 +16,39 @@ pub struct NewJob {
     pub runner: String,
     pub gpu: bool,
     pub function_size: Option<String>,
+}
+
+/// The first event's data.
+const QUEUED_EVENT: &str = r#"{"status":"QUEUED"}"#;
+
+/// The job's row, written only while its author has fewer than `$12` active jobs; with
+/// `bind_new_job!` binding `$1`…`$12`. Both backends' `run` use it.
+macro_rules! insert_job {
+    () => {
+        "INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
+         function_size, created, updated, last_activity, event_seq) \
+         SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $11, $11, $11, 1 \
+         WHERE (SELECT COALESCE(SUM(n), 0) FROM job_counts \
+                WHERE author_id = $4 AND status IN ('QUEUED', 'PENDING', 'RUNNING')) < $12"
+    };
+}
+
+macro_rules! bind_new_job {
+    ($query:expr, $job:expr, $now:expr, $limit:expr) => {
+        $query
+            .bind(&$job.id)
+            .bind(&$job.program_id)
+            .bind(&$job.provider_id)
+            .bind(&$job.author_id)
+            .bind(&$job.arguments)
+            .bind(&$job.config)
+            .bind(&$job.env_vars)
+            .bind(&$job.runner)
+            .bind($job.gpu)
+            .bind(&$job.function_size)
+            .bind($now)
+            .bind($limit)
+    };
 }
 
 /// Creates a `QUEUED` job and its first event in one transaction, unless the author already has
@@ -38,35 +71,15 @@ async fn insert_with_limit_attached(
     if let Db::Postgres(pool) = db {
         return insert_with_limit_postgres(pool, job, active_limit, outbox).await.map_err(query_error("create job"));
     }
-    // SQLite: take the write lock up front, so the count and the insert see one state.
-    let (begin, lock) = ("BEGIN IMMEDIATE", "SELECT id FROM users WHERE id = $1");
+    let Db::Sqlite(pool, _) = db else { unreachable!("PostgreSQL is answered above") };
     let now = now_micros();
-    let event = serde_json::json!({ "status": "QUEUED" }).to_string();
     let _writer = db.write_lock().await;
-    on_db!(db, pool => async {
-        let mut tx = pool.begin_with(begin).await?;
-        sqlx::query(lock).bind(&job.author_id).execute(&mut *tx).await?;
-        let inserted = sqlx::query(
-            "INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
-             function_size, created, updated, last_activity, event_seq) \
-             SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $11, $11, $11, 1 \
-             WHERE (SELECT COALESCE(SUM(n), 0) FROM job_counts \
-                    WHERE author_id = $4 AND status IN ('QUEUED', 'PENDING', 'RUNNING')) < $12")
-            .bind(&job.id)
-            .bind(&job.program_id)
-            .bind(&job.provider_id)
-            .bind(&job.author_id)
-            .bind(&job.arguments)
-            .bind(&job.config)
-            .bind(&job.env_vars)
-            .bind(&job.runner)
-            .bind(job.gpu)
-            .bind(&job.function_size)
-            .bind(now)
-            .bind(active_limit)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
+    async {
+        // `BEGIN IMMEDIATE` takes SQLite's write lock up front, so the count and the insert see
+        // one state.
+        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
+        let inserted =
+            bind_new_job!(sqlx::query(insert_job!()), job, now, active_limit).execute(&mut *tx).await?.rows_affected();
         if inserted == 0 {
             tx.rollback().await?;
             return Ok(None);
@@ -81,13 +94,14 @@ async fn insert_with_limit_attached(
                 .execute(&mut *tx)
                 .await?;
         }
-        insert_event!(tx, &job.id, 1i64, now, "STATUS_CHANGE", "API", "RUN_PROGRAM", &event);
+        insert_event!(tx, &job.id, 1i64, now, "STATUS_CHANGE", "API", "RUN_PROGRAM", QUEUED_EVENT);
         if outbox {
             insert_move_outbox!(tx, &job.id, 1i64, now, None::<&str>, "QUEUED", "API", "RUN_PROGRAM");
         }
         tx.commit().await?;
         Ok(Some(now))
-    }.await)
+    }
+    .await
     .map_err(query_error("create job"))
 }
 
@@ -105,7 +119,6 @@ async fn insert_with_limit_postgres(
     outbox: bool,
 ) -> Result<Option<i64>, sqlx::Error> {
     let now = now_micros();
-    let event = serde_json::json!({ "status": "QUEUED" }).to_string();
     // The simple protocol takes no parameters: the id goes in as a literal, which is safe only
     // because it is one of our ids (letters, digits and '-'); anything else takes a round trip
     // more.
@@ -116,42 +129,31 @@ async fn insert_with_limit_postgres(
         sqlx::query("SELECT id FROM users WHERE id = $1 FOR UPDATE").bind(&job.author_id).execute(&mut *tx).await?;
         tx
     };
-    let inserted: i64 = sqlx::query_scalar(
-        "WITH job AS ( \
-           INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
-             function_size, created, updated, last_activity, event_seq) \
-           SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $11, $11, $11, 1 \
-           WHERE (SELECT COALESCE(SUM(n), 0) FROM job_counts \
-                  WHERE author_id = $4 AND status IN ('QUEUED', 'PENDING', 'RUNNING')) < $12 \
-           RETURNING id), \
-         counted AS ( \
-           INSERT INTO job_counts (author_id, program_id, status, n) SELECT $4, $2, 'QUEUED', 1 FROM job \
-           ON CONFLICT (author_id, program_id, status) DO UPDATE SET n = job_counts.n + excluded.n \
-           RETURNING author_id), \
-         counted_by_day AS ( \
-           INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
-           SELECT $4, $2, 'QUEUED', $13, 1 FROM counted \
-           ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n), \
-         event AS ( \
-           INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
-           SELECT $14, id, 1, $11, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $15 FROM job) \
-         SELECT COUNT(*) FROM job",
+    let inserted: i64 = bind_new_job!(
+        sqlx::query_scalar(concat!(
+            "WITH job AS (",
+            insert_job!(),
+            " RETURNING id), \
+             counted AS ( \
+               INSERT INTO job_counts (author_id, program_id, status, n) SELECT $4, $2, 'QUEUED', 1 FROM job \
+               ON CONFLICT (author_id, program_id, status) DO UPDATE SET n = job_counts.n + excluded.n \
+               RETURNING author_id), \
+             counted_by_day AS ( \
+               INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
+               SELECT $4, $2, 'QUEUED', $13, 1 FROM counted \
+               ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n), \
+             event AS ( \
+               INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
+               SELECT $14, id, 1, $11, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $15 FROM job) \
+             SELECT COUNT(*) FROM job"
+        )),
+        job,
+        now,
+        active_limit
     )
-    .bind(&job.id)
-    .bind(&job.program_id)
-    .bind(&job.provider_id)
-    .bind(&job.author_id)
-    .bind(&job.arguments)
-    .bind(&job.config)
-    .bind(&job.env_vars)
-    .bind(&job.runner)
-    .bind(job.gpu)
-    .bind(&job.function_size)
-    .bind(now)
-    .bind(active_limit)
     .bind(day_of(now))
     .bind(new_id())
-    .bind(&event)
+    .bind(QUEUED_EVENT)
     .fetch_one(&mut *tx)
     .await?;
     if inserted == 0 {
