@@ -19,9 +19,9 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Run the gateway with its embedded defaults (SQLite and a local directory under --data-dir).
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
     /// The REST API with the Kubernetes backend: jobs become FunctionJob resources.
-    Gateway(crate::gateway::GatewayArgs),
+    Gateway(Box<crate::gateway::GatewayArgs>),
     /// The operator: runs FunctionJobs as pods, records their status and archives their logs.
     Controller(Box<crate::compute::controller::ControllerArgs>),
     /// Apply database migrations and exit.

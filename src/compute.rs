@@ -40,8 +40,9 @@ impl LimitsArgs {
 /// What the API asks of the backend that runs jobs.
 #[async_trait::async_trait]
 pub trait Compute: Send + Sync {
-    /// Whether functions that are container images can run here (`run` refuses them otherwise).
-    fn runs_images(&self) -> bool;
+    /// Whether a job of this kind (a container image or not, asking for a GPU or not) can run
+    /// here; Err says why not, and `run` refuses it with that reason.
+    fn can_run(&self, image: bool, gpu: bool) -> Result<(), String>;
 
     /// The job was committed `QUEUED`: take it up. Failures are the backend's to repair (the
     /// job row is the record), so nothing is returned.
@@ -81,8 +82,8 @@ pub struct Queue {
 
 #[async_trait::async_trait]
 impl Compute for Queue {
-    fn runs_images(&self) -> bool {
-        true
+    fn can_run(&self, _image: bool, _gpu: bool) -> Result<(), String> {
+        Ok(())
     }
 
     async fn submit(self: Arc<Self>, _job_id: &str) {}

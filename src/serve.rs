@@ -81,6 +81,8 @@ pub struct JobArgs {
     /// (repeatable; `:`-separated in the environment).
     #[arg(long = "job-read-path", env = "GANTRY_JOB_READ_PATHS", value_delimiter = ':')]
     pub job_read_paths: Vec<PathBuf>,
+    #[command(flatten)]
+    pub containers: crate::compute::local::container::ContainerArgs,
     /// Run jobs locally even where the kernel lacks Landlock, with an authentication mechanism
     /// other than mock_token: such jobs can read every user's files, the database and the
     /// server's files (see docs/security.md).
@@ -135,6 +137,7 @@ impl ServeArgs {
         println!("job status events: {}", events.describe());
         println!("job history: {}", retention.start(&db, &storage));
         crate::api::idempotency::start_expiry(&db);
+        let containers = jobs.containers.engine().await;
         let runner_config = RunnerConfig {
             launcher: std::env::current_exe().context("failed to find the gantry executable")?,
             python: jobs.python,
@@ -149,6 +152,7 @@ impl ServeArgs {
             storage_env,
             tokens: tokens.clone(),
             isolation,
+            containers,
         };
         let compute: Arc<dyn Compute> = match jobs.runner {
             RunnerKind::Local => {
@@ -157,6 +161,7 @@ impl ServeArgs {
                     runner_config.python,
                     runner_config.work_root.display()
                 );
+                println!("{}", runner_config.containers.describe());
                 let user = runner_config.isolation.as_ref().and_then(|isolation| isolation.user);
                 tokio::spawn(warn_if_client_missing(runner_config.python.clone(), user));
                 let runner = LocalRunner::new(db.clone(), storage.clone(), runner_config, publisher.clone());

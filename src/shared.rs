@@ -20,6 +20,42 @@ pub fn describe(error: &dyn std::error::Error) -> String {
     text
 }
 
+/// Opens the regular file `name` inside `folder` for reading without following any symbolic
+/// link on the way and without leaving `folder` (Linux `openat2` with `RESOLVE_BENEATH` and
+/// `RESOLVE_NO_SYMLINKS`), and without blocking on a FIFO: for files a job could have replaced
+/// (its live logs, what its container archived), which the server must never read elsewhere.
+pub fn open_beneath(folder: &Path, name: &Path) -> io::Result<std::fs::File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::unix::ffi::OsStrExt;
+    let folder = std::fs::File::open(folder)?;
+    let name = std::ffi::CString::new(name.as_os_str().as_bytes())
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a file name with a NUL byte"))?;
+    // SAFETY: a zeroed open_how is its documented default; the fields set below are plain integers.
+    let mut how: libc::open_how = unsafe { std::mem::zeroed() };
+    how.flags = (libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW | libc::O_NONBLOCK) as u64;
+    how.resolve = libc::RESOLVE_BENEATH | libc::RESOLVE_NO_SYMLINKS | libc::RESOLVE_NO_MAGICLINKS;
+    // SAFETY: openat2(2) with a directory descriptor we hold, a NUL-terminated path and a
+    // properly sized open_how; the returned descriptor is owned by the File below.
+    let fd = unsafe {
+        libc::syscall(
+            libc::SYS_openat2,
+            folder.as_raw_fd(),
+            name.as_ptr(),
+            &how as *const libc::open_how,
+            std::mem::size_of::<libc::open_how>(),
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: the kernel returned a new descriptor that nothing else owns.
+    let file = unsafe { std::fs::File::from_raw_fd(fd as i32) };
+    if !file.metadata()?.is_file() {
+        return Err(io::Error::new(io::ErrorKind::InvalidInput, "not a regular file"));
+    }
+    Ok(file)
+}
+
 /// `PROGRAM_TIMEOUT`: a number of hours, or a number with `s`, `m` or `h`.
 pub fn parse_timeout(text: &str) -> Result<std::time::Duration, String> {
     let text = text.trim();
@@ -127,6 +163,31 @@ pub fn replace_file_blocking(destination: &Path, contents: Contents<'_>, mode: O
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn open_beneath_reads_regular_files_only_and_never_leaves_the_folder() {
+        let root = tempfile::tempdir().unwrap();
+        let folder = root.path().join("job");
+        std::fs::create_dir_all(folder.join("sub")).unwrap();
+        std::fs::write(folder.join("user.log"), "mine").unwrap();
+        std::fs::write(folder.join("sub/result.json"), "{}").unwrap();
+        std::fs::write(root.path().join("secret"), "server's").unwrap();
+        std::os::unix::fs::symlink(root.path().join("secret"), folder.join("link")).unwrap();
+        std::os::unix::fs::symlink(root.path(), folder.join("up")).unwrap();
+        let fifo = std::ffi::CString::new(folder.join("fifo").as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: mkfifo(3) with a NUL-terminated path.
+        assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o600) }, 0);
+
+        let read = |name: &str| open_beneath(&folder, Path::new(name)).map(|f| io::read_to_string(f).unwrap());
+        assert_eq!(read("user.log").unwrap(), "mine");
+        assert_eq!(read("sub/result.json").unwrap(), "{}");
+        assert!(read("link").is_err(), "a link to a file outside");
+        assert!(read("up/secret").is_err(), "a link to a folder outside");
+        assert!(read("../secret").is_err(), "a way up");
+        assert!(read(&root.path().join("secret").display().to_string()).is_err(), "an absolute path");
+        assert!(read("fifo").is_err(), "a FIFO (without blocking)");
+        assert_eq!(read("missing").unwrap_err().kind(), io::ErrorKind::NotFound);
+    }
 
     #[test]
     fn timeouts_are_hours_or_carry_a_unit() {

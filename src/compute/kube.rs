@@ -307,8 +307,9 @@ pub fn drift(active: &HashSet<String>, resources: &[(String, String)], existing:
 
 #[async_trait::async_trait]
 impl Compute for KubeBackend {
-    fn runs_images(&self) -> bool {
-        true
+    /// The cluster decides: a pod that cannot start ends its job with the reason.
+    fn can_run(&self, _image: bool, _gpu: bool) -> Result<(), String> {
+        Ok(())
     }
 
     /// Creates the job's resources; a failure is logged and repaired by the sweep.

@@ -2,7 +2,10 @@
 //! starts `gantry launch` as a child process for each, watches it, and moves the job through its
 //! lifecycle as its process starts and ends. It also enforces `PROGRAM_TIMEOUT` and, at start,
 //! reconciles jobs left in flight by a previous run: a job whose process still runs is adopted,
-//! one whose process is gone ends with an event that says why.
+//! one whose process is gone ends with an event that says why. Jobs of container-image functions
+//! run the same launcher inside a container of the provider's image (`container`).
+
+pub mod container;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -12,11 +15,14 @@ use std::time::Duration;
 use serde_json::{Map, Value};
 use tokio::sync::Notify;
 
+use self::container::{ContainerJob, Engine, OBJECTS_FOLDER, WORK_MOUNT, container_name};
+
 use super::{Compute, StopOutcome, admit_queued, count_in, move_job, move_job_now, stop_without_process};
 use crate::db::{self, Db, jobs};
 use crate::domain::admission::{Capacity, Limits};
 use crate::domain::lifecycle::{JobStatus, Trigger};
 use crate::domain::runtime_env::{JobEnvironmentInput, job_environment};
+use crate::domain::sizes;
 use crate::events::Publisher;
 use crate::storage::access::JobAccess;
 use crate::storage::{Storage, keys};
@@ -49,7 +55,25 @@ pub struct RunnerConfig {
     pub tokens: crate::secrets::TokenCipher,
     /// Confine each job (`None`: jobs run unconfined, as the server's user).
     pub isolation: Option<crate::launcher::isolation::JobIsolation>,
+    /// The container engine that runs jobs of container-image functions.
+    pub containers: Engine,
 }
+
+/// What runs a job watched here: the launcher as a process, or the job's container.
+#[derive(Debug, Clone, PartialEq, Eq)]
+enum Running {
+    Process(u32),
+    Container(String),
+}
+
+/// A job's row and what it was launched with.
+struct Loaded {
+    job: jobs::JobRow,
+    info: jobs::LaunchRow,
+}
+
+/// `backend_ref` of a job run by a container.
+const CONTAINER_REF: &str = "container:";
 
 /// The local runner. Cheap to share; `run` drives it.
 pub struct LocalRunner {
@@ -57,8 +81,8 @@ pub struct LocalRunner {
     storage: Storage,
     config: RunnerConfig,
     publisher: Arc<dyn Publisher>,
-    /// Launcher process ids by job id, for jobs this process is watching.
-    processes: Mutex<HashMap<String, u32>>,
+    /// What runs each job this process is watching, by job id.
+    processes: Mutex<HashMap<String, Running>>,
     /// Jobs stopped by the timeout, so their end is recorded as such.
     timed_out: Mutex<HashSet<String>>,
     wake: Notify,
@@ -88,10 +112,16 @@ impl LocalRunner {
         })
     }
 
-    /// The live log file of a running job.
-    fn live_log_path(&self, job_id: &str, provider: bool) -> PathBuf {
+    /// The live log file of a running job, opened without following links: a job in a
+    /// container shares its folder with the launcher and could put a link in its place.
+    async fn open_live_log(&self, job_id: &str, provider: bool) -> Option<tokio::fs::File> {
         let name = if provider { crate::launcher::LIVE_PROVIDER_LOG } else { crate::launcher::LIVE_USER_LOG };
-        self.config.work_root.join(job_id).join(name)
+        let folder = self.config.work_root.join(job_id);
+        let file = tokio::task::spawn_blocking(move || crate::shared::open_beneath(&folder, Path::new(name)))
+            .await
+            .ok()?
+            .ok()?;
+        Some(tokio::fs::File::from_std(file))
     }
 
     /// Reconciles what a previous run left, then schedules until the process ends.
@@ -147,29 +177,51 @@ impl LocalRunner {
         }
     }
 
-    /// Starts `gantry launch` for an admitted (PENDING) job and watches it.
+    /// Starts `gantry launch` for an admitted (PENDING) job, as a process or in the job's
+    /// container, and watches it.
     async fn launch(self: Arc<Self>, job_id: String) {
-        let child = match self.spawn_launcher(&job_id).await {
-            Ok(child) => child,
+        let loaded = match self.load(&job_id).await {
+            Ok(loaded) => loaded,
             Err(reason) => return self.fail_launch(&job_id, reason).await,
         };
-        let pid = child.id().unwrap_or_default();
-        self.processes.lock().expect("lock").insert(job_id.clone(), pid);
-        if let Err(error) = jobs::set_backend_ref(&self.db, &job_id, Some(&format!("pid:{pid}"))).await {
-            tracing::warn!(error = &error as &dyn std::error::Error, "failed to record the launcher pid");
+        let running = match loaded.info.image.clone() {
+            Some(image) => match self.start_container(&loaded, &image).await {
+                Ok(name) => Running::Container(name),
+                Err(reason) => return self.fail_launch(&job_id, reason).await,
+            },
+            None => match self.spawn_launcher(&loaded).await {
+                Ok(child) => {
+                    let pid = child.id().unwrap_or_default();
+                    if let Err(error) = jobs::set_backend_ref(&self.db, &job_id, Some(&format!("pid:{pid}"))).await {
+                        tracing::warn!(error = &error as &dyn std::error::Error, "failed to record the launcher pid");
+                    }
+                    self.processes.lock().expect("lock").insert(job_id.clone(), Running::Process(pid));
+                    self.started(&job_id).await;
+                    return self.watch(job_id, child).await;
+                }
+                Err(reason) => return self.fail_launch(&job_id, reason).await,
+            },
+        };
+        self.processes.lock().expect("lock").insert(job_id.clone(), running.clone());
+        self.started(&job_id).await;
+        if let Running::Container(name) = running {
+            self.watch_container(job_id, name).await;
         }
-        match move_job(&self.db, &self.publisher, &job_id, JobStatus::Pending, &Trigger::Started).await {
+    }
+
+    /// Records that the job's launcher runs, and delivers a stop that arrived meanwhile.
+    async fn started(self: &Arc<Self>, job_id: &str) {
+        match move_job(&self.db, &self.publisher, job_id, JobStatus::Pending, &Trigger::Started).await {
             Ok(_) => {}
             Err(error) => tracing::error!(error = &error as &dyn std::error::Error, "failed to record a job start"),
         }
-        // A stop that arrived while the process was being started.
-        if matches!(jobs::find(&self.db, &job_id).await, Ok(Some(job)) if job.stop_requested) {
-            self.terminate(&job_id);
+        // A stop that arrived while the launcher was being started.
+        if matches!(jobs::find(&self.db, job_id).await, Ok(Some(job)) if job.stop_requested) {
+            self.terminate(job_id);
         }
-        self.watch(job_id, child).await;
     }
 
-    async fn spawn_launcher(&self, job_id: &str) -> Result<tokio::process::Child, String> {
+    async fn load(&self, job_id: &str) -> Result<Loaded, String> {
         let job = jobs::find(&self.db, job_id)
             .await
             .map_err(|e| format!("failed to load the job: {e}"))?
@@ -178,27 +230,12 @@ impl LocalRunner {
             .await
             .map_err(|e| format!("failed to load the job: {e}"))?
             .ok_or("the job disappeared")?;
-        let (Some(artifact_key), Some(entrypoint)) = (info.artifact_key.clone(), info.entrypoint.clone()) else {
-            return Err(
-                "the function has no artifact to run (container-image functions need the Kubernetes backend)".into()
-            );
-        };
-        let work_dir = self.config.work_root.join(job_id);
-        tokio::fs::create_dir_all(&work_dir)
-            .await
-            .map_err(|e| format!("failed to create {}: {e}", work_dir.display()))?;
-        let arguments_file = work_dir.join("arguments.json");
-        tokio::fs::write(&arguments_file, &info.arguments)
-            .await
-            .map_err(|e| format!("failed to write the arguments: {e}"))?;
-        let title = job.program_title.clone().unwrap_or_default();
-        let data_key = keys::user_files(&job.author_name, job.provider_name.as_deref().map(|p| (p, title.as_str())));
-        // The launcher mirrors the area into the job's own folder (`--data-key`): the job never
-        // reaches the storage itself.
-        let data_path = work_dir.join("data");
-        tokio::fs::create_dir_all(&data_path)
-            .await
-            .map_err(|e| format!("failed to create {}: {e}", data_path.display()))?;
+        Ok(Loaded { job, info })
+    }
+
+    /// The job's own environment (client-contract §5.1) with `DATA_PATH` at `data_path`.
+    fn job_variables(&self, loaded: &Loaded, data_path: &str) -> Result<Vec<(String, String)>, String> {
+        let Loaded { job, info } = loaded;
         let request_env: Map<String, Value> = serde_json::from_str(&info.env_vars).unwrap_or_default();
         let function_env: Map<String, Value> =
             info.function_env_vars.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
@@ -209,19 +246,141 @@ impl LocalRunner {
         };
         let channel = text("channel").unwrap_or_else(|| "local".into());
         let instance = text("instance");
-        let data_path_text = data_path.to_string_lossy().into_owned();
-        let environment = job_environment(&JobEnvironmentInput {
-            job_id,
+        Ok(job_environment(&JobEnvironmentInput {
+            job_id: &job.id,
             gateway_host: &self.config.gateway_host,
             token: &token,
             channel: &channel,
             instance: instance.as_deref(),
             trial: request_env.get("trial").and_then(Value::as_bool).unwrap_or(false),
-            data_path: &data_path_text,
+            data_path,
             function_size: job.function_size.as_deref(),
             qiskit_ibm_url: &self.config.qiskit_ibm_url,
             function_env: &function_env,
-        });
+        }))
+    }
+
+    /// The job's work folder with its arguments placed.
+    async fn work_folder(&self, loaded: &Loaded) -> Result<PathBuf, String> {
+        let work_dir = self.config.work_root.join(&loaded.job.id);
+        tokio::fs::create_dir_all(&work_dir)
+            .await
+            .map_err(|e| format!("failed to create {}: {e}", work_dir.display()))?;
+        tokio::fs::write(work_dir.join("arguments.json"), &loaded.info.arguments)
+            .await
+            .map_err(|e| format!("failed to write the arguments: {e}"))?;
+        Ok(work_dir)
+    }
+
+    /// Presigned URLs of the job's own objects (S3), as a pod gets them: never credentials.
+    async fn job_access(&self, job_id: &str, artifact_key: Option<&str>) -> Result<String, String> {
+        let valid_for = (self.config.timeout + Duration::from_secs(3600)).min(MAX_ACCESS);
+        let access = JobAccess::presign(&self.storage, job_id, artifact_key, valid_for)
+            .await
+            .map_err(|e| format!("failed to prepare the job's storage access: {e}"))?;
+        Ok(serde_json::to_string(&access).expect("job access serializes"))
+    }
+
+    /// Starts the job's container (see `container`) and returns its name.
+    async fn start_container(&self, loaded: &Loaded, image: &str) -> Result<String, String> {
+        let Loaded { job, info } = loaded;
+        let engine = &self.config.containers;
+        engine.check(job.gpu).map_err(|why| format!("the job's container could not be started: {why}"))?;
+        let work_dir = self.work_folder(loaded).await?;
+        let in_container = |name: &str| format!("{WORK_MOUNT}/{name}");
+        let mut variables: std::collections::BTreeMap<String, String> =
+            self.job_variables(loaded, &in_container("data"))?.into_iter().collect();
+        let title = job.program_title.clone().unwrap_or_default();
+        let mut launcher = vec![
+            ("GANTRY_JOB_ID", job.id.clone()),
+            ("GANTRY_WORK_DIR", WORK_MOUNT.to_string()),
+            ("GANTRY_CODE_DIR", engine.code_dir().to_string()),
+            ("GANTRY_ENTRYPOINT", info.entrypoint.clone().unwrap_or_else(|| "main.py".into())),
+            ("GANTRY_PYTHON", engine.python().to_string()),
+            ("GANTRY_ARGUMENTS_FILE", in_container("arguments.json")),
+            ("FUNCTIONS_LOGS_SIZE_LIMIT", self.config.logs_size_limit.to_string()),
+            // `DATA_PATH` mirrors the caller's file area through the gateway, with the job's token.
+            ("GANTRY_DATA_FUNCTION", title),
+            ("HOME", WORK_MOUNT.to_string()),
+        ];
+        if let Some(provider) = &job.provider_name {
+            launcher.push(("GANTRY_DATA_PROVIDER", provider.clone()));
+        }
+        if job.provider_id.is_some() {
+            launcher.push(("GANTRY_PROVIDER_FUNCTION", "true".into()));
+        }
+        match &self.storage {
+            Storage::Local { .. } => {
+                let objects = work_dir.join(OBJECTS_FOLDER);
+                tokio::fs::create_dir_all(&objects)
+                    .await
+                    .map_err(|e| format!("failed to create {}: {e}", objects.display()))?;
+                launcher.push(("GANTRY_STORAGE", in_container(OBJECTS_FOLDER)));
+            }
+            Storage::S3 { .. } => launcher.push(("GANTRY_JOB_ACCESS", self.job_access(&job.id, None).await?)),
+        }
+        variables.extend(launcher.into_iter().map(|(name, value)| (name.to_string(), value)));
+        if let Some((uid, gid)) = engine.user_ids().filter(|_| crate::launcher::isolation::running_as_root()) {
+            // The container's user owns the job's folder, as a pod's volume is its.
+            let folder = work_dir.clone();
+            tokio::task::spawn_blocking(move || crate::launcher::isolation::hand_over(&folder, uid, gid))
+                .await
+                .map_err(|e| e.to_string())?
+                .map_err(|e| format!("failed to hand the job's folder to its container's user: {e}"))?;
+        }
+        // The environment travels in a file only the server can read, removed once the engine
+        // has read it: never on a command line.
+        let env_file = self.config.work_root.join(format!(".{}.env", job.id));
+        let text = container::env_file(&variables)?;
+        crate::shared::replace_file(&env_file, crate::shared::Contents::Bytes(text.as_bytes()), Some(0o600))
+            .await
+            .map_err(|e| format!("failed to write the job's environment: {e}"))?;
+        let catalog: Map<String, Value> =
+            info.function_sizes.as_deref().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+        let resources =
+            sizes::job_resources(&catalog, job.function_size.as_deref(), job.gpu, &engine.default_resources());
+        let name = container_name(&job.id);
+        // Recorded first: a server killed while the engine starts it finds the container by it.
+        if let Err(error) = jobs::set_backend_ref(&self.db, &job.id, Some(&format!("{CONTAINER_REF}{name}"))).await {
+            tracing::warn!(error = &error as &dyn std::error::Error, "failed to record the job's container");
+        }
+        let started = engine
+            .start(&ContainerJob {
+                job_id: &job.id,
+                image,
+                work_dir: &work_dir,
+                launcher: &self.config.launcher,
+                env_file: &env_file,
+                resources: &resources,
+            })
+            .await;
+        let _ = tokio::fs::remove_file(&env_file).await;
+        if let Err(reason) = started {
+            engine.remove(&name).await;
+            let _ = tokio::fs::remove_dir_all(&work_dir).await;
+            return Err(reason);
+        }
+        tracing::info!(job.id = %job.id, container = %name, image, "job container started");
+        Ok(name)
+    }
+
+    async fn spawn_launcher(&self, loaded: &Loaded) -> Result<tokio::process::Child, String> {
+        let Loaded { job, info } = loaded;
+        let job_id = job.id.as_str();
+        let (Some(artifact_key), Some(entrypoint)) = (info.artifact_key.clone(), info.entrypoint.clone()) else {
+            return Err("the function has no artifact to run".into());
+        };
+        let work_dir = self.work_folder(loaded).await?;
+        let arguments_file = work_dir.join("arguments.json");
+        let title = job.program_title.clone().unwrap_or_default();
+        let data_key = keys::user_files(&job.author_name, job.provider_name.as_deref().map(|p| (p, title.as_str())));
+        // The launcher mirrors the area into the job's own folder (`--data-key`): the job never
+        // reaches the storage itself.
+        let data_path = work_dir.join("data");
+        tokio::fs::create_dir_all(&data_path)
+            .await
+            .map_err(|e| format!("failed to create {}: {e}", data_path.display()))?;
+        let environment = self.job_variables(loaded, &data_path.to_string_lossy())?;
         let log = std::fs::File::create(work_dir.join("launcher.log"))
             .map_err(|e| format!("failed to create the launcher log: {e}"))?;
         let log_err = log.try_clone().map_err(|e| format!("failed to create the launcher log: {e}"))?;
@@ -258,11 +417,7 @@ impl LocalRunner {
             Storage::S3 { .. } => {
                 // As a pod: presigned URLs of the job's own objects and the gateway's files API
                 // with the job's token; the launcher holds no storage credentials.
-                let valid_for = (self.config.timeout + Duration::from_secs(3600)).min(MAX_ACCESS);
-                let access = JobAccess::presign(&self.storage, job_id, Some(&artifact_key), valid_for)
-                    .await
-                    .map_err(|e| format!("failed to prepare the job's storage access: {e}"))?;
-                command.env("GANTRY_JOB_ACCESS", serde_json::to_string(&access).expect("job access serializes"));
+                command.env("GANTRY_JOB_ACCESS", self.job_access(job_id, Some(&artifact_key)).await?);
                 command.arg("--data-function").arg(&title);
                 if let Some(provider) = &job.provider_name {
                     command.arg("--data-provider").arg(provider);
@@ -286,12 +441,32 @@ impl LocalRunner {
         let status = child.wait().await;
         let code = status.ok().and_then(|s| s.code());
         self.processes.lock().expect("lock").remove(&job_id);
-        self.finish(&job_id, code).await;
+        self.finish(&job_id, code, None).await;
     }
 
-    /// Records the end of a job's process from the launcher's exit record.
-    async fn finish(&self, job_id: &str, launcher_code: Option<i32>) {
-        let timed_out = self.timed_out.lock().expect("lock").remove(job_id);
+    /// Waits for a job's container to end, then records the end.
+    async fn watch_container(&self, job_id: String, name: String) {
+        let code = self.config.containers.wait(&name).await;
+        self.processes.lock().expect("lock").remove(&job_id);
+        self.finish(&job_id, code, Some(&name)).await;
+    }
+
+    /// Records the end of a job's launcher from its exit record. For a container: what it
+    /// archived is moved into the storage first and the container removed.
+    async fn finish(&self, job_id: &str, launcher_code: Option<i32>, container: Option<&str>) {
+        // Forgotten only once the end is recorded, so a scheduling pass meanwhile does not time
+        // the job out a second time.
+        let timed_out = self.timed_out.lock().expect("lock").contains(job_id);
+        let work_dir = self.config.work_root.join(job_id);
+        let mut import_failure = None;
+        let archived_here = matches!(self.storage, Storage::Local { .. }) && work_dir.join(OBJECTS_FOLDER).is_dir();
+        if container.is_some()
+            && archived_here
+            && let Err(why) = container::import_objects(&self.storage, &work_dir, job_id).await
+        {
+            tracing::warn!(job.id = %job_id, why, "failed to store what a job's container archived");
+            import_failure = Some(why);
+        }
         let record = match self.storage.read_to_bytes(&keys::job_exit(job_id)).await {
             Ok(bytes) => bytes.and_then(|b| serde_json::from_slice::<Value>(&b).ok()),
             Err(error) => {
@@ -299,7 +474,17 @@ impl LocalRunner {
                 None
             }
         };
+        // What the launcher said last, when it could not report (a launcher that cannot run in
+        // the image, say), then the container goes.
+        let mut said = String::new();
+        if let Some(name) = container {
+            if record.is_none() {
+                said = self.config.containers.last_lines(name).await.map(|t| format!(": {t}")).unwrap_or_default();
+            }
+            self.config.containers.remove(name).await;
+        }
         let stop_requested = matches!(jobs::find(&self.db, job_id).await, Ok(Some(job)) if job.stop_requested);
+        let what = if container.is_some() { "the job's container" } else { "the launcher" };
         let trigger = if stop_requested {
             Trigger::StopRequested
         } else if timed_out {
@@ -310,11 +495,15 @@ impl LocalRunner {
                     Trigger::Exited { success: record["exit_code"].as_i64() == Some(0) && record["error"].is_null() }
                 }
                 None => Trigger::Lost {
-                    reason: match launcher_code {
-                        Some(code) => {
-                            format!("the launcher exited with code {code} without reporting how the job ended")
+                    reason: match (import_failure, launcher_code) {
+                        (Some(why), _) => why,
+                        (None, Some(code)) => {
+                            format!("{what} exited with code {code} without reporting how the job ended{said}")
                         }
-                        None => "the job's process was gone and had not reported how the job ended".into(),
+                        (None, None) if container.is_some() => {
+                            "the job's container was gone and had not reported how the job ended".into()
+                        }
+                        (None, None) => "the job's process was gone and had not reported how the job ended".into(),
                     },
                 },
             }
@@ -322,15 +511,16 @@ impl LocalRunner {
         if let Err(error) = move_job_now(&self.db, &self.publisher, job_id, &trigger).await {
             tracing::error!(error = &error as &dyn std::error::Error, "failed to record the end of a job");
         }
-        let work_dir = self.config.work_root.join(job_id);
+        self.timed_out.lock().expect("lock").remove(job_id);
         if let Err(error) = tokio::fs::remove_dir_all(&work_dir).await {
             tracing::debug!(error = &error as &dyn std::error::Error, "could not remove a job's work folder");
         }
     }
 
-    /// Sends a signal to the launcher of a job watched here or adopted; false when none runs.
+    /// Sends a signal to the launcher process of a job watched here or adopted; false when none
+    /// runs (or the job runs in a container).
     fn signal(&self, job_id: &str, signal: i32) -> bool {
-        let Some(pid) = self.processes.lock().expect("lock").get(job_id).copied() else {
+        let Some(Running::Process(pid)) = self.processes.lock().expect("lock").get(job_id).cloned() else {
             return false;
         };
         let Ok(pid) = i32::try_from(pid) else { return false };
@@ -350,31 +540,45 @@ impl LocalRunner {
     }
 
     /// Asks a job's launcher to stop (it kills the job's process group and archives the logs),
-    /// and kills the launcher if it is still there after its grace period. False when no
-    /// launcher of ours runs the job.
+    /// and kills the launcher (or its container) if it is still there after its grace period.
+    /// False when nothing of ours runs the job.
     fn terminate(self: &Arc<Self>, job_id: &str) -> bool {
-        let Some(pid) = self.processes.lock().expect("lock").get(job_id).copied() else {
+        let Some(running) = self.processes.lock().expect("lock").get(job_id).cloned() else {
             return false;
         };
-        if !self.signal(job_id, libc::SIGTERM) {
-            return false;
-        }
         let runner = Arc::clone(self);
         let job_id = job_id.to_string();
-        tokio::spawn(async move {
-            tokio::time::sleep(STOP_GRACE).await;
-            // Only the same launcher: its pid may have been reused once it ended.
-            if runner.processes.lock().expect("lock").get(&job_id) == Some(&pid) {
-                runner.signal(&job_id, libc::SIGKILL);
+        match running {
+            Running::Container(name) => {
+                tokio::spawn(async move { runner.config.containers.stop(&name, STOP_GRACE).await });
             }
-        });
+            Running::Process(pid) => {
+                if !self.signal(&job_id, libc::SIGTERM) {
+                    return false;
+                }
+                tokio::spawn(async move {
+                    tokio::time::sleep(STOP_GRACE).await;
+                    // Only the same launcher: its pid may have been reused once it ended.
+                    if runner.processes.lock().expect("lock").get(&job_id) == Some(&Running::Process(pid)) {
+                        runner.signal(&job_id, libc::SIGKILL);
+                    }
+                });
+            }
+        }
         true
     }
 
-    /// Jobs left PENDING or RUNNING by a previous run: adopt live launchers, finish the rest.
+    /// Jobs left PENDING or RUNNING by a previous run: adopt live launchers and containers,
+    /// finish the rest; remove job containers whose job is no longer in flight.
     async fn adopt_or_finish_in_flight(self: &Arc<Self>) -> Result<(), db::Error> {
-        for job in jobs::in_flight(&self.db).await? {
+        let in_flight = jobs::in_flight(&self.db).await?;
+        self.remove_stray_containers(&in_flight).await;
+        for job in in_flight {
             if self.processes.lock().expect("lock").contains_key(&job.id) {
+                continue;
+            }
+            if let Some(name) = job.backend_ref.as_deref().and_then(|r| r.strip_prefix(CONTAINER_REF)) {
+                self.adopt_container(job.id.clone(), name.to_string()).await;
                 continue;
             }
             let pid =
@@ -382,31 +586,70 @@ impl LocalRunner {
             match pid.filter(|pid| launcher_alive(*pid, &job.id)) {
                 Some(pid) => {
                     tracing::info!(job.id = %job.id, pid, "adopting a job still running from a previous run");
-                    self.processes.lock().expect("lock").insert(job.id.clone(), pid);
+                    self.processes.lock().expect("lock").insert(job.id.clone(), Running::Process(pid));
                     let runner = Arc::clone(self);
                     tokio::spawn(async move {
                         while launcher_alive(pid, &job.id) {
                             tokio::time::sleep(Duration::from_millis(500)).await;
                         }
                         runner.processes.lock().expect("lock").remove(&job.id);
-                        runner.finish(&job.id, None).await;
+                        runner.finish(&job.id, None, None).await;
                     });
                 }
                 None => {
                     tracing::warn!(job.id = %job.id, "job was left in flight and its process is gone");
-                    self.finish(&job.id, None).await;
+                    self.finish(&job.id, None, None).await;
                 }
             }
         }
         Ok(())
     }
+
+    /// A job left in flight in a container: watched again while it runs, else finished.
+    async fn adopt_container(self: &Arc<Self>, job_id: String, name: String) {
+        match self.config.containers.state(&name).await {
+            Ok(Some(container::State::Running)) => {
+                tracing::info!(job.id = %job_id, container = %name, "adopting a job container still running from a previous run");
+                self.processes.lock().expect("lock").insert(job_id.clone(), Running::Container(name.clone()));
+                let runner = Arc::clone(self);
+                tokio::spawn(async move { runner.watch_container(job_id, name).await });
+            }
+            Ok(Some(container::State::Exited(code))) => self.finish(&job_id, Some(code), Some(&name)).await,
+            Ok(None) => {
+                tracing::warn!(job.id = %job_id, container = %name, "job was left in flight and its container is gone");
+                self.finish(&job_id, None, Some(&name)).await;
+            }
+            Err(why) => {
+                tracing::warn!(job.id = %job_id, container = %name, why, "cannot look at a job's container");
+                self.finish(&job_id, None, Some(&name)).await;
+            }
+        }
+    }
+
+    /// Removes job containers of this machine whose job is not in flight (a server that ended
+    /// between a job's end and its container's removal).
+    async fn remove_stray_containers(&self, in_flight: &[jobs::JobRow]) {
+        if !self.config.containers.is_available() {
+            return;
+        }
+        let containers = match self.config.containers.job_containers().await {
+            Ok(containers) => containers,
+            Err(why) => return tracing::warn!(why, "cannot list job containers"),
+        };
+        for (name, job_id) in containers {
+            if !in_flight.iter().any(|job| job.id == job_id) {
+                tracing::info!(container = %name, job.id = %job_id, "removing the container of a job that ended");
+                self.config.containers.remove(&name).await;
+            }
+        }
+    }
 }
 
 #[async_trait::async_trait]
 impl Compute for LocalRunner {
-    /// Local processes run artifacts; images need a container runtime.
-    fn runs_images(&self) -> bool {
-        false
+    /// Artifacts run as local processes; images in containers when the engine is there.
+    fn can_run(&self, image: bool, gpu: bool) -> Result<(), String> {
+        if image { self.config.containers.check(gpu) } else { Ok(()) }
     }
 
     /// Asks for a scheduling pass now.
@@ -420,7 +663,10 @@ impl Compute for LocalRunner {
 
     /// The launcher's live copy of the log in the job's work folder.
     async fn live_log(self: Arc<Self>, job_id: &str, provider: bool) -> Option<String> {
-        tokio::fs::read_to_string(self.live_log_path(job_id, provider)).await.ok()
+        use tokio::io::AsyncReadExt;
+        let mut text = String::new();
+        self.open_live_log(job_id, provider).await?.read_to_string(&mut text).await.ok()?;
+        Some(text)
     }
 
     async fn live_log_since(
@@ -431,7 +677,7 @@ impl Compute for LocalRunner {
         limit: usize,
     ) -> Option<bytes::Bytes> {
         use tokio::io::{AsyncReadExt, AsyncSeekExt};
-        let mut file = tokio::fs::File::open(self.live_log_path(job_id, provider)).await.ok()?;
+        let mut file = self.open_live_log(job_id, provider).await?;
         file.seek(std::io::SeekFrom::Start(offset)).await.ok()?;
         let mut bytes = Vec::new();
         file.take(limit as u64).read_to_end(&mut bytes).await.ok()?;

@@ -83,6 +83,13 @@ impl FromStr for JobStatus {
     }
 }
 
+/// Why a job's container never started, in the same words on a cluster (a pod's waiting
+/// container) and on this machine (the container engine's refusal): the container's name, the
+/// reason (`ErrImagePull`, `CreateContainerError`, ...), the image and the engine's own detail.
+pub fn container_start_failure(container: &str, reason: &str, image: &str, detail: &str) -> String {
+    format!("the container {container} could not start ({reason}, image {image}): {detail}")
+}
+
 /// What happened to a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trigger {

@@ -47,7 +47,9 @@ pub(super) async fn prepare(
 
     let area: Option<Box<dyn Area>> = match (&launch.job.data_key, storage.shared(), &launch.job.data_function) {
         (Some(key), Some(shared), _) => Some(Box::new(StorageArea { storage: shared.clone(), key: key.clone() })),
-        (_, None, Some(function)) => {
+        // A pod, or a job container on this machine: through the gateway, with the job's token
+        // (the storage the launcher has is the job's own objects only).
+        (None, _, Some(function)) | (_, None, Some(function)) => {
             GatewayArea::from_environment(environment, function, launch.job.data_provider.as_deref())
                 .map(|area| Box::new(area) as Box<dyn Area>)
         }

@@ -151,6 +151,7 @@ impl Gateway {
 
     /// The same gateway with a local runner that starts jobs with the real `gantry launch`.
     pub async fn with_runner(mut self, configure: impl FnOnce(&mut gantry::compute::local::RunnerConfig)) -> Gateway {
+        let containers = gantry::compute::local::container::ContainerArgs::default().engine().await;
         // Launchers reach S3 through presigned URLs and this gateway's files API, as pods do.
         let storage_args = match &self.state.storage {
             Storage::Local { root } => vec!["--storage".to_string(), root.display().to_string()],
@@ -172,6 +173,7 @@ impl Gateway {
             storage_env: Vec::new(),
             tokens: self.state.tokens.clone(),
             isolation: Some(self.job_isolation()),
+            containers,
         };
         configure(&mut config);
         let runner = gantry::compute::local::LocalRunner::new(

@@ -18,6 +18,7 @@ both_backends!(
     an_admission_batch_moves_only_the_jobs_still_queued,
     a_failing_publisher_never_blocks_a_move,
     a_job_reads_what_a_job_of_another_function_wrote,
+    image_functions_the_machine_cannot_run_are_refused_with_the_fix,
 );
 
 /// Writes `DATA_PATH/out.txt` (producer) or returns its content as the result (consumer).
@@ -484,4 +485,58 @@ async fn a_restarted_serve_adopts_a_running_job() {
     assert_eq!(job["status"], "SUCCEEDED", "{events}");
     assert!(result.contains("doubled") && result.contains("10"), "{result}");
     assert!(!events.contains("RECONCILE"), "{events}");
+}
+
+/// Without a container engine, or asking for a GPU the machine does not have, an image
+/// function's run answers 400 naming what to do, and no job is left behind.
+async fn image_functions_the_machine_cannot_run_are_refused_with_the_fix(backend: Backend) {
+    use gantry::compute::local::container::ContainerArgs;
+    let missing =
+        ContainerArgs { container_engine: "/nonexistent/podman --runtime runc".into(), ..ContainerArgs::default() };
+    let missing = missing.engine().await;
+    let gateway = Gateway::start(backend).await.with_runner(|config| config.containers = missing).await;
+    gateway.provider("acme", None, "erin").await;
+    let uploaded = gateway
+        .post_json(
+            "/api/v1/programs/upload/",
+            "erin",
+            json!({"title": "imagefn", "provider": "acme", "image": "localhost/fn:1"}),
+        )
+        .await;
+    assert_eq!(uploaded.status.as_u16(), 200, "{:?}", uploaded.json);
+    let refused = gateway
+        .post_json("/api/v1/programs/run/", "erin", json!({"title": "imagefn", "provider": "acme", "arguments": "{}"}))
+        .await;
+    assert_eq!(refused.status.as_u16(), 400, "{:?}", refused.json);
+    let message = refused.message();
+    assert!(
+        message.starts_with("Function imagefn cannot run here: the container engine `/nonexistent/podman"),
+        "{message}"
+    );
+    assert!(message.contains("apt-get install podman runc"), "{message}");
+    let jobs = gateway.get("/api/v1/jobs/", "erin").await;
+    assert_eq!(jobs.json["count"], 0, "no job is created: {:?}", jobs.json);
+
+    // An engine that is there (a stand-in command that answers --version), and a GPU function:
+    // refused on a machine without a CDI description of its GPUs.
+    let engine = ContainerArgs { container_engine: "/bin/echo podman version 4".into(), ..ContainerArgs::default() };
+    let engine = engine.engine().await;
+    assert!(engine.is_available());
+    let gateway = Gateway::start(backend).await.with_runner(|config| config.containers = engine).await;
+    gateway.provider("acme", None, "erin").await;
+    let fields = json!({"title": "gpufn", "provider": "acme", "image": "localhost/fn:1", "gpu": true});
+    assert_eq!(gateway.post_json("/api/v1/programs/upload/", "erin", fields).await.status.as_u16(), 200);
+    let refused = gateway
+        .post_json("/api/v1/programs/run/", "erin", json!({"title": "gpufn", "provider": "acme", "arguments": "{}"}))
+        .await;
+    if std::path::Path::new("/etc/cdi").exists() || std::path::Path::new("/var/run/cdi").exists() {
+        return; // a machine with CDI descriptions may have GPUs: nothing to assert here
+    }
+    assert_eq!(refused.status.as_u16(), 400, "{:?}", refused.json);
+    let message = refused.message();
+    assert!(
+        message.contains("asks for a GPU and this machine has none") && message.contains("nvidia.com/gpu=all"),
+        "{message}"
+    );
+    assert_eq!(gateway.get("/api/v1/jobs/", "erin").await.json["count"], 0);
 }

@@ -72,10 +72,10 @@ pub async fn run(
         }
         None => program.default_size.clone(),
     };
-    if !state.compute.runs_images() && program.artifact_key.is_none() {
-        return Err(bad(format!(
-            "Function {title} runs a container image, which needs the Kubernetes backend; this gateway runs jobs as local processes."
-        )));
+    let gpu = program.gpu && program.provider_id.is_some();
+    let image = program.artifact_key.is_none();
+    if let Err(why) = state.compute.can_run(image, gpu) {
+        return Err(bad(format!("Function {title} cannot run here: {why}")));
     }
     check_arguments(state, &program, arguments.clone()).await?;
     let instance = headers.instance;
@@ -102,7 +102,7 @@ pub async fn run(
         config: config.to_string(),
         env_vars: request_env.to_string(),
         runner: program.runner.clone(),
-        gpu: program.gpu && program.provider_id.is_some(),
+        gpu,
         function_size,
     };
     let limit = state.config.active_jobs_per_user;

@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::FunctionJobStatus;
-use crate::domain::lifecycle::{JobStatus, Trigger};
+use crate::domain::lifecycle::{JobStatus, Trigger, container_start_failure};
 
 /// Waiting reasons of a container that will not start without a change to the job.
 const FATAL_WAITING: [&str; 4] = ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerError"];
@@ -35,10 +35,7 @@ fn start_failure(pod: &Pod, now: Timestamp, pending_deadline: Duration) -> Optio
         if FATAL_WAITING.contains(&reason) || (reason == "CreateContainerConfigError" && overdue) {
             let image = &container.image;
             let detail = waiting.message.as_deref().unwrap_or("no detail");
-            return Some(format!(
-                "the container {} could not start ({reason}, image {image}): {detail}",
-                container.name
-            ));
+            return Some(container_start_failure(&container.name, reason, image, detail));
         }
     }
     let conditions = pod.status.as_ref().and_then(|s| s.conditions.as_deref()).unwrap_or_default();
