@@ -9,6 +9,10 @@
 //! - `custom_token` asks an external endpoint who the token is (`custom`).
 //! - `oidc` verifies JWTs of an OpenID Connect provider (`oidc`).
 //!
+//! `runtime_service` is the caller's IBM Quantum runtime service as `stop` uses it (cancelling
+//! a job's runtime jobs with the credentials sent with the stop), through the same IAM and
+//! upstream client as `runtime_platform`.
+//!
 //! Verdicts of the upstream checks are cached by the SHA-256 of the token (`cache`); upstream
 //! calls have a deadline and hold no lock, so a slow service delays only the requests that wait
 //! for it. Tokens are never logged.
@@ -22,6 +26,7 @@ pub mod identity;
 pub mod jwks;
 pub mod oidc;
 pub mod platform;
+pub mod runtime_service;
 pub mod upstream;
 
 use std::sync::Arc;
@@ -88,9 +93,11 @@ pub struct AuthArgs {
     /// first such token after any other fetch fetches at once (a rotation).
     #[arg(long, env = "GANTRY_OIDC_KEY_REFRESH_SECONDS", default_value_t = 10)]
     pub oidc_key_refresh_seconds: u64,
-    /// runtime_platform: IAM's base URL (API key exchange, keys, access groups).
-    #[arg(long, env = "IAM_IBM_CLOUD_BASE_URL", default_value = "https://iam.cloud.ibm.com")]
-    pub iam_url: String,
+    /// IAM's base URL: runtime_platform's API key exchange, keys and access groups, and `stop`'s
+    /// exchange of the runtime service's key; unset, `https://iam.cloud.ibm.com` (for `stop`,
+    /// `https://iam.test.cloud.ibm.com` when the instance's CRN is a staging one).
+    #[arg(long, env = "IAM_IBM_CLOUD_BASE_URL")]
+    pub iam_url: Option<String>,
     /// runtime_platform: the resource controller's base URL (instance plans).
     #[arg(
         long,
@@ -105,11 +112,12 @@ pub struct AuthArgs {
     /// the `local` channel is refused.
     #[arg(long, env = "SETTINGS_AUTH_MOCK_TOKEN")]
     pub mock_token: Option<crate::secrets::Secret>,
-    /// runtime_platform: the runtime API listing an instance's functions and permissions (the
-    /// default region's URL); unset, access follows the group rules.
+    /// The runtime API (the default region's URL): runtime_platform lists an instance's
+    /// functions and permissions there (unset, access follows the group rules), and `stop`
+    /// cancels the job's runtime jobs there (unset, the address the instance's CRN implies).
     #[arg(long, env = "RUNTIME_API_BASE_URL")]
     pub runtime_api_url: Option<String>,
-    /// runtime_platform: the region served by the bare `RUNTIME_API_BASE_URL`; other regions
+    /// The region served by the bare `RUNTIME_API_BASE_URL`; other regions
     /// use its host prefixed with `<region>.`.
     #[arg(long, env = "RUNTIME_API_DEFAULT_REGION", default_value = "us-east")]
     pub runtime_api_default_region: String,
@@ -119,7 +127,8 @@ pub struct AuthArgs {
     /// Seconds a verified token's identity is reused without asking upstream again.
     #[arg(long, env = "IAM_IBM_CLOUD_CACHE_TTL", default_value_t = 60)]
     pub auth_cache_ttl_seconds: u64,
-    /// Seconds an upstream authentication call may take.
+    /// Seconds an upstream authentication call may take; also all of `stop`'s calls to the
+    /// runtime service together.
     #[arg(long, env = "GANTRY_AUTH_TIMEOUT_SECONDS", default_value_t = 5)]
     pub auth_timeout_seconds: u64,
 }
@@ -164,7 +173,7 @@ impl AuthArgs {
                     );
                 }
                 Check::Platform(Box::new(platform::Platform::new(
-                    self.iam_url.clone(),
+                    self.iam_url.clone().unwrap_or_else(|| platform::IAM_URL.to_string()),
                     self.resource_controller_url.clone(),
                     plans,
                     self.mock_token.as_ref().map(|token| token.expose().to_string()),
@@ -185,6 +194,17 @@ impl AuthArgs {
             verdicts: VerdictCache::new(Duration::from_secs(self.auth_cache_ttl_seconds)),
             users: Watched::default(),
         })
+    }
+
+    /// The client `stop` cancels a job's runtime jobs with (any mechanism: the credentials are
+    /// the ones the caller sends with `stop`).
+    pub fn runtime_service(&self) -> anyhow::Result<runtime_service::RuntimeService> {
+        runtime_service::RuntimeService::new(
+            self.iam_url.clone(),
+            self.runtime_api_url.clone(),
+            self.runtime_api_default_region.clone(),
+            Duration::from_secs(self.auth_timeout_seconds.max(1)),
+        )
     }
 
     pub fn mechanism_name(&self) -> String {

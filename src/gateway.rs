@@ -79,6 +79,7 @@ impl GatewayArgs {
             events,
         } = self;
         let auth = Arc::new(api.auth.authenticator()?);
+        let runtime = Arc::new(api.auth.runtime_service()?);
         let storage = storage.open(&database.data_dir)?;
         require_shared_backends("gateway", &database, &storage)?;
         let Some(token_key) = &api.token_key else {
@@ -130,6 +131,7 @@ impl GatewayArgs {
             publisher,
             tokens,
             auth,
+            runtime,
             follows,
             functions,
         };

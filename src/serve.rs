@@ -102,6 +102,7 @@ impl ServeArgs {
         // Jobs run on this machine: keep this process's memory and environment out of their reach.
         isolation::forbid_dumping().context("failed to make gantry non-dumpable")?;
         let auth = Arc::new(api.auth.authenticator()?);
+        let runtime = Arc::new(api.auth.runtime_service()?);
         let db = database.open().await?;
         let functions = Arc::new(crate::api::state::FunctionCache::default());
         crate::api::state::follow_changes(&db, &auth, &functions);
@@ -174,8 +175,18 @@ impl ServeArgs {
             }
         };
         let follows = Arc::new(crate::follow::Follows::default());
-        let state =
-            AppState { db, storage, config: Arc::new(config), compute, publisher, tokens, auth, follows, functions };
+        let state = AppState {
+            db,
+            storage,
+            config: Arc::new(config),
+            compute,
+            publisher,
+            tokens,
+            auth,
+            runtime,
+            follows,
+            functions,
+        };
         println!("{listening}");
         serve_http(listener, state, None).await
     }

@@ -52,9 +52,9 @@ fi
 step "web console in headless Chromium (Playwright)"
 GANTRY_BIN=target/debug/gantry GANTRY_TEST_PYTHON="$PYTHON" tests/console/run.sh
 
-step "end to end: the real client against gateway + controller (Kubernetes doubles), and with runtime_platform"
+step "end to end: the real client against gateway + controller (Kubernetes doubles), with runtime_platform, and stop cancelling runtime jobs"
 GANTRY_TEST_PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" \
-  cargo test --quiet --test gateway -- --ignored e2e_kubernetes the_real_client_authenticates 2>&1 | grep -v '^test .* ok$'
+  cargo test --quiet --test gateway -- --ignored e2e_kubernetes the_real_client_authenticates the_real_client_stops 2>&1 | grep -v '^test .* ok$'
 
 step "Helm chart: strict lint, rendering, Kubernetes schemas, RBAC = gantry rbac, values table"
 GANTRY_BIN=target/debug/gantry tests/helm/run.sh

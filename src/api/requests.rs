@@ -17,6 +17,7 @@ use utoipa::{IntoParams, PartialSchema, ToSchema};
 
 use super::error::ApiError;
 use super::fields::RequestFields;
+use crate::auth::runtime_service::{ServiceField, parse_service};
 use crate::domain::names;
 
 fn bad(message: impl Into<String>) -> ApiError {
@@ -314,21 +315,22 @@ impl SaveResultRequest {
 }
 
 /// `POST jobs/{job_id}/stop/`.
-#[derive(Debug, Clone, ToSchema)]
+#[derive(Debug, ToSchema)]
 pub struct StopRequest {
-    /// Serialized runtime service; never logged or stored.
-    #[schema(nullable = false)]
-    pub service: Option<String>,
+    /// The serialized runtime service (`QiskitRuntimeService`: channel, token, instance) whose
+    /// runtime jobs the job reported are cancelled; `"null"` or absent: none. Used for this
+    /// request only: never logged or stored.
+    #[schema(value_type = Option<String>, nullable = false)]
+    pub service: ServiceField,
 }
 
 impl StopRequest {
-    /// Checks the body; the `service` (a serialized runtime service with credentials) is not
-    /// kept.
+    /// Checks the body and reads the `service` (a serialized runtime service with credentials).
     pub fn parse(fields: &RequestFields) -> Result<StopRequest, ApiError> {
         if fields.values.get("service").is_some_and(Value::is_null) {
             return Err(bad("This field may not be null. ('service')"));
         }
-        Ok(StopRequest { service: None })
+        Ok(StopRequest { service: parse_service(fields.text("service").as_deref()) })
     }
 }
 

@@ -51,6 +51,8 @@ pub struct AppState {
     pub publisher: Arc<dyn crate::events::Publisher>,
     /// Who callers are (`SETTINGS_AUTH_MECHANISM`).
     pub auth: Arc<crate::auth::Authenticator>,
+    /// The caller's runtime service, as `stop` cancels a job's runtime jobs with it.
+    pub runtime: Arc<crate::auth::runtime_service::RuntimeService>,
     /// The live followers of jobs' events and logs (`…/stream/` endpoints).
     pub follows: Arc<crate::follow::Follows>,
     /// Functions as `run` resolved them, by caller, provider and title (`follow_changes`).

@@ -35,6 +35,8 @@ pub const REVIEW_CRN: &str =
 pub const WRONG_CHANNEL: &str =
     "The value of the channel is not correct. Verify that you are using one of these: ibm_cloud, ibm_quantum_platform";
 pub const RUNTIME_UNAVAILABLE: &str = "We couldn't verify your access to Qiskit Functions at this time. Please try again later, or contact IBM support if the problem persists.";
+/// IAM of production IBM Cloud accounts, unless `--iam-url` names another.
+pub const IAM_URL: &str = "https://iam.cloud.ibm.com";
 /// The user every `local`-channel caller is, as in the reference.
 pub const MOCK_USER: &str = "mockuser";
 /// The access group every account has, which is not a group of Gantry's.
@@ -62,18 +64,22 @@ pub struct RuntimeApi {
     pub accesses: VerdictCache<Option<Arc<InstanceAccess>>>,
 }
 
-/// Where the runtime API lists the functions of the instance `crn`: the base URL, its host
-/// prefixed with `<region>.` when the CRN's region (its sixth `:` segment) is not the default.
+/// Where the runtime API lists the functions of the instance `crn`.
 pub fn runtime_functions_url(base_url: &str, default_region: &str, crn: &str) -> String {
+    format!("{}/api/v1/functions", runtime_api_base(base_url, default_region, crn))
+}
+
+/// The runtime API serving the instance `crn`: the base URL, its host prefixed with `<region>.`
+/// when the CRN's region (its sixth `:` segment) is not the default.
+pub fn runtime_api_base(base_url: &str, default_region: &str, crn: &str) -> String {
     let base = base_url.trim_end_matches('/');
-    let base = match crn.split(':').nth(5).filter(|region| !region.is_empty() && *region != default_region) {
+    match crn.split(':').nth(5).filter(|region| !region.is_empty() && *region != default_region) {
         Some(region) => match base.split_once("://") {
             Some((scheme, host)) => format!("{scheme}://{region}.{host}"),
             None => format!("{region}.{base}"),
         },
         None => base.to_string(),
-    };
-    format!("{base}/api/v1/functions")
+    }
 }
 
 /// The runtime API's 200 answer: per function and for custom functions (invalid entries

@@ -1,11 +1,12 @@
-//! Calls to the services that vouch for credentials (a token endpoint, an identity provider):
-//! GET with a deadline, the answer's body read whole (these answers are small) and capped.
+//! Calls to the services that vouch for credentials (a token endpoint, an identity provider)
+//! and to the runtime service `stop` cancels runtime jobs on: each with a deadline, the answer's
+//! body read whole (these answers are small) and capped.
 
 use std::time::Duration;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
-use hyper::{Request, StatusCode, header};
+use hyper::{Method, Request, StatusCode, header};
 
 use crate::http::{HttpClient, empty, http_client};
 
@@ -70,6 +71,18 @@ impl Upstream {
         self.exchange(url, None, headers, Some((content_type, body))).await
     }
 
+    /// Sends a request without a body (`method` to `url` with `authorization` and the other
+    /// `headers`): the status and body.
+    pub async fn send(
+        &self,
+        method: Method,
+        url: &str,
+        authorization: &str,
+        headers: &[(&str, &str)],
+    ) -> Result<(StatusCode, Bytes), UpstreamError> {
+        self.request(method, url, Some(authorization), headers, None).await
+    }
+
     async fn exchange(
         &self,
         url: &str,
@@ -77,7 +90,18 @@ impl Upstream {
         headers: &[(&str, &str)],
         body: Option<(&str, Bytes)>,
     ) -> Result<(StatusCode, Bytes), UpstreamError> {
-        let method = if body.is_some() { hyper::Method::POST } else { hyper::Method::GET };
+        let method = if body.is_some() { Method::POST } else { Method::GET };
+        self.request(method, url, authorization, headers, body).await
+    }
+
+    async fn request(
+        &self,
+        method: Method,
+        url: &str,
+        authorization: Option<&str>,
+        headers: &[(&str, &str)],
+        body: Option<(&str, Bytes)>,
+    ) -> Result<(StatusCode, Bytes), UpstreamError> {
         let mut request = Request::builder().method(method).uri(url).header(header::ACCEPT, "application/json");
         if let Some(value) = authorization {
             request = request.header(header::AUTHORIZATION, value);

@@ -219,6 +219,7 @@ def test_stop_a_sleeping_job_shows_the_answer_and_then_stopped(page, user):
     answer = page.locator("#stop-answer")
     expect(answer).to_have_text(
         f"Stop requested for job {job_id}; its status will show STOPPED once it has stopped."
+        " QiskitRuntimeService not found, cannot stop runtime jobs."
     )
     expect(status_badge(page)).to_have_text("STOPPED")
     expect(page.get_by_role("button", name="Stop")).to_be_disabled()

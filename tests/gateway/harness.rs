@@ -110,6 +110,15 @@ impl Gateway {
                 publisher,
                 tokens: gantry::secrets::TokenCipher::generate().0,
                 auth: Arc::new(gantry::auth::Authenticator::mock()),
+                runtime: Arc::new(
+                    gantry::auth::runtime_service::RuntimeService::new(
+                        None,
+                        None,
+                        "us-east".into(),
+                        std::time::Duration::from_secs(5),
+                    )
+                    .expect("runtime service client"),
+                ),
                 follows: Arc::new(gantry::follow::Follows::new(std::time::Duration::from_millis(100))),
                 functions: Arc::default(),
             },
@@ -314,6 +323,42 @@ impl Gateway {
     /// The S3 server's endpoint (PostgreSQL + S3 backend only); bucket `gantry`, prefix `test`.
     pub fn s3_endpoint(&self) -> Option<String> {
         self.s3_endpoint.clone()
+    }
+
+    /// Whether `needle` is kept anywhere: every row of every PostgreSQL table, or any file of
+    /// this gateway's folder (the SQLite database with its journal, local and S3 objects).
+    pub async fn keeps_anywhere(&self, needle: &str) -> bool {
+        if let Db::Postgres(pool) = &self.state.db {
+            let tables: Vec<String> = sqlx::query_scalar(
+                "SELECT table_name::text FROM information_schema.tables WHERE table_schema = current_schema()",
+            )
+            .fetch_all(pool)
+            .await
+            .unwrap();
+            for table in tables {
+                let rows: Vec<String> = sqlx::query_scalar(&format!("SELECT row_to_json(t)::text FROM \"{table}\" t"))
+                    .fetch_all(pool)
+                    .await
+                    .unwrap();
+                if rows.iter().any(|row| row.contains(needle)) {
+                    return true;
+                }
+            }
+        }
+        let mut folders = vec![self.dir.path().to_path_buf()];
+        while let Some(folder) = folders.pop() {
+            for entry in std::fs::read_dir(&folder).unwrap().flatten() {
+                let path = entry.path();
+                if path.is_dir() {
+                    folders.push(path);
+                } else if std::fs::read(&path)
+                    .is_ok_and(|bytes| bytes.windows(needle.len()).any(|w| w == needle.as_bytes()))
+                {
+                    return true;
+                }
+            }
+        }
+        false
     }
 }
 

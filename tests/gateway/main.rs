@@ -25,6 +25,7 @@ mod pod_endings;
 mod programs;
 mod replicas;
 mod retention;
+mod runtime_stop;
 mod scoped_access;
 mod streams;
 mod system;

@@ -20,6 +20,7 @@ use crate::api::requests::{
 };
 use crate::api::state::AppState;
 use crate::auth::Caller;
+use crate::auth::runtime_service::{self, ReportedRuntimeJob, ServiceField};
 use crate::compute::StopOutcome;
 use crate::db::jobs::{self, JobFilter, JobRow, NewJob, SubStatusOutcome};
 use crate::db::{self, programs, providers, queue};
@@ -337,24 +338,43 @@ pub async fn save_result(
     Ok(JobRecord::of(&job).with_result(Some(request.result)))
 }
 
-/// Asks compute to stop the caller's job.
+/// Asks compute to stop the caller's job, then cancels the runtime jobs it reported with the
+/// runtime service the caller sent (the job is stopped whatever that service answers). The
+/// message says what happened to each, after the stop's own part.
 pub async fn stop(
     state: &AppState,
     caller: &Caller,
     job_id: &str,
     fields: &RequestFields,
 ) -> Result<Message, ApiError> {
-    own_job(state, caller, job_id).await?;
-    StopRequest::parse(fields)?;
+    let job = own_job(state, caller, job_id).await?;
+    let StopRequest { service } = StopRequest::parse(fields)?;
     let outcome = state.compute.clone().stop(job_id).await?;
-    Ok(Message::new(match outcome {
+    let mut parts = vec![match outcome {
         StopOutcome::Requested => {
             format!("Stop requested for job {job_id}; its status will show STOPPED once it has stopped.")
         }
         StopOutcome::AlreadyFinished(status) => {
             format!("Job {job_id} had already finished ({status}); nothing to stop.")
         }
-    }))
+    }];
+    match service {
+        ServiceField::Absent => parts.push(runtime_service::SERVICE_NOT_FOUND.into()),
+        ServiceField::Unreadable => parts.push(runtime_service::SERVICE_UNREADABLE.into()),
+        ServiceField::Account(account) => {
+            let reported: Vec<ReportedRuntimeJob> = jobs::list_runtime_jobs(&state.db, &job.id)
+                .await?
+                .into_iter()
+                .map(|row| ReportedRuntimeJob { job: row.runtime_job, session: row.runtime_session })
+                .collect();
+            if reported.is_empty() {
+                parts.push(runtime_service::NO_RUNTIME_JOBS.into());
+            } else {
+                parts.extend(state.runtime.cancel(&account, &reported).await);
+            }
+        }
+    }
+    Ok(Message::new(parts.join(" ")))
 }
 
 /// Sets the sub-status of the caller's active job.
