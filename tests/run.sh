@@ -4,7 +4,8 @@
 # (functions, files, and jobs executed by a Python that has the client installed), the web
 # console in headless Chromium driven by Playwright against `gantry serve`, the same
 # against `gantry gateway` + `gantry controller` with the Kubernetes doubles, the Helm chart's
-# offline checks, and the container images built and run with podman (installed if missing).
+# offline checks, the container images built and run with podman (installed if missing), and
+# container-image functions run by gantry serve through podman with the real client.
 # Needs DATABASE_URL (a PostgreSQL superuser; default postgres://postgres@127.0.0.1:5432/test)
 # and GANTRY_TEST_PYTHON (a Python with qiskit-serverless 0.37.0, playwright and pytest) and
 # Debian's chromium; `.ci/run` provides them.
@@ -61,3 +62,6 @@ GANTRY_BIN=target/debug/gantry tests/helm/run.sh
 
 step "container images: build with podman and run (gantry, the runner with the real client)"
 GANTRY_BIN=target/debug/gantry tests/images.sh
+
+step "container-image functions on gantry serve: a provider image built from the runner image, run with podman by the real client"
+GANTRY_BIN=target/debug/gantry GANTRY_TEST_PYTHON="$PYTHON" tests/image_jobs.sh
