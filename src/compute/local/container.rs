@@ -245,6 +245,12 @@ impl Engine {
                 };
                 let detail = if reason == "ErrImagePull" && self.settings.image_pull == PullPolicy::Never {
                     format!("{detail} (this server runs local images only: --image-pull never)")
+                } else if detail.contains("OCI") && !self.settings.container_engine.contains("runc") {
+                    // crun fails where cgroups are hybrid or rlimits may not be raised.
+                    format!(
+                        "{detail} (where podman's default runtime fails, start gantry serve with \
+                         --container-engine 'podman --runtime runc --cgroup-manager cgroupfs')"
+                    )
                 } else {
                     detail
                 };
