@@ -686,6 +686,7 @@ async fn a_cancelled_run_never_leaves_a_transaction_open(backend: Backend) {
         runner: "local".into(),
         gpu: false,
         function_size: None,
+        trial: false,
     };
     // Clients that disconnect cancel their requests at any point, also inside the transaction,
     // while others keep the pool busy.

@@ -28,4 +28,5 @@ mod retention;
 mod scoped_access;
 mod streams;
 mod system;
+mod trials;
 mod visibility;
