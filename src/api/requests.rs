@@ -453,23 +453,28 @@ pub struct FileUpload {
     file: String,
 }
 
+/// `schema`, or the empty text the listings read as no filter.
+fn or_empty(schema: RefOr<Schema>) -> Schema {
+    let empty = ObjectBuilder::new().schema_type(utoipa::openapi::Type::String).max_length(Some(0)).build();
+    Schema::AnyOf(AnyOfBuilder::new().item(schema).item(empty).build())
+}
+
 /// `created_after`: a date-time, a date or empty (no bound), as the listings read it.
 fn created_after_schema() -> Schema {
     use utoipa::openapi::schema::{KnownFormat, SchemaFormat, Type};
-    let text = |format: Option<KnownFormat>, max_length: Option<usize>| {
-        ObjectBuilder::new()
-            .schema_type(Type::String)
-            .format(format.map(SchemaFormat::KnownFormat))
-            .max_length(max_length)
-            .build()
+    let text = |format: KnownFormat| {
+        ObjectBuilder::new().schema_type(Type::String).format(Some(SchemaFormat::KnownFormat(format))).build()
     };
-    Schema::AnyOf(
-        AnyOfBuilder::new()
-            .item(text(Some(KnownFormat::DateTime), None))
-            .item(text(Some(KnownFormat::Date), None))
-            .item(text(None, Some(0)))
-            .build(),
-    )
+    let dated = AnyOfBuilder::new().item(text(KnownFormat::DateTime)).item(text(KnownFormat::Date)).build();
+    or_empty(RefOr::T(Schema::AnyOf(dated)))
+}
+
+fn status_or_empty() -> Schema {
+    or_empty(crate::domain::lifecycle::JobStatus::schema())
+}
+
+fn filter_or_empty() -> Schema {
+    or_empty(JobsFilter::schema())
 }
 
 /// `GET programs/`.
@@ -499,11 +504,11 @@ pub struct JobsQuery {
     pub provider: Option<String>,
     /// Function title; 404 when no such function exists.
     pub function: Option<String>,
-    /// Job status.
-    #[param(value_type = Option<crate::domain::lifecycle::JobStatus>, inline)]
+    /// Job status (any letter case); empty means any.
+    #[param(schema_with = status_or_empty)]
     pub status: Option<String>,
-    /// catalog (provider functions) or serverless (own functions).
-    #[param(value_type = Option<JobsFilter>, inline)]
+    /// catalog (provider functions) or serverless (own functions); empty means both.
+    #[param(schema_with = filter_or_empty)]
     pub filter: Option<String>,
     /// ISO 8601 date or datetime (naive is UTC), inclusive; empty means no bound.
     #[param(schema_with = created_after_schema)]
@@ -525,11 +530,11 @@ pub struct ProviderJobsQuery {
     pub provider: Option<String>,
     /// Function title; 404 when no such function exists.
     pub function: Option<String>,
-    /// Job status.
-    #[param(value_type = Option<crate::domain::lifecycle::JobStatus>, inline)]
+    /// Job status (any letter case); empty means any.
+    #[param(schema_with = status_or_empty)]
     pub status: Option<String>,
-    /// catalog (provider functions) or serverless (own functions).
-    #[param(value_type = Option<JobsFilter>, inline)]
+    /// catalog (provider functions) or serverless (own functions); empty means both.
+    #[param(schema_with = filter_or_empty)]
     pub filter: Option<String>,
     /// ISO 8601 date or datetime (naive is UTC), inclusive; empty means no bound.
     #[param(schema_with = created_after_schema)]
