@@ -61,6 +61,26 @@ pub enum AdminCommand {
         #[arg(long)]
         run: bool,
     },
+    /// Make a group one of a provider function's trial groups (the reference's
+    /// `trial_instances`): runs by its members are trials (`ENV_ACCESS_TRIAL=True`) where the
+    /// group is also granted run (`grant --run`).
+    AddTrialGroup {
+        #[arg(long)]
+        provider: String,
+        #[arg(long)]
+        function: String,
+        #[arg(long)]
+        group: String,
+    },
+    /// Make a group no longer one of a provider function's trial groups.
+    RemoveTrialGroup {
+        #[arg(long)]
+        provider: String,
+        #[arg(long)]
+        function: String,
+        #[arg(long)]
+        group: String,
+    },
     /// Disable a provider function: runs answer 423 with the message (default: the reference's
     /// text) until it is enabled again.
     DisableFunction {
@@ -198,6 +218,30 @@ pub async fn admin_with(db: &Db, storage: Option<&Storage>, command: AdminComman
             let group_row = users::ensure_group(db, &group).await?;
             programs::grant(db, &program.id, &group_row.id, view, run).await?;
             format!("group {group} on {provider}/{function}: view={view} run={run}")
+        }
+        AdminCommand::AddTrialGroup { provider, function, group } => {
+            let program = find_provider_function(db, &provider, &function).await?;
+            let group_row = users::ensure_group(db, &group).await?;
+            programs::set_trial_group(db, &program.id, &group_row.id, true).await?;
+            let mut said = format!("group {group} is a trial group of {provider}/{function}");
+            if !programs::run_granted_to(db, &program.id, &group_row.id).await? {
+                said.push_str(&format!(
+                    " (its members' runs become trials once it is granted run: \
+                     gantry admin grant --provider {provider} --function {function} --group {group} --run)"
+                ));
+            }
+            said
+        }
+        AdminCommand::RemoveTrialGroup { provider, function, group } => {
+            let program = find_provider_function(db, &provider, &function).await?;
+            let removed = match users::find_group(db, &group).await? {
+                Some(group_row) => programs::set_trial_group(db, &program.id, &group_row.id, false).await?,
+                None => false,
+            };
+            match removed {
+                true => format!("group {group} is no longer a trial group of {provider}/{function}"),
+                false => format!("group {group} was not a trial group of {provider}/{function}"),
+            }
         }
         AdminCommand::DeactivateUser { user } => {
             check_user_name(&user)?;

@@ -2,11 +2,13 @@
 //! Each parses its query and calls one `service::files` function.
 
 use axum::Json;
-use axum::extract::{Query, State};
+use axum::extract::State;
+
 use axum::response::Response;
 
 use super::answers::{FileList, Message, SpecFileList};
 use super::error::ApiError;
+use super::extract::Query;
 use super::fields::RequestFields;
 use super::requests::{FileUpload, ProviderFileQuery, ProviderFilesQuery, UserFileQuery, UserFilesQuery};
 use super::service::files::{self as service, Area};

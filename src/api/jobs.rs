@@ -2,14 +2,16 @@
 //! Each parses its request and calls one `service::jobs` function.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
+
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::answers::{
     EventRecord, JobAnswer, JobPage, JobRecord, Message, QueueAnswer, ResultAnswer, RunAnswer, RuntimeJobs,
 };
-use super::error::ApiError;
+use super::error::{ApiError, ErrorBody};
+use super::extract::Query;
 use super::fields::RequestFields;
 use super::idempotency::{self, IdempotencyKey, IdempotencyKeyHeader};
 use super::requests::{
@@ -27,7 +29,9 @@ use crate::auth::Caller;
     request_body(content(
         (RunRequest = "application/json"),
         (RunRequest = "application/x-www-form-urlencoded"))),
-    responses((status = 200, description = "the queued job", body = RunAnswer)),
+    responses((status = 200, description = "the queued job", body = RunAnswer),
+        (status = 423, description = "the function is disabled", body = ErrorBody),
+        (status = 429, description = "the caller's active-job limit is reached", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn run_program(
     State(state): State<AppState>,

@@ -39,6 +39,18 @@ pub struct NotFound(ErrorBody);
 #[allow(dead_code)]
 pub struct PayloadTooLarge(ErrorBody);
 
+#[derive(ToResponse)]
+#[response(
+    description = "a request with this Idempotency-Key is still in progress, or a concurrent upload of the same function won"
+)]
+#[allow(dead_code)]
+pub struct Conflict(ErrorBody);
+
+#[derive(ToResponse)]
+#[response(description = "this Idempotency-Key was already used with a different request")]
+#[allow(dead_code)]
+pub struct KeyReused(ErrorBody);
+
 struct BearerScheme;
 
 impl Modify for BearerScheme {
@@ -54,7 +66,7 @@ impl Modify for BearerScheme {
         title = "Gantry gateway API",
         description = "Job gateway for user-uploaded functions, compatible with the qiskit-serverless client. Every path is also served without its trailing slash. Text fields are trimmed of surrounding whitespace."
     ),
-    components(schemas(ErrorBody, DetailBody), responses(BadRequest, Unauthorized, NotFound, PayloadTooLarge)),
+    components(schemas(ErrorBody, DetailBody), responses(BadRequest, Unauthorized, NotFound, PayloadTooLarge, Conflict, KeyReused)),
     modifiers(&BearerScheme)
 )]
 struct Base;
@@ -65,14 +77,16 @@ pub fn base() -> Document {
 }
 
 /// The errors every authenticated operation may answer, by reference: 400 (invalid input), 401,
-/// 404 (unknown or not visible) and 413 (body too large).
+/// 404 (unknown or not visible) and 413 (body too large); with an `Idempotency-Key` also 409
+/// (in progress) and 422 (the key used with another request).
 fn add_error_answers(operation: &mut Operation) {
     if operation.security.as_ref().is_none_or(|s| s.is_empty()) {
         return;
     }
-    for (status, name) in
-        [("400", "BadRequest"), ("401", "Unauthorized"), ("404", "NotFound"), ("413", "PayloadTooLarge")]
-    {
+    let idempotent = operation.parameters.iter().flatten().any(|parameter| parameter.name == "Idempotency-Key");
+    let keyed: &[(&str, &str)] = if idempotent { &[("409", "Conflict"), ("422", "KeyReused")] } else { &[] };
+    let common = [("400", "BadRequest"), ("401", "Unauthorized"), ("404", "NotFound"), ("413", "PayloadTooLarge")];
+    for &(status, name) in common.iter().chain(keyed) {
         operation
             .responses
             .responses

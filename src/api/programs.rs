@@ -2,14 +2,16 @@
 //! request and calls one `service::programs` function.
 
 use axum::Json;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
+
 use axum::response::Response;
 
 use super::answers::{FunctionRecord, Valid};
 use super::error::ApiError;
+use super::extract::Query;
 use super::fields::RequestFields;
 use super::idempotency::{self, IdempotencyKey, IdempotencyKeyHeader};
-use super::requests::{ProgramsQuery, ProviderQuery, UploadFields, UploadMultipart, ValidateRequest};
+use super::requests::{ProgramsQuery, ProviderQuery, UploadFields, UploadMultipart, ValidateBody, ValidateRequest};
 use super::service::programs as service;
 use super::state::AppState;
 use crate::auth::Caller;
@@ -42,9 +44,15 @@ pub async fn get_program_by_title(
     Ok(Json(service::by_title(&state, &caller, &title, query.provider).await?))
 }
 
-/// Create or update a function (upsert). Creating needs `entrypoint` and `artifact`, or `image` (providers); an update changes only the fields sent
+/// Create or update a function (upsert)
 ///
-/// With an `Idempotency-Key`, a retry gets the first answer.
+/// `title` (or `provider` and `title`) names the function. When it exists (and the caller may
+/// manage it), the request updates it: only the fields sent change, so `title` alone is a
+/// valid update that keeps everything. When it does not exist, the request creates it and
+/// needs what the function runs: `entrypoint` and `artifact` (multipart only), or `image` with
+/// `provider` (a provider's container image); without them the answer is 400 `At least one of
+/// attributes (entrypoint, image) is required.` or asks for the artifact. `type` is honoured
+/// on creation only. With an `Idempotency-Key`, a retry gets the first answer.
 #[utoipa::path(post, path = "/programs/upload/", tag = "functions", params(IdempotencyKeyHeader),
     request_body(content(
         (UploadMultipart = "multipart/form-data"),
@@ -70,8 +78,8 @@ pub async fn upload_program(
 /// Validate arguments against a function's schema
 #[utoipa::path(post, path = "/programs/validate_arguments/", tag = "functions",
     request_body(content(
-        (ValidateRequest = "application/json"),
-        (ValidateRequest = "application/x-www-form-urlencoded"))),
+        (ValidateBody = "application/json"),
+        (ValidateBody = "application/x-www-form-urlencoded"))),
     responses((status = 200, description = "the arguments are valid", body = Valid)),
     security(("bearer" = [])))]
 pub async fn validate_arguments(

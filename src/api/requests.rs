@@ -182,7 +182,7 @@ impl RunHeaders {
 #[derive(Debug, Clone, ToSchema)]
 pub struct ValidateRequest {
     /// The function's title; `provider/title` names a provider function.
-    #[schema(min_length = 1, example = "example-fn")]
+    #[schema(min_length = 1, pattern = "^[^/]*[A-Za-z0-9_-][^/]*(/[^/]*[A-Za-z0-9_-][^/]*)?$", example = "example-fn")]
     pub title: String,
     #[schema(nullable = false)]
     pub provider: Option<String>,
@@ -208,7 +208,12 @@ impl ValidateRequest {
 #[allow(dead_code)]
 pub struct UploadRequest {
     /// Sanitized to letters, digits, _ and -; `provider/title` names a provider function.
-    #[schema(min_length = 1, max_length = 255, example = "example-fn")]
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[^/]*[A-Za-z0-9_-][^/]*(/[^/]*[A-Za-z0-9_-][^/]*)?$",
+        example = "example-fn"
+    )]
     title: String,
     /// The provider of a provider function (or `provider/title` as `title`); required with
     /// `image`.
@@ -252,25 +257,35 @@ pub struct UploadRequest {
     gpu: Option<bool>,
 }
 
-/// The fields that name what a new function runs: its code, or a provider's image.
-const CODE: [&str; 2] = ["entrypoint", "artifact"];
-const IMAGE: [&str; 2] = ["image", "provider"];
-
-fn requiring(names: &[&str]) -> RefOr<Schema> {
-    let mut object = ObjectBuilder::new().build();
-    object.required = names.iter().map(|n| n.to_string()).collect();
-    RefOr::T(Schema::Object(object))
+/// Names (titles, providers) are sanitized to their letters, digits, `_` and `-`, of which they
+/// must hold one: the parameters say so with the searched (not anchored) pattern
+/// `[A-Za-z0-9_-]`, titles that may be `provider/title` with at most one slash and a name on
+/// each side.
+fn pattern_property(name: &str, pattern: &str) -> Schema {
+    let property = ObjectBuilder::new().schema_type(utoipa::openapi::Type::String).pattern(Some(pattern)).build();
+    Schema::Object(ObjectBuilder::new().property(name, property).build())
 }
 
-/// The upload body as multipart, the only encoding that carries the artifact: `UploadRequest`
-/// with, for a new function, `entrypoint` and `artifact` (code) or `image` and `provider` (a
-/// provider's container image), stated as `anyOf`.
+/// `schema` with the rule the server keeps between `title` and `provider`: a `provider/title`
+/// title goes without a `provider` (one that sanitizes to nothing counts as none).
+fn one_provider(schema: RefOr<Schema>) -> RefOr<Schema> {
+    let branches = AnyOfBuilder::new()
+        .item(pattern_property("title", "^[^/]*$"))
+        .item(pattern_property("provider", "^[^A-Za-z0-9_-]*$"))
+        .build();
+    RefOr::T(Schema::AllOf(AllOfBuilder::new().item(schema).item(Schema::AnyOf(branches)).build()))
+}
+
+/// The upload body as multipart, the only encoding that carries the artifact. Only `title` is
+/// required: an update names the stored function and carries the fields that change. Whether a
+/// request creates or updates depends on what is stored, so what a creation needs besides
+/// (`entrypoint` and `artifact`, or a provider's `image`) is stated in the operation's text,
+/// not as a schema a client would apply to updates too.
 pub struct UploadMultipart;
 
 impl PartialSchema for UploadMultipart {
     fn schema() -> RefOr<Schema> {
-        let branches = AnyOfBuilder::new().item(requiring(&CODE)).item(requiring(&IMAGE)).build();
-        RefOr::T(Schema::AllOf(AllOfBuilder::new().item(UploadRequest::schema()).item(Schema::AnyOf(branches)).build()))
+        one_provider(UploadRequest::schema())
     }
 }
 
@@ -280,8 +295,9 @@ impl ToSchema for UploadMultipart {
     }
 }
 
-/// The upload body as JSON or a form, which cannot carry the artifact: a new function there is a
-/// provider's image.
+/// The upload body as JSON or a form, which cannot carry the artifact: an update with only
+/// `title` and the fields that change, or the creation of a provider's image function (`image`
+/// and `provider`, stated in the operation's text as for multipart).
 pub struct UploadFields;
 
 impl PartialSchema for UploadFields {
@@ -289,9 +305,23 @@ impl PartialSchema for UploadFields {
         let mut schema = UploadRequest::schema();
         if let RefOr::T(Schema::Object(object)) = &mut schema {
             object.properties.retain(|name, _| name != "artifact");
-            object.required = ["title"].iter().chain(IMAGE.iter()).map(|n| n.to_string()).collect();
         }
-        schema
+        one_provider(schema)
+    }
+}
+
+/// The validation body: `ValidateRequest` with the `title`/`provider` rule of uploads.
+pub struct ValidateBody;
+
+impl PartialSchema for ValidateBody {
+    fn schema() -> RefOr<Schema> {
+        one_provider(ValidateRequest::schema())
+    }
+}
+
+impl ToSchema for ValidateBody {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("ValidateBody")
     }
 }
 
@@ -425,6 +455,30 @@ pub struct FileUpload {
     file: String,
 }
 
+/// `schema`, or the empty text the listings read as no filter.
+fn or_empty(schema: RefOr<Schema>) -> Schema {
+    let empty = ObjectBuilder::new().schema_type(utoipa::openapi::Type::String).max_length(Some(0)).build();
+    Schema::AnyOf(AnyOfBuilder::new().item(schema).item(empty).build())
+}
+
+/// `created_after`: a date-time, a date or empty (no bound), as the listings read it.
+fn created_after_schema() -> Schema {
+    use utoipa::openapi::schema::{KnownFormat, SchemaFormat, Type};
+    let text = |format: KnownFormat| {
+        ObjectBuilder::new().schema_type(Type::String).format(Some(SchemaFormat::KnownFormat(format))).build()
+    };
+    let dated = AnyOfBuilder::new().item(text(KnownFormat::DateTime)).item(text(KnownFormat::Date)).build();
+    or_empty(RefOr::T(Schema::AnyOf(dated)))
+}
+
+fn status_or_empty() -> Schema {
+    or_empty(crate::domain::lifecycle::JobStatus::schema())
+}
+
+fn filter_or_empty() -> Schema {
+    or_empty(JobsFilter::schema())
+}
+
 /// `GET programs/`.
 #[derive(Debug, Default, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -452,14 +506,14 @@ pub struct JobsQuery {
     pub provider: Option<String>,
     /// Function title; 404 when no such function exists.
     pub function: Option<String>,
-    /// Job status.
-    #[param(value_type = Option<crate::domain::lifecycle::JobStatus>, inline)]
+    /// Job status (any letter case); empty means any.
+    #[param(schema_with = status_or_empty)]
     pub status: Option<String>,
-    /// catalog (provider functions) or serverless (own functions).
-    #[param(value_type = Option<JobsFilter>, inline)]
+    /// catalog (provider functions) or serverless (own functions); empty means both.
+    #[param(schema_with = filter_or_empty)]
     pub filter: Option<String>,
-    /// ISO 8601 date or datetime (naive is UTC), inclusive.
-    #[param(format = DateTime)]
+    /// ISO 8601 date or datetime (naive is UTC), inclusive; empty means no bound.
+    #[param(schema_with = created_after_schema)]
     pub created_after: Option<String>,
     /// Page size, 0 for all.
     #[param(value_type = Option<i64>, minimum = 0, default = 10)]
@@ -474,18 +528,18 @@ pub struct JobsQuery {
 #[into_params(parameter_in = Query)]
 pub struct ProviderJobsQuery {
     /// Provider name.
-    #[param(required = true, min_length = 1, example = "example-provider")]
+    #[param(required = true, min_length = 1, pattern = "[A-Za-z0-9_-]", example = "example-provider")]
     pub provider: Option<String>,
     /// Function title; 404 when no such function exists.
     pub function: Option<String>,
-    /// Job status.
-    #[param(value_type = Option<crate::domain::lifecycle::JobStatus>, inline)]
+    /// Job status (any letter case); empty means any.
+    #[param(schema_with = status_or_empty)]
     pub status: Option<String>,
-    /// catalog (provider functions) or serverless (own functions).
-    #[param(value_type = Option<JobsFilter>, inline)]
+    /// catalog (provider functions) or serverless (own functions); empty means both.
+    #[param(schema_with = filter_or_empty)]
     pub filter: Option<String>,
-    /// ISO 8601 date or datetime (naive is UTC), inclusive.
-    #[param(format = DateTime)]
+    /// ISO 8601 date or datetime (naive is UTC), inclusive; empty means no bound.
+    #[param(schema_with = created_after_schema)]
     pub created_after: Option<String>,
     /// Page size, 0 for all.
     #[param(value_type = Option<i64>, minimum = 0, default = 10)]
@@ -575,7 +629,7 @@ pub struct FileQuery {
 #[into_params(parameter_in = Query)]
 pub struct UserFilesQuery {
     /// Function title.
-    #[param(required = true, min_length = 1, example = "example-fn")]
+    #[param(required = true, min_length = 1, pattern = "[A-Za-z0-9_-]", example = "example-fn")]
     pub function: Option<String>,
     /// Provider name.
     pub provider: Option<String>,
@@ -586,7 +640,7 @@ pub struct UserFilesQuery {
 #[into_params(parameter_in = Query)]
 pub struct UserFileQuery {
     /// Function title.
-    #[param(required = true, min_length = 1, example = "example-fn")]
+    #[param(required = true, min_length = 1, pattern = "[A-Za-z0-9_-]", example = "example-fn")]
     pub function: Option<String>,
     /// Provider name.
     pub provider: Option<String>,
@@ -600,10 +654,10 @@ pub struct UserFileQuery {
 #[into_params(parameter_in = Query)]
 pub struct ProviderFilesQuery {
     /// Function title.
-    #[param(required = true, min_length = 1, example = "example-fn")]
+    #[param(required = true, min_length = 1, pattern = "[A-Za-z0-9_-]", example = "example-fn")]
     pub function: Option<String>,
     /// Provider name.
-    #[param(required = true, min_length = 1, example = "example-provider")]
+    #[param(required = true, min_length = 1, pattern = "[A-Za-z0-9_-]", example = "example-provider")]
     pub provider: Option<String>,
 }
 
@@ -612,10 +666,10 @@ pub struct ProviderFilesQuery {
 #[into_params(parameter_in = Query)]
 pub struct ProviderFileQuery {
     /// Function title.
-    #[param(required = true, min_length = 1, example = "example-fn")]
+    #[param(required = true, min_length = 1, pattern = "[A-Za-z0-9_-]", example = "example-fn")]
     pub function: Option<String>,
     /// Provider name.
-    #[param(required = true, min_length = 1, example = "example-provider")]
+    #[param(required = true, min_length = 1, pattern = "[A-Za-z0-9_-]", example = "example-provider")]
     pub provider: Option<String>,
     /// File name.
     #[param(required = true, min_length = 1, example = "notes.txt")]

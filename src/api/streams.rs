@@ -8,7 +8,8 @@ use std::time::Duration;
 
 use axum::Json;
 use axum::body::Body;
-use axum::extract::{Path, Query, State};
+use axum::extract::{Path, State};
+
 use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
@@ -18,6 +19,7 @@ use tokio::sync::watch;
 
 use super::answers::{EventRecord, Logs};
 use super::error::ApiError;
+use super::extract::Query;
 use super::requests::{EventStreamQuery, LastEventIdHeader, LogStreamQuery};
 use super::service::access::{log_reader_job, own_job};
 use super::state::AppState;

@@ -196,10 +196,9 @@ impl KubeBackend {
                 data.insert(key.to_string(), ByteString(text.as_bytes().to_vec()));
             }
         }
-        let trial = request_env.get("trial").and_then(Value::as_bool).unwrap_or(false);
         data.insert(
             crate::crd::SECRET_TRIAL_KEY.to_string(),
-            ByteString(if trial { "True" } else { "False" }.as_bytes().to_vec()),
+            ByteString(if launch.trial { "True" } else { "False" }.as_bytes().to_vec()),
         );
         let function_env: Map<String, Value> =
             launch.function_env_vars.as_deref().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();

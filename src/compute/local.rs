@@ -252,7 +252,7 @@ impl LocalRunner {
             token: &token,
             channel: &channel,
             instance: instance.as_deref(),
-            trial: request_env.get("trial").and_then(Value::as_bool).unwrap_or(false),
+            trial: info.trial,
             data_path,
             function_size: job.function_size.as_deref(),
             qiskit_ibm_url: &self.config.qiskit_ibm_url,

@@ -664,12 +664,14 @@ pub struct LaunchRow {
     pub function_version: Option<String>,
     /// The function's size catalog (JSON object label → compute profile).
     pub function_sizes: Option<String>,
+    /// The job runs as a trial (`ENV_ACCESS_TRIAL`).
+    pub trial: bool,
 }
 
 pub async fn launch_info(db: &Db, job_id: &str) -> Result<Option<LaunchRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, LaunchRow>(
         "SELECT j.arguments, j.env_vars, p.artifact_key, p.entrypoint, p.image, p.env_vars AS function_env_vars, \
-         p.version AS function_version, p.sizes AS function_sizes \
+         p.version AS function_version, p.sizes AS function_sizes, j.trial \
          FROM jobs j LEFT JOIN programs p ON p.id = j.program_id WHERE j.id = $1")
         .bind(job_id)
         .fetch_optional(pool)

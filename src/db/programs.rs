@@ -17,7 +17,11 @@ macro_rules! program_select {
          EXISTS (SELECT 1 FROM program_grants g JOIN group_members m ON m.group_id = g.group_id \
                  WHERE g.program_id = p.id AND m.user_id = $1 AND g.can_view) AS view_granted, \
          EXISTS (SELECT 1 FROM program_grants g JOIN group_members m ON m.group_id = g.group_id \
-                 WHERE g.program_id = p.id AND m.user_id = $1 AND g.can_run) AS run_granted \
+                 WHERE g.program_id = p.id AND m.user_id = $1 AND g.can_run) AS run_granted, \
+         EXISTS (SELECT 1 FROM program_trial_groups t \
+                 JOIN program_grants g ON g.program_id = t.program_id AND g.group_id = t.group_id AND g.can_run \
+                 JOIN group_members m ON m.group_id = t.group_id \
+                 WHERE t.program_id = p.id AND m.user_id = $1) AS trial_granted \
          FROM programs p LEFT JOIN providers pr ON pr.id = p.provider_id "
     };
 }
@@ -51,6 +55,7 @@ pub struct ProgramRow {
     pub is_provider_admin: bool,
     pub view_granted: bool,
     pub run_granted: bool,
+    pub trial_granted: bool,
 }
 
 impl ProgramRow {
@@ -61,6 +66,7 @@ impl ProgramRow {
             is_provider_admin: self.is_provider_admin,
             view_granted: self.view_granted,
             run_granted: self.run_granted,
+            trial_granted: self.trial_granted,
             instance: None,
         }
     }
@@ -270,4 +276,38 @@ pub async fn set_disabled(db: &Db, program_id: &str, disabled: bool, message: Op
         .rows_affected())
     .map_err(query_error("disable function"))?;
     Ok(())
+}
+
+/// Makes a group one of the function's trial groups (`add`) or no longer one; returns whether
+/// anything changed.
+pub async fn set_trial_group(db: &Db, program_id: &str, group_id: &str, add: bool) -> Result<bool, Error> {
+    let changed = if add {
+        announced!(db, tx => sqlx::query(
+            "INSERT INTO program_trial_groups (program_id, group_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+            .bind(program_id)
+            .bind(group_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected())
+    } else {
+        announced!(db, tx => sqlx::query("DELETE FROM program_trial_groups WHERE program_id = $1 AND group_id = $2")
+            .bind(program_id)
+            .bind(group_id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected())
+    }
+    .map_err(query_error("set trial group"))?;
+    Ok(changed > 0)
+}
+
+/// Whether a group was granted `run` on a function.
+pub async fn run_granted_to(db: &Db, program_id: &str, group_id: &str) -> Result<bool, Error> {
+    on_db!(db, pool => sqlx::query_scalar::<_, bool>(
+        "SELECT EXISTS (SELECT 1 FROM program_grants WHERE program_id = $1 AND group_id = $2 AND can_run)")
+        .bind(program_id)
+        .bind(group_id)
+        .fetch_one(pool)
+        .await)
+    .map_err(query_error("read grant"))
 }

@@ -21,6 +21,9 @@ pub struct FunctionAccess {
     pub view_granted: bool,
     /// A group of the caller was granted `run` on the function.
     pub run_granted: bool,
+    /// A group of the caller is one of the function's trial groups (`trial_instances`) and was
+    /// granted `run` on it.
+    pub trial_granted: bool,
     /// Runtime-instances mode: the instance's permissions on this function (for a user's own
     /// function, the instance's custom-function permissions). `None`: group rules.
     pub instance: Option<Permissions>,
@@ -166,6 +169,17 @@ pub fn can_manage(access: FunctionAccess, operation: ProviderOperation) -> bool 
         }
 }
 
+/// Whether the caller's run of the function is a trial (`ENV_ACCESS_TRIAL`), as the reference
+/// decides it (its §3.5): in runtime-instances mode a provider function's business model
+/// (`instance_trial`: the instance's entry says `TRIAL`) decides; otherwise a group of the
+/// caller that is one of the function's trial groups and holds `run` on it makes it one.
+pub fn is_trial(access: FunctionAccess, instance_trial: bool) -> bool {
+    match (access.instance, access.has_provider) {
+        (Some(_), true) => instance_trial,
+        _ => access.trial_granted,
+    }
+}
+
 /// Reading the caller's own file area for the function (instances: `function-files.read`).
 pub fn can_read_user_files(access: FunctionAccess) -> bool {
     user_files(access, Permissions::FILES_READ)
@@ -266,5 +280,19 @@ mod tests {
         assert!(can_view(custom(&[])) && !can_run(custom(&[])) && can_run(custom(&["function-custom.run"])));
         assert!(!can_upload_custom(Some(Permissions::default())));
         assert!(can_upload_custom(Some(Permissions::named("function-custom.write"))) && can_upload_custom(None));
+    }
+
+    #[test]
+    fn trial_follows_trial_groups_or_the_instance_business_model() {
+        let trial_group = FunctionAccess { run_granted: true, trial_granted: true, ..provider_fn() };
+        assert!(is_trial(trial_group, false));
+        assert!(!is_trial(FunctionAccess { run_granted: true, ..provider_fn() }, false));
+        // Instances mode, provider function: the business model alone decides.
+        let instance = Some(Permissions::named("function.run"));
+        assert!(!is_trial(FunctionAccess { instance, ..trial_group }, false));
+        assert!(is_trial(FunctionAccess { instance, ..provider_fn() }, true));
+        // A user's own function has no business model entry: trial groups decide, in both modes.
+        let own = FunctionAccess { is_author: true, instance, trial_granted: true, ..Default::default() };
+        assert!(is_trial(own, true) && !is_trial(FunctionAccess { trial_granted: false, ..own }, true));
     }
 }

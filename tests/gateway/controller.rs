@@ -597,6 +597,7 @@ async fn bench_pods_created_per_second() {
                         runner: "kubernetes".into(),
                         gpu: false,
                         function_size: None,
+                        trial: false,
                     };
                     gantry::db::jobs::insert_with_limit(&db, &job, i64::MAX, false).await.unwrap().unwrap();
                     let spec = FunctionJobSpec {

@@ -29,4 +29,5 @@ mod runtime_stop;
 mod scoped_access;
 mod streams;
 mod system;
+mod trials;
 mod visibility;

@@ -83,16 +83,15 @@ pub async fn run(
     // No channel with an instance is the quantum platform (as the platform check decides).
     let channel =
         headers.channel.unwrap_or_else(|| if instance.is_some() { "ibm_quantum_platform" } else { "local" }.into());
-    // Runtime-instances mode: a provider function whose business model is TRIAL runs as a trial.
-    let trial = match (&caller.instance, program.provider_name.as_deref()) {
+    let instance_trial = match (&caller.instance, program.provider_name.as_deref()) {
         (Some(access), Some(provider)) => access.trial(provider, &program.title),
         _ => false,
     };
+    let trial = visibility::is_trial(caller.access(&program), instance_trial);
     let request_env = json!({
         "token": state.tokens.seal(&caller.token),
         "channel": channel,
         "instance": instance,
-        "trial": trial,
     });
     let job = NewJob {
         id: db::new_id(),
@@ -105,6 +104,7 @@ pub async fn run(
         runner: program.runner.clone(),
         gpu,
         function_size,
+        trial,
     };
     let limit = state.config.active_jobs_per_user;
     let Some(created) = jobs::insert_with_limit(&state.db, &job, limit, state.publisher.outbox()).await? else {
