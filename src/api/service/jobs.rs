@@ -198,7 +198,8 @@ async fn page(
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
     let scheme = headers.get("x-forwarded-proto").and_then(|h| h.to_str().ok()).unwrap_or("http");
     let link = |offset: i64| format!("{scheme}://{host}{path}?limit={limit}&offset={offset}");
-    let next = (offset + limit < count || (limit == 0 && offset < count)).then(|| link(offset + limit));
+    let end = offset.saturating_add(limit);
+    let next = (end < count || (limit == 0 && offset < count)).then(|| link(end));
     let previous = (offset > 0).then(|| link((offset - limit).max(0)));
     Ok(JobPage { count, next, previous, results: rows.into_iter().map(JobRecord::from_row).collect() })
 }
