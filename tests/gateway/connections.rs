@@ -32,7 +32,7 @@ struct Served {
     address: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<anyhow::Result<()>>,
-    _gateway: Gateway,
+    gateway: Gateway,
 }
 
 async fn serve(limits: ConnectionLimits) -> Served {
@@ -43,7 +43,7 @@ async fn serve(limits: ConnectionLimits) -> Served {
     let task = tokio::spawn(gantry::ops::serve_http(listener, gateway.state.clone(), None, limits, async {
         let _ = stopped.await;
     }));
-    Served { address, stop: Some(stop), task, _gateway: gateway }
+    Served { address, stop: Some(stop), task, gateway }
 }
 
 /// A whole `GET /version/` on a fresh connection answers 200.
@@ -188,6 +188,52 @@ content-type: application/json\r\ncontent-length: 100\r\n\r\n{",
     assert!(closed_by_server(&mut idle).await.is_empty());
     closed_by_server(&mut stalled).await;
     assert!(TcpStream::connect(served.address).await.is_err(), "the listener is closed");
+}
+
+#[tokio::test]
+async fn a_live_stream_is_never_idle_and_shutdown_cuts_it() {
+    let mut served = serve(ConnectionLimits {
+        idle_timeout: Duration::from_secs(1),
+        shutdown_grace: Duration::from_secs(1),
+        ..limits()
+    })
+    .await;
+    let gateway = &served.gateway;
+    let artifact = crate::harness::tar_of(&[("main.py", b"print('hi')\n".as_slice())]);
+    let reply = gateway
+        .post_multipart(
+            "/api/v1/programs/upload/",
+            "alice",
+            &[("title", "quiet"), ("entrypoint", "main.py")],
+            &[("artifact", "artifact.tar", &artifact)],
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    let reply = gateway
+        .post_json("/api/v1/programs/run/", "alice", serde_json::json!({"title": "quiet", "arguments": "{}"}))
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    let job_id = reply.json["id"].as_str().unwrap().to_string();
+    // The job stays queued (no runner): its event stream stays open with nothing to send.
+    let mut stream = TcpStream::connect(served.address).await.unwrap();
+    let request = format!(
+        "GET /api/v1/jobs/{job_id}/events/stream/ HTTP/1.1\r\nhost: gantry\r\nauthorization: Bearer alice\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(PATIENCE, stream.read(&mut buffer)).await.unwrap().unwrap();
+        assert!(n > 0, "the stream is answered");
+        head.extend_from_slice(&buffer[..n]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+    // Twice the idle timeout without a byte either way: still open.
+    let quiet = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buffer)).await;
+    assert!(quiet.is_err() || quiet.as_ref().is_ok_and(|read| read.as_ref().is_ok_and(|n| *n > 0)), "{quiet:?}");
+    served.stop.take().unwrap().send(()).unwrap();
+    tokio::time::timeout(PATIENCE, &mut served.task).await.expect("shutdown ends the stream").unwrap().unwrap();
+    closed_by_server(&mut stream).await;
 }
 
 /// Raises this process's soft open-files limit to its hard limit (the test opens 1,200 sockets).
