@@ -58,6 +58,8 @@ pub struct GatewayArgs {
     pub sweep_seconds: u64,
     #[command(flatten)]
     pub events: crate::events::EventArgs,
+    #[command(flatten)]
+    pub connections: crate::ops::ConnectionArgs,
 }
 
 impl GatewayArgs {
@@ -77,6 +79,7 @@ impl GatewayArgs {
             logs_size_limit,
             sweep_seconds,
             events,
+            connections,
         } = self;
         let auth = Arc::new(api.auth.authenticator()?);
         let runtime = Arc::new(api.auth.runtime_service()?);
@@ -136,7 +139,7 @@ impl GatewayArgs {
             functions,
         };
         tokio::select! {
-            served = serve_http(listener, state, Some(metrics)) => served,
+            served = serve_http(listener, state, Some(metrics), connections.limits(), crate::shared::shutdown_signal()) => served,
             admin = admin => admin.context("admin server stopped")?,
         }
     }

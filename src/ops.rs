@@ -1,6 +1,7 @@
 //! Operations endpoints of the cluster roles, on an admin port apart from the API (so the API
 //! keeps authenticating every route but its probes): `/metrics` in the Prometheus text format,
-//! `/healthz` (the process answers) and `/readyz` (the database answers).
+//! `/healthz` (the process answers) and `/readyz` (the database answers); and serving the API
+//! under the connection limits (`connections`).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -23,8 +24,11 @@ use prometheus_client::registry::Registry;
 use crate::api::{self, AppState};
 use crate::db::{DatabaseArgs, Db, jobs};
 use crate::domain::lifecycle::JobStatus;
-use crate::shared::shutdown_signal;
 use crate::storage::Storage;
+
+mod connections;
+
+pub use connections::{BodyStalled, ConnectionArgs, ConnectionLimits, cap_below};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
@@ -237,21 +241,22 @@ pub fn require_shared_backends(role: &str, database: &DatabaseArgs, storage: &St
     Ok(())
 }
 
-/// Serves the API until a shutdown signal; with `metrics`, every request is counted and timed.
+/// Serves the API until `shutdown` resolves (then for at most the shutdown grace), under the
+/// connection limits; with `metrics`, every request is counted and timed.
 pub async fn serve_http(
     listener: tokio::net::TcpListener,
     state: AppState,
     metrics: Option<Arc<Metrics>>,
+    limits: ConnectionLimits,
+    shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
     let app = api::app(state);
     match metrics {
         Some(metrics) => {
             let layer = axum::middleware::from_fn_with_state(metrics, record_http);
-            axum::serve(listener, tower::make::Shared::new(tower::Layer::layer(&layer, app)))
-                .with_graceful_shutdown(shutdown_signal())
-                .await
+            connections::serve(listener, tower::Layer::layer(&layer, app), limits, shutdown).await
         }
-        None => axum::serve(listener, tower::make::Shared::new(app)).with_graceful_shutdown(shutdown_signal()).await,
+        None => connections::serve(listener, app, limits, shutdown).await,
     }
     .context("server failed")
 }

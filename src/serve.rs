@@ -36,6 +36,8 @@ pub struct ServeArgs {
     pub retention: RetentionArgs,
     #[command(flatten)]
     pub events: crate::events::EventArgs,
+    #[command(flatten)]
+    pub connections: crate::ops::ConnectionArgs,
 }
 
 /// How jobs run.
@@ -98,7 +100,7 @@ pub enum RunnerKind {
 
 impl ServeArgs {
     pub async fn run(self) -> anyhow::Result<()> {
-        let Self { listen, database, storage, api, jobs, retention, events } = self;
+        let Self { listen, database, storage, api, jobs, retention, events, connections } = self;
         // Jobs run on this machine: keep this process's memory and environment out of their reach.
         isolation::forbid_dumping().context("failed to make gantry non-dumpable")?;
         let auth = Arc::new(api.auth.authenticator()?);
@@ -188,7 +190,7 @@ impl ServeArgs {
             functions,
         };
         println!("{listening}");
-        serve_http(listener, state, None).await
+        serve_http(listener, state, None, connections.limits(), crate::shared::shutdown_signal()).await
     }
 }
 

@@ -572,7 +572,13 @@ async fn a_job_calls_back_as_its_caller_under_runtime_platform(backend: Backend)
     let url = format!("http://{}", listener.local_addr().unwrap());
     let mut gateway = Gateway::start(backend).await.with_runner(|config| config.gateway_host = url.clone()).await;
     gateway.state.auth = authenticator(&platform_settings(&fake, &[]));
-    tokio::spawn(gantry::ops::serve_http(listener, gateway.state.clone(), None));
+    tokio::spawn(gantry::ops::serve_http(
+        listener,
+        gateway.state.clone(),
+        None,
+        gantry::ops::ConnectionArgs::default().limits(),
+        std::future::pending(),
+    ));
 
     let main = b"from qiskit_serverless import save_result, update_status\n\
 save_result({\"updated\": bool(update_status(\"MAPPING\"))})\n";

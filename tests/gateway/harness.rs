@@ -194,7 +194,13 @@ impl Gateway {
         self.state.compute = runner.clone();
         let handle = tokio::spawn(runner.run());
         self.runner_task = Some(handle);
-        self.server_task = Some(tokio::spawn(gantry::ops::serve_http(listener, self.state.clone(), None)));
+        self.server_task = Some(tokio::spawn(gantry::ops::serve_http(
+            listener,
+            self.state.clone(),
+            None,
+            gantry::ops::ConnectionArgs::default().limits(),
+            std::future::pending(),
+        )));
         self
     }
 

@@ -3,6 +3,7 @@
 mod harness;
 
 mod auth;
+mod connections;
 mod console;
 mod controller;
 mod docs;

@@ -1,0 +1,309 @@
+//! Abusive clients cannot hold the server: slow headers, a stalled body and idle keep-alive
+//! connections are closed while others are answered; connections over the cap are refused at
+//! once (`503`) and accepting goes on; a shutdown ends within its grace whatever clients do; and a
+//! real `gantry serve` under a 1,024 open-files limit still answers after 1,200 idle connections.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use gantry::ops::ConnectionLimits;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::harness::{Backend, Gateway};
+
+/// Longest any test waits for something the server must do (a bound against hanging, not a
+/// measure of speed).
+const PATIENCE: Duration = Duration::from_secs(20);
+
+fn limits() -> ConnectionLimits {
+    ConnectionLimits {
+        header_timeout: Duration::from_secs(30),
+        body_timeout: Duration::from_secs(30),
+        idle_timeout: Duration::from_secs(30),
+        max_connections: 100,
+        shutdown_grace: Duration::from_secs(30),
+    }
+}
+
+struct Served {
+    address: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: JoinHandle<anyhow::Result<()>>,
+    gateway: Gateway,
+}
+
+async fn serve(limits: ConnectionLimits) -> Served {
+    let gateway = Gateway::start(Backend::SqliteLocal).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let task = tokio::spawn(gantry::ops::serve_http(listener, gateway.state.clone(), None, limits, async {
+        let _ = stopped.await;
+    }));
+    Served { address, stop: Some(stop), task, gateway }
+}
+
+/// A whole `GET /version/` on a fresh connection answers 200.
+async fn answers(address: SocketAddr) -> bool {
+    let attempt = async {
+        let mut stream = TcpStream::connect(address).await.ok()?;
+        stream.write_all(b"GET /version/ HTTP/1.1\r\nhost: gantry\r\nconnection: close\r\n\r\n").await.ok()?;
+        let mut answer = Vec::new();
+        stream.read_to_end(&mut answer).await.ok()?;
+        Some(answer.starts_with(b"HTTP/1.1 200"))
+    };
+    tokio::time::timeout(Duration::from_secs(5), attempt).await.ok().flatten().unwrap_or(false)
+}
+
+/// Reads until the server closes the connection; what it sent before.
+async fn closed_by_server(stream: &mut TcpStream) -> Vec<u8> {
+    let mut received = Vec::new();
+    let reading = async {
+        let mut buffer = [0u8; 4096];
+        loop {
+            match stream.read(&mut buffer).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => received.extend_from_slice(&buffer[..n]),
+            }
+        }
+    };
+    tokio::time::timeout(PATIENCE, reading).await.expect("the server closes the connection");
+    received
+}
+
+#[tokio::test]
+async fn slow_headers_are_cut_while_others_are_answered() {
+    let served = serve(ConnectionLimits { header_timeout: Duration::from_secs(1), ..limits() }).await;
+    let mut slow = TcpStream::connect(served.address).await.unwrap();
+    let (mut reader, mut writer) = slow.split();
+    let dripping = async {
+        for byte in b"GET /version/ HTTP/1.1\r\nhost: gantry\r\nx-slow: ".iter().cycle() {
+            if writer.write_all(&[*byte]).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    };
+    let watching = async {
+        assert!(answers(served.address).await, "another client is answered meanwhile");
+        let mut buffer = [0u8; 64];
+        let read = tokio::time::timeout(PATIENCE, reader.read(&mut buffer)).await.expect("the slow client is cut");
+        assert!(matches!(read, Ok(0) | Err(_)), "nothing answered to a request never finished: {read:?}");
+    };
+    tokio::select! {
+        () = dripping => panic!("the server kept reading a request whose headers never end"),
+        () = watching => {}
+    }
+    assert!(answers(served.address).await, "the server answers after cutting the slow client");
+}
+
+#[tokio::test]
+async fn a_stalled_body_gets_408_and_its_connection_closed() {
+    let served = serve(ConnectionLimits { body_timeout: Duration::from_secs(1), ..limits() }).await;
+    let mut stalled = TcpStream::connect(served.address).await.unwrap();
+    stalled
+        .write_all(
+            b"POST /api/v1/programs/run/ HTTP/1.1\r\nhost: gantry\r\nauthorization: Bearer alice\r\n\
+content-type: application/json\r\ncontent-length: 100\r\n\r\n{\"title\": ",
+        )
+        .await
+        .unwrap();
+    assert!(answers(served.address).await, "another client is answered while the body is stalled");
+    let answer = closed_by_server(&mut stalled).await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    assert!(text.contains("without a byte of the request body"), "{text}");
+    assert!(answers(served.address).await);
+}
+
+#[tokio::test]
+async fn idle_keep_alive_connections_are_closed() {
+    let served = serve(ConnectionLimits { idle_timeout: Duration::from_secs(1), ..limits() }).await;
+    // One that answered a request and keeps the connection open for more.
+    let mut kept = TcpStream::connect(served.address).await.unwrap();
+    kept.write_all(b"GET /version/ HTTP/1.1\r\nhost: gantry\r\n\r\n").await.unwrap();
+    let mut answer = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !answer.ends_with(b"}") {
+        let n = tokio::time::timeout(PATIENCE, kept.read(&mut buffer)).await.unwrap().unwrap();
+        assert!(n > 0, "the connection is kept alive after its answer");
+        answer.extend_from_slice(&buffer[..n]);
+    }
+    assert!(answer.starts_with(b"HTTP/1.1 200"));
+    // One that never sends anything.
+    let mut silent = TcpStream::connect(served.address).await.unwrap();
+    assert!(closed_by_server(&mut kept).await.is_empty());
+    assert!(closed_by_server(&mut silent).await.is_empty());
+    assert!(answers(served.address).await);
+}
+
+#[tokio::test]
+async fn connections_over_the_cap_are_refused_at_once_and_accepting_goes_on() {
+    let served = serve(ConnectionLimits { max_connections: 3, ..limits() }).await;
+    let mut open = Vec::new();
+    for _ in 0..3 {
+        open.push(TcpStream::connect(served.address).await.unwrap());
+    }
+    // Let the server take the three before the next arrives.
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut excess = TcpStream::connect(served.address).await.unwrap();
+    let answer = closed_by_server(&mut excess).await;
+    let text = String::from_utf8_lossy(&answer);
+    assert!(text.starts_with("HTTP/1.1 503"), "{text}");
+    assert!(text.contains("retry-after: 1"), "{text}");
+    // A closed connection frees its place: a new client is answered.
+    open.pop();
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !answers(served.address).await {
+        assert!(tokio::time::Instant::now() < deadline, "a freed place is taken by a new client");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn shutdown_ends_within_the_grace_whatever_clients_do() {
+    let mut served = serve(ConnectionLimits { shutdown_grace: Duration::from_secs(1), ..limits() }).await;
+    // A request in flight that never completes (its body stalls, below the body timeout), and an
+    // idle keep-alive connection.
+    let mut stalled = TcpStream::connect(served.address).await.unwrap();
+    stalled
+        .write_all(
+            b"POST /api/v1/programs/run/ HTTP/1.1\r\nhost: gantry\r\nauthorization: Bearer alice\r\n\
+content-type: application/json\r\ncontent-length: 100\r\n\r\n{",
+        )
+        .await
+        .unwrap();
+    let mut idle = TcpStream::connect(served.address).await.unwrap();
+    assert!(answers(served.address).await);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    served.stop.take().unwrap().send(()).unwrap();
+    tokio::time::timeout(PATIENCE, &mut served.task)
+        .await
+        .expect("the server ends after its grace")
+        .unwrap()
+        .expect("it ends without error");
+    assert!(closed_by_server(&mut idle).await.is_empty());
+    closed_by_server(&mut stalled).await;
+    assert!(TcpStream::connect(served.address).await.is_err(), "the listener is closed");
+}
+
+#[tokio::test]
+async fn a_live_stream_is_never_idle_and_shutdown_cuts_it() {
+    let mut served = serve(ConnectionLimits {
+        idle_timeout: Duration::from_secs(1),
+        shutdown_grace: Duration::from_secs(1),
+        ..limits()
+    })
+    .await;
+    let gateway = &served.gateway;
+    let artifact = crate::harness::tar_of(&[("main.py", b"print('hi')\n".as_slice())]);
+    let reply = gateway
+        .post_multipart(
+            "/api/v1/programs/upload/",
+            "alice",
+            &[("title", "quiet"), ("entrypoint", "main.py")],
+            &[("artifact", "artifact.tar", &artifact)],
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    let reply = gateway
+        .post_json("/api/v1/programs/run/", "alice", serde_json::json!({"title": "quiet", "arguments": "{}"}))
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    let job_id = reply.json["id"].as_str().unwrap().to_string();
+    // The job stays queued (no runner): its event stream stays open with nothing to send.
+    let mut stream = TcpStream::connect(served.address).await.unwrap();
+    let request = format!(
+        "GET /api/v1/jobs/{job_id}/events/stream/ HTTP/1.1\r\nhost: gantry\r\nauthorization: Bearer alice\r\n\r\n"
+    );
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut buffer = [0u8; 4096];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+        let n = tokio::time::timeout(PATIENCE, stream.read(&mut buffer)).await.unwrap().unwrap();
+        assert!(n > 0, "the stream is answered");
+        head.extend_from_slice(&buffer[..n]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+    // Twice the idle timeout without a byte either way: still open.
+    let quiet = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buffer)).await;
+    assert!(quiet.is_err() || quiet.as_ref().is_ok_and(|read| read.as_ref().is_ok_and(|n| *n > 0)), "{quiet:?}");
+    served.stop.take().unwrap().send(()).unwrap();
+    tokio::time::timeout(PATIENCE, &mut served.task).await.expect("shutdown ends the stream").unwrap().unwrap();
+    closed_by_server(&mut stream).await;
+}
+
+/// Raises this process's soft open-files limit to its hard limit (the test opens 1,200 sockets).
+fn raise_open_files_limit() -> u64 {
+    let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+    // SAFETY: getrlimit and setrlimit read and write the struct given.
+    unsafe {
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit);
+        limit.rlim_cur = limit.rlim_max;
+        libc::setrlimit(libc::RLIMIT_NOFILE, &limit);
+    }
+    limit.rlim_cur
+}
+
+#[tokio::test]
+async fn serve_under_1024_open_files_answers_after_1200_idle_connections() {
+    use std::io::BufRead;
+    use std::os::unix::process::CommandExt;
+    if raise_open_files_limit() < 1400 {
+        eprintln!("skipped: this process may not open 1,400 files");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut command = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"));
+    command
+        .args(["serve", "--listen", "127.0.0.1:0", "--runner", "none", "--data-dir"])
+        .arg(dir.path())
+        .args(["--idle-timeout-seconds", "2", "--header-timeout-seconds", "2"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    // SAFETY: setrlimit is async-signal-safe; nothing else runs between fork and exec.
+    unsafe {
+        command.pre_exec(|| {
+            let limit = libc::rlimit { rlim_cur: 1024, rlim_max: 1024 };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = command.spawn().expect("gantry serve starts");
+    let stdout = child.stdout.take().unwrap();
+    let (found, address) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+            if let Some(rest) = line.strip_prefix("gantry listening on http://") {
+                let _ = found.send(rest.split_whitespace().next().unwrap_or_default().to_string());
+            }
+        }
+    });
+    let address: SocketAddr = address.recv_timeout(PATIENCE).expect("gantry serve listens").parse().unwrap();
+
+    let mut idle = Vec::new();
+    for _ in 0..1200 {
+        match TcpStream::connect(address).await {
+            Ok(stream) => idle.push(stream),
+            Err(error) => panic!("connecting failed after {} connections: {error}", idle.len()),
+        }
+    }
+    // While they are all open (those over the cap refused at once), and after the idle ones are
+    // closed, a fresh client is answered.
+    let deadline = tokio::time::Instant::now() + PATIENCE;
+    while !answers(address).await {
+        assert!(tokio::time::Instant::now() < deadline, "gantry serve answers a fresh client");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut first = idle.swap_remove(0);
+    assert!(closed_by_server(&mut first).await.is_empty(), "an idle connection is closed");
+    assert!(answers(address).await);
+    drop(idle);
+    let _ = child.kill();
+    let _ = child.wait();
+}
