@@ -5,6 +5,7 @@ mod harness;
 mod auth;
 mod console;
 mod controller;
+mod db_faults;
 mod docs;
 mod e2e_kubernetes;
 mod files;
