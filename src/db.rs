@@ -82,6 +82,55 @@ impl Error {
     }
 }
 
+impl Error {
+    /// Why the database cannot be used right now, when the failure is that and not a bug: it is
+    /// unreachable or restarting (PostgreSQL), locked, read-only or failing its disk (SQLite).
+    /// Such a request may succeed when retried a few seconds later.
+    pub fn unavailable(&self) -> Option<String> {
+        let source = match self {
+            Error::Connect { source, .. } | Error::Query { source, .. } => source,
+            Error::Migrate { .. } | Error::UnsupportedUrl { .. } => return None,
+        };
+        match source {
+            sqlx::Error::Io(error) => Some(format!("cannot reach it: {error}")),
+            sqlx::Error::PoolTimedOut => Some("no connection could be had in time".into()),
+            sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => Some("its connections are closed".into()),
+            sqlx::Error::Tls(error) => Some(format!("cannot reach it: {error}")),
+            sqlx::Error::Database(error) => unavailable_code(error.code().as_deref().unwrap_or_default())
+                .map(|why| format!("{why}: {}", error.message())),
+            _ => None,
+        }
+    }
+}
+
+/// What a database error code means when it says the database cannot be used right now:
+/// PostgreSQL's SQLSTATEs (connection exceptions, shutting down or starting, too many
+/// connections, the database gone) and SQLite's result codes (primary or extended).
+pub fn unavailable_code(code: &str) -> Option<&'static str> {
+    // A SQLSTATE is always five characters; SQLite's codes (extended ones too) are below 10,000.
+    if code.len() < 5
+        && let Ok(number) = code.parse::<i64>()
+    {
+        // SQLite: the primary result code is the low byte of an extended one.
+        return match number & 0xff {
+            5 | 6 => Some("the database is locked"),
+            8 => Some("the database is read-only"),
+            10 => Some("disk I/O error"),
+            13 => Some("the disk is full"),
+            14 => Some("the database file cannot be opened"),
+            _ => None,
+        };
+    }
+    match code {
+        "57P01" | "57P02" => Some("the server is shutting down"),
+        "57P03" => Some("the server is starting"),
+        "53300" => Some("too many connections"),
+        "3D000" => Some("the database does not exist"),
+        _ if code.starts_with("08") => Some("the connection failed"),
+        _ => None,
+    }
+}
+
 /// Wraps a sqlx error with the operation that failed.
 pub(crate) fn query_error(operation: &'static str) -> impl FnOnce(sqlx::Error) -> Error {
     move |source| Error::Query { operation, source }
@@ -234,6 +283,26 @@ pub fn new_id() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn unavailability_is_told_from_bugs_by_its_code() {
+        // PostgreSQL: restart, shutdown, too many connections, the database gone.
+        for code in ["57P01", "57P02", "57P03", "53300", "3D000", "08006"] {
+            assert!(unavailable_code(code).is_some(), "{code}");
+        }
+        // SQLite: locked (busy, and an extended busy code), read-only (extended), I/O, full.
+        for code in ["5", "517", "6", "8", "1032", "10", "13", "14"] {
+            assert!(unavailable_code(code).is_some(), "{code}");
+        }
+        // Bugs stay bugs: a syntax error, a unique violation, a constraint, SQLITE_ERROR.
+        for code in ["42601", "23505", "23503", "1", "19", "2067", ""] {
+            assert_eq!(unavailable_code(code), None, "{code}");
+        }
+        let io = Error::Query { operation: "x", source: sqlx::Error::Io(std::io::ErrorKind::ConnectionRefused.into()) };
+        assert!(io.unavailable().unwrap().starts_with("cannot reach it"));
+        assert!(Error::Query { operation: "x", source: sqlx::Error::PoolTimedOut }.unavailable().is_some());
+        assert_eq!(Error::Query { operation: "x", source: sqlx::Error::RowNotFound }.unavailable(), None);
+    }
 
     #[test]
     fn passwords_never_reach_messages() {

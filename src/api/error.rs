@@ -56,6 +56,10 @@ pub enum ApiError {
     UnprocessableEntity(String),
     #[error("{0}")]
     Locked(String),
+    /// The database cannot be used right now (`db::Error::unavailable`): 503 with
+    /// `Retry-After`, since a retry in a few seconds may succeed.
+    #[error("The database is unavailable ({0}); retry in a few seconds.")]
+    DatabaseUnavailable(String),
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -81,9 +85,18 @@ impl ApiError {
     }
 }
 
+/// Seconds a client is told to wait before retrying a request the database could not serve.
+pub const DATABASE_RETRY_AFTER_SECONDS: u64 = 5;
+
 impl From<crate::db::Error> for ApiError {
     fn from(error: crate::db::Error) -> Self {
-        ApiError::internal(error)
+        match error.unavailable() {
+            Some(why) => {
+                tracing::warn!(error = &error as &dyn std::error::Error, why, "database unavailable");
+                ApiError::DatabaseUnavailable(why)
+            }
+            None => ApiError::internal(error),
+        }
     }
 }
 
@@ -91,7 +104,7 @@ impl From<crate::auth::AuthError> for ApiError {
     fn from(error: crate::auth::AuthError) -> Self {
         match error {
             crate::auth::AuthError::Denied(message) => ApiError::Unauthorized(message),
-            crate::auth::AuthError::Database(error) => ApiError::internal(error),
+            crate::auth::AuthError::Database(error) => error.into(),
         }
     }
 }
@@ -129,6 +142,11 @@ impl IntoResponse for ApiError {
             ApiError::TooManyRequests(_) => (StatusCode::TOO_MANY_REQUESTS, ErrorBody::new(message)),
             ApiError::UnprocessableEntity(_) => (StatusCode::UNPROCESSABLE_ENTITY, ErrorBody::new(message)),
             ApiError::Locked(_) => (StatusCode::LOCKED, ErrorBody::new(message)),
+            ApiError::DatabaseUnavailable(_) => {
+                let mut response = (StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::new(message))).into_response();
+                response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(DATABASE_RETRY_AFTER_SECONDS));
+                return response;
+            }
             ApiError::Internal(source) => {
                 tracing::error!(error = &*source as &dyn std::error::Error, "request failed");
                 (StatusCode::INTERNAL_SERVER_ERROR, ErrorBody::new("Internal server error"))

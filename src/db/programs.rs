@@ -5,6 +5,9 @@ use super::{Db, Error, announced, now_micros, on_db, query_error};
 use crate::domain::visibility::FunctionAccess;
 
 /// Columns of a program plus the caller's relation to it; `$1` is always the caller's user id.
+/// Grants count through the caller's groups, but for a user whose groups an identity provider
+/// sets only through the memberships written from its answer (`users::set_groups`): one added
+/// by hand grants nothing. Provider admin groups are `gantry admin`'s and always count.
 macro_rules! program_select {
     () => {
         "SELECT p.id, p.title, p.provider_id, pr.name AS provider_name, p.author_id, p.entrypoint, \
@@ -15,13 +18,19 @@ macro_rules! program_select {
          EXISTS (SELECT 1 FROM provider_admin_groups a JOIN group_members m ON m.group_id = a.group_id \
                  WHERE a.provider_id = p.provider_id AND m.user_id = $1) AS is_provider_admin, \
          EXISTS (SELECT 1 FROM program_grants g JOIN group_members m ON m.group_id = g.group_id \
-                 WHERE g.program_id = p.id AND m.user_id = $1 AND g.can_view) AS view_granted, \
+                 WHERE g.program_id = p.id AND m.user_id = $1 AND g.can_view \
+                 AND (m.from_provider OR NOT EXISTS (SELECT 1 FROM users u WHERE u.id = $1 AND u.groups_from_provider))) \
+                 AS view_granted, \
          EXISTS (SELECT 1 FROM program_grants g JOIN group_members m ON m.group_id = g.group_id \
-                 WHERE g.program_id = p.id AND m.user_id = $1 AND g.can_run) AS run_granted, \
+                 WHERE g.program_id = p.id AND m.user_id = $1 AND g.can_run \
+                 AND (m.from_provider OR NOT EXISTS (SELECT 1 FROM users u WHERE u.id = $1 AND u.groups_from_provider))) \
+                 AS run_granted, \
          EXISTS (SELECT 1 FROM program_trial_groups t \
                  JOIN program_grants g ON g.program_id = t.program_id AND g.group_id = t.group_id AND g.can_run \
                  JOIN group_members m ON m.group_id = t.group_id \
-                 WHERE t.program_id = p.id AND m.user_id = $1) AS trial_granted \
+                 WHERE t.program_id = p.id AND m.user_id = $1 \
+                 AND (m.from_provider OR NOT EXISTS (SELECT 1 FROM users u WHERE u.id = $1 AND u.groups_from_provider))) \
+                 AS trial_granted \
          FROM programs p LEFT JOIN providers pr ON pr.id = p.provider_id "
     };
 }

@@ -110,24 +110,49 @@ pub async fn group_names(db: &Db, user_id: &str) -> Result<Vec<String>, Error> {
 }
 
 /// Makes `user_id` a member of exactly `names` (created when new, with no grants): what an
-/// identity provider that owns group membership says. Provider admin groups are `gantry
-/// admin`'s (`add-admin`), so their memberships stay. One read when nothing changed.
+/// identity provider that owns group membership says. From then on only memberships written
+/// here grant anything to the user (`users.groups_from_provider`): one added by hand grants
+/// nothing even before the next request removes it. Provider admin groups are `gantry admin`'s
+/// (`add-admin`), so their memberships stay. One read when nothing changed.
 pub async fn set_groups(db: &Db, user_id: &str, names: &[String]) -> Result<(), Error> {
     let wanted: std::collections::BTreeSet<&str> =
         names.iter().map(|n| n.trim()).filter(|n| !n.is_empty() && n.len() <= 150).collect();
-    let current = on_db!(db, pool => sqlx::query_scalar::<_, String>("SELECT g.name FROM user_groups g JOIN group_members m ON m.group_id = g.id WHERE m.user_id = $1 AND g.id NOT IN (SELECT group_id FROM provider_admin_groups)")
+    // The user's flag first: from this commit on, hand-added memberships no longer count.
+    // Not announced: a hand-added membership it stops counting is replaced below, announced.
+    on_db!(db, pool => sqlx::query("UPDATE users SET groups_from_provider = TRUE WHERE id = $1 AND NOT groups_from_provider")
+        .bind(user_id)
+        .execute(pool)
+        .await
+        .map(|r| r.rows_affected()))
+    .map_err(query_error("mark user's groups as the provider's"))?;
+    let current = on_db!(db, pool => sqlx::query_as::<_, (String, String, bool)>("SELECT g.id, g.name, m.from_provider FROM user_groups g JOIN group_members m ON m.group_id = g.id WHERE m.user_id = $1 AND g.id NOT IN (SELECT group_id FROM provider_admin_groups)")
         .bind(user_id)
         .fetch_all(pool)
         .await)
     .map_err(query_error("list user groups"))?;
-    for name in current.iter().filter(|name| !wanted.contains(name.as_str())) {
-        if let Some(group) = find_group(db, name).await? {
-            remove_member(db, &group.id, user_id).await?;
+    for (group_id, name, from_provider) in &current {
+        if !wanted.contains(name.as_str()) {
+            remove_member(db, group_id, user_id).await?;
+        } else if !from_provider {
+            // Added by hand before the provider named it too: now the provider's.
+            add_provider_member(db, group_id, user_id).await?;
         }
     }
-    for name in wanted.iter().filter(|name| !current.iter().any(|c| c == *name)) {
+    for name in wanted.iter().filter(|name| !current.iter().any(|(_, c, _)| c == *name)) {
         let group = ensure_group(db, name).await?;
-        add_member(db, &group.id, user_id).await?;
+        add_provider_member(db, &group.id, user_id).await?;
     }
+    Ok(())
+}
+
+/// Makes `user_id` a member of the group as the identity provider's answer says.
+async fn add_provider_member(db: &Db, group_id: &str, user_id: &str) -> Result<(), Error> {
+    announced!(db, tx => sqlx::query("INSERT INTO group_members (group_id, user_id, from_provider) VALUES ($1, $2, TRUE) ON CONFLICT (group_id, user_id) DO UPDATE SET from_provider = TRUE")
+        .bind(group_id)
+        .bind(user_id)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected())
+    .map_err(query_error("add group member"))?;
     Ok(())
 }

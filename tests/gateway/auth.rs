@@ -26,7 +26,8 @@ both_backends!(
     oidc_says_a_key_is_not_published_rather_than_blaming_the_token,
     runtime_platform_checks_keys_plans_and_channels,
     a_job_calls_back_as_its_caller_under_runtime_platform,
-    the_runtime_api_replaces_group_rules_per_function
+    the_runtime_api_replaces_group_rules_per_function,
+    hand_added_members_of_provider_groups_gain_nothing
 );
 
 /// The fake services: a token endpoint (`/whoami`) and an OpenID provider (discovery, JWKS).
@@ -721,4 +722,74 @@ async fn the_runtime_api_replaces_group_rules_per_function(backend: Backend) {
         platform_call(&gateway, "GET", "/api/v1/programs/", CRN_BROKEN, None).await,
         (401, json!({"detail": RUNTIME_UNAVAILABLE}))
     );
+}
+
+/// Titles of the functions `GET programs/` lists in `reply`.
+fn listed(reply: &crate::harness::Reply) -> Vec<String> {
+    let list = reply.json.as_array().unwrap_or_else(|| panic!("{}", reply.json));
+    list.iter().map(|f| f["title"].as_str().unwrap().to_string()).collect()
+}
+
+/// Groups from an identity provider are exact on every request: a membership added by hand
+/// (`gantry admin add-member`) to a group of a user whose groups the provider sets grants
+/// nothing, not even in the moment before servers are told of the change and while the user
+/// and the verdict are kept in memory; provider admin groups still count.
+async fn hand_added_members_of_provider_groups_gain_nothing(backend: Backend) {
+    use gantry::admin::AdminCommand::AddMember;
+    let fake = Fake::start().await;
+    let mut gateway = Gateway::start(backend).await;
+    gateway.provider("acme", None, "acme-admin").await;
+    let reply = gateway
+        .upload_function("acme-admin", &[("title", "tool"), ("provider", "acme"), ("entrypoint", "main.py")])
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    gateway.grant_run("acme", "tool", "team-c").await;
+    gateway.grant_run("acme", "tool", "AccessGroup-chem").await;
+    let programs = "/api/v1/programs/";
+    let by_title = "/api/v1/programs/get_by_title/tool/?provider=acme";
+
+    // custom_token with a groups field: carol's groups are team-a and team-b.
+    let url = format!("{}/whoami", fake.base);
+    gateway.state.auth = authenticator(&[
+        "--auth-mechanism",
+        "custom_token",
+        "--custom-token-url",
+        &url,
+        "--custom-token-user-field",
+        "user.id",
+        "--custom-token-groups-field",
+        "groups",
+    ]);
+    let follower = gantry::api::state::follow_changes(&gateway.state.db, &gateway.state.auth, &gateway.state.functions);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(listed(&gateway.get(programs, "carol-1").await).is_empty());
+    gateway.admin(AddMember { group: "team-c".into(), user: "carol".into() }).await;
+    // At once, with carol and her verdict in memory, and after every server was told.
+    assert!(listed(&gateway.get(programs, "carol-1").await).is_empty(), "a hand-added member sees the function");
+    assert_eq!(gateway.get(by_title, "carol-1").await.status, 404);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(listed(&gateway.get(programs, "carol-1").await).is_empty());
+    assert_eq!(gateway.get(by_title, "carol-1").await.status, 404);
+    // A group the provider names does grant, and a provider admin group added by hand counts.
+    gateway.grant_run("acme", "tool", "team-a").await;
+    assert_eq!(listed(&gateway.get(programs, "carol-1").await), ["tool"]);
+    follower.abort();
+
+    // runtime_platform: bob's groups are the account's IAM access groups (AccessGroup-physics).
+    gateway.state.auth = authenticator(&platform_settings(&fake, &[]));
+    let follower = gantry::api::state::follow_changes(&gateway.state.db, &gateway.state.auth, &gateway.state.functions);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let get = |path: &'static str| platform_call(&gateway, "GET", path, CRN_LEGACY, None);
+    let (status, list) = get(programs).await;
+    assert_eq!((status, list), (200, json!([])));
+    gateway.admin(AddMember { group: "AccessGroup-chem".into(), user: "IBMid-alice".into() }).await;
+    let (status, list) = get(programs).await;
+    assert_eq!((status, list), (200, json!([])), "a hand-added member of an IAM group sees the function");
+    assert_eq!(get(by_title).await.0, 404);
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(get(programs).await.1, json!([]));
+    gateway.admin(gantry::admin::AdminCommand::AddAdmin { provider: "acme".into(), user: "IBMid-alice".into() }).await;
+    let (_, list) = get(programs).await;
+    assert_eq!(list.as_array().map(Vec::len), Some(1), "provider admins are gantry admin's: {list}");
+    follower.abort();
 }

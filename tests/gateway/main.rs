@@ -6,6 +6,7 @@ mod auth;
 mod connections;
 mod console;
 mod controller;
+mod db_faults;
 mod docs;
 mod e2e_kubernetes;
 mod files;
