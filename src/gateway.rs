@@ -123,6 +123,7 @@ impl GatewayArgs {
             storage.backend_name()
         );
         let config = api.config(std::env::temp_dir().join("gantry-spool"), active_jobs_per_user);
+        crate::ops::clean_spool(&config.spool_dir);
         let metrics = Arc::new(crate::ops::Metrics::gateway());
         let admin = tokio::spawn(crate::ops::serve(admin_listen, Arc::clone(&metrics), db.clone()));
         let follows = Arc::new(crate::follow::Follows::default());

@@ -260,3 +260,12 @@ pub async fn serve_http(
     }
     .context("server failed")
 }
+
+/// Removes what uploads cut by a crash left in the spool (at start), saying so when there was any.
+pub fn clean_spool(spool: &std::path::Path) {
+    match crate::api::fields::clean_spool(spool) {
+        Ok(0) => {}
+        Ok(removed) => println!("removed {removed} file(s) left in {} by uploads cut short", spool.display()),
+        Err(error) => eprintln!("warning: failed to clean the upload spool {}: {error}", spool.display()),
+    }
+}

@@ -117,6 +117,7 @@ impl ServeArgs {
             None => TokenCipher::load_or_create(&database.data_dir.join("token.key"))?,
         };
         let config = api.config(database.data_dir.join("spool"), jobs.active_jobs_per_user);
+        crate::ops::clean_spool(&config.spool_dir);
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("failed to listen on {listen}"))?;
         let address = listener.local_addr()?;

@@ -164,3 +164,56 @@ async fn read_multipart(request: Request, state: &AppState) -> Result<RequestFie
 pub fn stream_body(object: crate::storage::Object) -> Body {
     Body::from_stream(object.body)
 }
+
+/// Age past which a spool file is what an upload cut by a crash left: a live upload writes its
+/// file whenever bytes arrive, and a body that stops arriving is cut after
+/// `--body-timeout-seconds` (60 s by default).
+const SPOOL_LEFTOVER_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Removes the files uploads cut by a crash (SIGKILL, a lost node) left in the spool folder,
+/// those untouched for ten minutes, so another server sharing the folder keeps its live ones.
+/// Returns how many were removed.
+pub fn clean_spool(dir: &std::path::Path) -> std::io::Result<usize> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(error) => return Err(error),
+    };
+    let now = std::time::SystemTime::now();
+    let mut removed = 0;
+    for entry in entries {
+        let entry = entry?;
+        let metadata = entry.metadata()?;
+        let stale = metadata
+            .modified()
+            .ok()
+            .and_then(|m| now.duration_since(m).ok())
+            .is_some_and(|age| age > SPOOL_LEFTOVER_AGE);
+        if metadata.is_file() && stale {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+                Err(error) => return Err(error),
+            }
+        }
+    }
+    Ok(removed)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn spool_leftovers_are_removed_and_live_uploads_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        let old = dir.path().join(".tmpOLD");
+        std::fs::write(&old, vec![0u8; 1024]).unwrap();
+        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        std::fs::File::options().write(true).open(&old).unwrap().set_modified(hour_ago).unwrap();
+        let live = dir.path().join(".tmpLIVE");
+        std::fs::write(&live, b"arriving").unwrap();
+        std::fs::create_dir(dir.path().join("folder")).unwrap();
+        assert_eq!(super::clean_spool(dir.path()).unwrap(), 1);
+        assert!(!old.exists() && live.exists() && dir.path().join("folder").exists());
+        assert_eq!(super::clean_spool(&dir.path().join("missing")).unwrap(), 0);
+    }
+}
