@@ -300,7 +300,7 @@ async fn the_real_client_stops_the_jobs_runtime_work() {
     }
     assert_eq!(fake.count("POST /api/v1/jobs/e2e-rj-s/cancel"), 0, "its session was closed instead");
     let served_log = std::fs::read_to_string(&log).unwrap();
-    assert!(served_log.contains("stop"), "the log holds the requests:\n{served_log}");
+    assert!(served_log.contains("context=STOP_JOB"), "the log holds the stops:\n{served_log}");
     let mut folders = vec![folder.path().to_path_buf()];
     while let Some(current) = folders.pop() {
         for entry in std::fs::read_dir(&current).unwrap().flatten() {
