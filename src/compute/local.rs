@@ -281,6 +281,11 @@ impl LocalRunner {
         Ok(serde_json::to_string(&access).expect("job access serializes"))
     }
 
+    /// The file a job container's environment travels in, readable by the server only.
+    fn env_file(&self, job_id: &str) -> PathBuf {
+        self.config.work_root.join(format!(".{job_id}.env"))
+    }
+
     /// Starts the job's container (see `container`) and returns its name.
     async fn start_container(&self, loaded: &Loaded, image: &str) -> Result<String, String> {
         let Loaded { job, info } = loaded;
@@ -330,7 +335,7 @@ impl LocalRunner {
         }
         // The environment travels in a file only the server can read, removed once the engine
         // has read it: never on a command line.
-        let env_file = self.config.work_root.join(format!(".{}.env", job.id));
+        let env_file = self.env_file(&job.id);
         let text = container::env_file(&variables)?;
         crate::shared::replace_file(&env_file, crate::shared::Contents::Bytes(text.as_bytes()), Some(0o600))
             .await
@@ -512,6 +517,9 @@ impl LocalRunner {
             tracing::error!(error = &error as &dyn std::error::Error, "failed to record the end of a job");
         }
         self.timed_out.lock().expect("lock").remove(job_id);
+        // A server killed between writing a container's environment and starting it left the
+        // file (the job's token in it): gone with the job.
+        let _ = tokio::fs::remove_file(self.env_file(job_id)).await;
         if let Err(error) = tokio::fs::remove_dir_all(&work_dir).await {
             tracing::debug!(error = &error as &dyn std::error::Error, "could not remove a job's work folder");
         }

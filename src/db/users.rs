@@ -79,9 +79,17 @@ pub async fn find_group(db: &Db, name: &str) -> Result<Option<GroupRow>, Error> 
 }
 
 pub async fn add_member(db: &Db, group_id: &str, user_id: &str) -> Result<(), Error> {
-    announced!(db, tx => sqlx::query("INSERT INTO group_members (group_id, user_id) VALUES ($1, $2) ON CONFLICT DO NOTHING")
+    insert_member(db, group_id, user_id, false).await
+}
+
+/// Adds a membership; `from_provider` marks one the identity provider's answer wrote. A
+/// membership the provider wrote stays the provider's when it is added by hand too.
+async fn insert_member(db: &Db, group_id: &str, user_id: &str, from_provider: bool) -> Result<(), Error> {
+    announced!(db, tx => sqlx::query("INSERT INTO group_members (group_id, user_id, from_provider) VALUES ($1, $2, $3) \
+        ON CONFLICT (group_id, user_id) DO UPDATE SET from_provider = group_members.from_provider OR excluded.from_provider")
         .bind(group_id)
         .bind(user_id)
+        .bind(from_provider)
         .execute(&mut *tx)
         .await?
         .rows_affected())
@@ -113,7 +121,8 @@ pub async fn group_names(db: &Db, user_id: &str) -> Result<Vec<String>, Error> {
 /// identity provider that owns group membership says. From then on only memberships written
 /// here grant anything to the user (`users.groups_from_provider`): one added by hand grants
 /// nothing even before the next request removes it. Provider admin groups are `gantry admin`'s
-/// (`add-admin`), so their memberships stay. One read when nothing changed.
+/// (`add-admin`), so their memberships stay. When nothing changed: one update that changes no
+/// row (the user's flag) and one read.
 pub async fn set_groups(db: &Db, user_id: &str, names: &[String]) -> Result<(), Error> {
     let wanted: std::collections::BTreeSet<&str> =
         names.iter().map(|n| n.trim()).filter(|n| !n.is_empty() && n.len() <= 150).collect();
@@ -147,12 +156,5 @@ pub async fn set_groups(db: &Db, user_id: &str, names: &[String]) -> Result<(), 
 
 /// Makes `user_id` a member of the group as the identity provider's answer says.
 async fn add_provider_member(db: &Db, group_id: &str, user_id: &str) -> Result<(), Error> {
-    announced!(db, tx => sqlx::query("INSERT INTO group_members (group_id, user_id, from_provider) VALUES ($1, $2, TRUE) ON CONFLICT (group_id, user_id) DO UPDATE SET from_provider = TRUE")
-        .bind(group_id)
-        .bind(user_id)
-        .execute(&mut *tx)
-        .await?
-        .rows_affected())
-    .map_err(query_error("add group member"))?;
-    Ok(())
+    insert_member(db, group_id, user_id, true).await
 }
