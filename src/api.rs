@@ -77,6 +77,7 @@ impl ApiArgs {
                 .filter(|m| !m.is_empty())
                 .collect(),
             active_jobs_per_user,
+            admission: None,
         }
     }
 }
@@ -103,6 +104,7 @@ pub fn documented_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(jobs::list_provider_jobs))
         .routes(routes!(jobs::my_queue))
         .routes(routes!(jobs::get_job))
+        .routes(routes!(jobs::get_job_arguments))
         .routes(routes!(jobs::get_job_result, jobs::save_job_result))
         .routes(routes!(streams::get_job_logs))
         .routes(routes!(streams::stream_job_logs))

@@ -74,6 +74,10 @@ pub struct Follows {
     events: Registry<String, EventsSeen>,
     logs: Registry<(String, bool), LogSeen>,
     poll: Duration,
+    /// Set once the server begins a graceful shutdown: every stream then ends at once with a
+    /// `restarting` event, so clients reconnect (to another replica, or this one restarted)
+    /// instead of holding a connection the shutdown would cut at the end of its grace.
+    draining: watch::Sender<bool>,
 }
 
 impl Default for Follows {
@@ -85,7 +89,26 @@ impl Default for Follows {
 impl Follows {
     /// Hubs that look for news every `poll`.
     pub fn new(poll: Duration) -> Follows {
-        Follows { events: Mutex::default(), logs: Mutex::default(), poll }
+        Follows { events: Mutex::default(), logs: Mutex::default(), poll, draining: watch::Sender::new(false) }
+    }
+
+    /// The server is shutting down: the streams end (`draining` resolves for each).
+    pub fn drain(&self) {
+        self.draining.send_replace(true);
+    }
+
+    /// Whether `drain` was called.
+    pub fn is_draining(&self) -> bool {
+        *self.draining.borrow()
+    }
+
+    /// Resolves once `drain` is called (at once if it was).
+    pub fn draining(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let mut receiver = self.draining.subscribe();
+        async move {
+            // An error means the Follows is gone: no stream of it outlives that.
+            let _ = receiver.wait_for(|draining| *draining).await;
+        }
     }
 
     /// Follows the events of `job_id`, joining the hub if there is one.

@@ -60,6 +60,10 @@ pub struct GatewayArgs {
     pub events: crate::events::EventArgs,
     #[command(flatten)]
     pub connections: crate::ops::ConnectionArgs,
+    /// Admission's limits, as the controller has them (the chart gives both the same): shown
+    /// by `jobs/queue/`, which says what holds each queued job back.
+    #[command(flatten)]
+    pub limits: crate::compute::LimitsArgs,
 }
 
 impl GatewayArgs {
@@ -78,6 +82,7 @@ impl GatewayArgs {
             memory_gib_per_job,
             logs_size_limit,
             sweep_seconds,
+            limits,
             events,
             connections,
         } = self;
@@ -122,7 +127,8 @@ impl GatewayArgs {
             db::redact(&database.url()),
             storage.backend_name()
         );
-        let config = api.config(std::env::temp_dir().join("gantry-spool"), active_jobs_per_user);
+        let mut config = api.config(std::env::temp_dir().join("gantry-spool"), active_jobs_per_user);
+        config.admission = Some(limits.limits());
         crate::ops::clean_spool(&config.spool_dir);
         let metrics = Arc::new(crate::ops::Metrics::gateway());
         let admin = tokio::spawn(crate::ops::serve(admin_listen, Arc::clone(&metrics), db.clone()));

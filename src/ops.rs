@@ -250,6 +250,13 @@ pub async fn serve_http(
     limits: ConnectionLimits,
     shutdown: impl std::future::Future<Output = ()> + Send,
 ) -> anyhow::Result<()> {
+    // A shutdown first ends the live streams (each with a `restarting` event), so the grace is
+    // spent on requests that finish, not on streams that would only be cut.
+    let follows = Arc::clone(&state.follows);
+    let shutdown = async move {
+        shutdown.await;
+        follows.drain();
+    };
     let app = api::app(state);
     match metrics {
         Some(metrics) => {

@@ -116,7 +116,8 @@ impl ServeArgs {
             Some(key) => TokenCipher::from_key_text(key.expose())?,
             None => TokenCipher::load_or_create(&database.data_dir.join("token.key"))?,
         };
-        let config = api.config(database.data_dir.join("spool"), jobs.active_jobs_per_user);
+        let mut config = api.config(database.data_dir.join("spool"), jobs.active_jobs_per_user);
+        config.admission = Some(jobs.limits.limits());
         crate::ops::clean_spool(&config.spool_dir);
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("failed to listen on {listen}"))?;

@@ -108,9 +108,10 @@ export function functionName(title, provider) {
 /**
  * Calls `task` every `ms` while the page is visible, one call at a time (the next waits for the
  * previous to finish), until the returned stop function is called. Hidden pages are not polled;
- * becoming visible again polls at once.
+ * becoming visible again polls at once. A failed call is tried again at the same pace (so a view
+ * recovers by itself when the gateway is back); `health` (a `freshness()`) hears each outcome.
  */
-export function poll(task, ms) {
+export function poll(task, ms, health = null) {
   let timer = null;
   let stopped = false;
   let running = false;
@@ -121,8 +122,10 @@ export function poll(task, ms) {
     running = true;
     try {
       await task();
+      if (health && !stopped) health.ok();
     } catch (error) {
-      console.warn("poll failed", error);
+      if (health && !stopped) health.failed(error, ms);
+      else console.warn("poll failed", error);
     } finally {
       running = false;
     }
@@ -137,5 +140,53 @@ export function poll(task, ms) {
     stopped = true;
     if (timer) clearTimeout(timer);
     document.removeEventListener("visibilitychange", onVisible);
+  };
+}
+
+function clock(date) {
+  return h("time", { datetime: date.toISOString() }, date.toLocaleTimeString());
+}
+
+/**
+ * The line a live view shows about its connection: when it last heard from the gateway, and,
+ * while its reads fail, that they fail and are being retried. Views whose data may be stale
+ * carry `data-stale` on `dims` (styled dimmed). Only changes of state are read out.
+ */
+export function freshness(dims = null) {
+  const text = h("span", { class: "freshness-text" });
+  const said = h("span", { class: "visually-hidden", "aria-live": "polite" });
+  const element = h("p", { class: "freshness", "data-state": "waiting" }, text, said);
+  let last = null;
+  let state = "waiting";
+  const move = (next, announcement) => {
+    if (state !== next) said.textContent = announcement;
+    state = next;
+    element.dataset.state = next;
+    if (dims) {
+      if (next === "retrying") dims.dataset.stale = "true";
+      else delete dims.dataset.stale;
+    }
+  };
+  return {
+    element,
+    get state() {
+      return state;
+    },
+    ok() {
+      last = new Date();
+      fill(text, "Live · updated ", clock(last));
+      move("live", "Connected to the gateway again.");
+    },
+    failed(error, ms) {
+      const why = error && error.message ? error.message.replace(/\.$/, "") : "no answer";
+      const retry = ms ? ` Retrying every ${Math.round(ms / 1000)} s…` : " Retrying…";
+      fill(
+        text,
+        `${why}. `,
+        last ? ["Last heard from the gateway at ", clock(last), ", so what is shown may be out of date."] : "Nothing has been heard from the gateway yet.",
+        retry,
+      );
+      move("retrying", `${why}. Retrying.`);
+    },
   };
 }

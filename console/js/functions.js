@@ -172,6 +172,42 @@ function safeLink(url) {
   return url;
 }
 
+/** An example value for one property of an arguments schema: its default, else one it allows. */
+function exampleValue(property) {
+  if (!property || typeof property !== "object") return null;
+  if (property.default !== undefined) return property.default;
+  if (property.const !== undefined) return property.const;
+  if (Array.isArray(property.enum) && property.enum.length) return property.enum[0];
+  if (Array.isArray(property.examples) && property.examples.length) return property.examples[0];
+  const type = Array.isArray(property.type) ? property.type[0] : property.type;
+  switch (type) {
+    case "integer":
+    case "number":
+      return property.minimum ?? (property.exclusiveMinimum !== undefined ? property.exclusiveMinimum + 1 : 0);
+    case "boolean":
+      return false;
+    case "array":
+      return [];
+    case "object":
+      return {};
+    case "null":
+      return null;
+    default:
+      return "";
+  }
+}
+
+/** The run form's starting text: the schema's properties (required ones first) with examples. */
+function argumentsTemplate(schema) {
+  const properties = schema && typeof schema === "object" && schema.properties && typeof schema.properties === "object" ? schema.properties : null;
+  if (!properties || !Object.keys(properties).length) return "{}";
+  const required = new Set(Array.isArray(schema.required) ? schema.required : []);
+  const names = Object.keys(properties).sort((a, b) => Number(required.has(b)) - Number(required.has(a)));
+  const template = {};
+  for (const name of names) template[name] = exampleValue(properties[name]);
+  return JSON.stringify(template, null, 2);
+}
+
 function runForm(fn, sizes, scope) {
   const argsError = h("div", { id: "arguments-check", class: "field-check", "aria-live": "polite" });
   const argumentsInput = h("textarea", {
@@ -181,7 +217,12 @@ function runForm(fn, sizes, scope) {
     class: "code",
     "aria-describedby": "arguments-check",
   });
-  argumentsInput.value = "{}";
+  argumentsInput.value = argumentsTemplate(fn.arguments_schema);
+  // The first focus selects the template, so typing replaces it.
+  let touched = false;
+  argumentsInput.addEventListener("focus", () => {
+    if (!touched) argumentsInput.select();
+  });
   const size = h(
     "select",
     { name: "function_size" },
@@ -259,6 +300,7 @@ function runForm(fn, sizes, scope) {
   };
 
   argumentsInput.addEventListener("input", () => {
+    touched = true;
     clearTimeout(timer);
     fill(argsError, h("p", { class: "check muted" }, "Checking…"));
     timer = setTimeout(check, 350);
@@ -294,8 +336,8 @@ function runForm(fn, sizes, scope) {
       button.disabled = false;
     }
   });
-  // The initial arguments are checked at once, so a schema that needs fields says so.
-  timer = setTimeout(check, 0);
+  // The form starts neutral: the template is checked when the reader changes it or runs.
+  fill(argsError, h("p", { class: "check muted" }, fn.arguments_schema ? "Fill in the arguments; they are checked against the function's schema as you type." : "Any JSON object."));
   return form;
 }
 
@@ -323,8 +365,39 @@ export function uploadView(root) {
     button,
     status,
   );
+  // Each field's problem stands under it (and is what the field is described by).
+  const controls = { title, entrypoint, artifact, version, description, arguments_schema: schema, dependencies };
+  const checks = new Map();
+  for (const [name, control] of Object.entries(controls)) {
+    const check = h("div", { class: "field-check", id: `upload-${name}-check`, "aria-live": "polite" });
+    control.after(check);
+    const described = control.getAttribute("aria-describedby");
+    control.setAttribute("aria-describedby", [described, check.id].filter(Boolean).join(" "));
+    checks.set(control, check);
+  }
+  const clearProblems = () => {
+    for (const [control, check] of checks) {
+      control.removeAttribute("aria-invalid");
+      fill(check);
+    }
+  };
+  const showProblem = (control, message) => {
+    control.setAttribute("aria-invalid", "true");
+    fill(checks.get(control), h("p", { class: "check error", role: "alert" }, message));
+  };
+  // The field a gateway's refusal is about, by the words its message uses.
+  const FIELD_WORDS = [
+    [/arguments?[_ ]schema|json schema/i, schema],
+    [/dependenc|requirement|pip/i, dependencies],
+    [/entry ?point/i, entrypoint],
+    [/artifact|archive|\btar\b|file/i, artifact],
+    [/title|function name/i, title],
+    [/version/i, version],
+    [/description/i, description],
+  ];
   form.addEventListener("submit", async (event) => {
     event.preventDefault();
+    clearProblems();
     const problems = [];
     if (!title.value.trim()) problems.push([title, "A title is required."]);
     if (!artifact.files.length) problems.push([artifact, "Choose a .tar archive."]);
@@ -336,7 +409,8 @@ export function uploadView(root) {
       }
     }
     if (problems.length) {
-      fill(status, problems.map(([, message]) => notice("error", message)));
+      fill(status);
+      for (const [control, message] of problems) showProblem(control, message);
       problems[0][0].focus();
       return;
     }
@@ -355,7 +429,14 @@ export function uploadView(root) {
       const fn = await api.call("POST", "programs/upload/", { body });
       location.hash = route("function", { title: fn.title, provider: fn.provider });
     } catch (error) {
-      fill(status, notice("error", error.message));
+      const about = FIELD_WORDS.find(([words]) => words.test(error.message));
+      if (about) {
+        fill(status);
+        showProblem(about[1], error.message);
+        about[1].focus();
+      } else {
+        fill(status, notice("error", error.message));
+      }
     } finally {
       button.disabled = false;
     }

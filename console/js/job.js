@@ -4,29 +4,63 @@
 // who may read it.
 
 import * as api from "./api.js";
-import { h, fill, notice, when, route, statusBadge, functionName, pretty, poll, TERMINAL } from "./dom.js";
+import { h, fill, notice, when, route, statusBadge, functionName, pretty, poll, freshness, TERMINAL } from "./dom.js";
 import { follow } from "./stream.js";
 
 const FALLBACK_POLL_MS = 3000;
+const RETRY_MS = 3000;
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+const backToJobs = () => h("p", {}, h("a", { href: "#/jobs", class: "button quiet" }, "Back to the jobs"));
 
 export async function jobView(root, { args, scope }) {
   const id = args[0] || "";
   document.title = `Job ${id.slice(0, 8)} · Gantry`;
-  fill(root, h("h1", {}, "Job ", h("span", { class: "mono" }, id)), h("p", { class: "muted" }, "Loading…"));
+  const health = freshness();
+  fill(root, h("h1", {}, "Job ", h("span", { class: "mono" }, id)), health.element, h("p", { class: "muted" }, "Loading…"));
+  // The first read: a job that does not exist (or is not the caller's) says so with a way back;
+  // a gateway that cannot be reached is asked again until it answers.
   let job;
-  try {
-    job = await api.get(`jobs/${encodeURIComponent(id)}/`, { with_result: "false" });
-  } catch (error) {
-    fill(root, h("h1", {}, "Job ", h("span", { class: "mono" }, id)), notice("error", error.message));
-    return;
+  for (;;) {
+    try {
+      job = await api.get(`jobs/${encodeURIComponent(id)}/`, { with_result: "false" });
+      break;
+    } catch (error) {
+      if (!scope.alive) return;
+      if (error.status >= 400 && error.status < 500) {
+        fill(root, h("h1", {}, "Job ", h("span", { class: "mono" }, id)), notice("error", error.message), backToJobs());
+        return;
+      }
+      health.failed(error, RETRY_MS);
+      fill(root, h("h1", {}, "Job ", h("span", { class: "mono" }, id)), health.element, notice("error", error.message));
+      await sleep(RETRY_MS);
+      if (!scope.alive) return;
+    }
   }
   if (!scope.alive) return;
+  health.ok();
   const path = `jobs/${encodeURIComponent(id)}/`;
   const program = job.program || {};
 
+  // The arguments it ran with: its author's to read (others are answered 404 and see none).
+  const argumentsTerm = h("dt", { hidden: true }, "Arguments");
+  const argumentsBox = h("dd", { hidden: true });
+  api
+    .get(`jobs/${encodeURIComponent(id)}/arguments/`)
+    .then((answer) => {
+      if (!scope.alive || !answer) return;
+      fill(argumentsBox, h("pre", { class: "code arguments", id: "job-arguments", tabindex: "0", "aria-label": "Arguments" }, pretty(answer.arguments)));
+      argumentsTerm.hidden = false;
+      argumentsBox.hidden = false;
+    })
+    .catch(() => {});
   const statusBox = h("span", { id: "job-status", "aria-live": "polite" });
+  const reasonBox = h("div", { id: "job-reason", "aria-live": "polite" });
   const updated = h("dd", {});
-  const stopButton = h("button", { type: "button", class: "danger" }, "Stop");
+  const stopButton = h("button", { type: "button", class: "danger", id: "stop-button" }, "Stop");
+  const confirmStop = h("button", { type: "button", class: "danger", id: "confirm-stop" }, "Yes, stop the job");
+  const keepRunning = h("button", { type: "button", class: "quiet" }, "No, let it run");
+  const stopConfirm = h("div", { class: "confirm", id: "stop-confirm", role: "group", "aria-label": "Stop the job?", hidden: true }, h("p", {}, "Stop this job? What it has not saved is lost."), confirmStop, keepRunning);
   const stopAnswer = h("div", { id: "stop-answer", "aria-live": "polite" });
   const timeline = h("ol", { class: "timeline", id: "events" });
   const timelineNote = h("p", { class: "muted" }, "Loading events…");
@@ -44,6 +78,8 @@ export async function jobView(root, { args, scope }) {
   fill(
     root,
     h("div", { class: "title-row" }, h("h1", {}, "Job ", h("span", { class: "mono" }, id)), statusBox),
+    health.element,
+    reasonBox,
     h(
       "section",
       { class: "card" },
@@ -64,8 +100,11 @@ export async function jobView(root, { args, scope }) {
         updated,
         job.function_size ? [h("dt", {}, "Size"), h("dd", {}, job.function_size)] : null,
         job.gpu ? [h("dt", {}, "GPU"), h("dd", {}, "yes")] : null,
+        argumentsTerm,
+        argumentsBox,
       ),
       h("div", { class: "actions" }, stopButton),
+      stopConfirm,
       stopAnswer,
     ),
     h("div", { class: "columns" }, h("section", { class: "card" }, h("h2", {}, "Events"), timelineNote, timeline), h("section", { class: "card" }, h("h2", {}, "Result"), resultBox)),
@@ -73,19 +112,40 @@ export async function jobView(root, { args, scope }) {
     providerSection,
   );
 
-  let current = { status: job.status, sub_status: job.sub_status };
+  let current = { status: job.status, sub_status: job.sub_status, reason: job.status_reason };
   let resultShown = false;
+  let stopping = false; // a stop was confirmed and the job has not ended since
+  let stopMessage = null; // the gateway's answer to it, as sent
+  const stopNote = () => {
+    const said = stopMessage ? `${stopMessage} ` : "";
+    if (!TERMINAL.has(current.status)) {
+      fill(stopAnswer, notice("info", `${said}Stopping…`));
+    } else {
+      const how = current.status === "STOPPED" ? "The job has stopped." : `The job ended ${current.status} before it could be stopped.`;
+      fill(stopAnswer, notice("ok", `${said}${how}`));
+    }
+  };
   const showStatus = () => {
     fill(statusBox, statusBadge(current.status, current.sub_status));
-    stopButton.disabled = TERMINAL.has(current.status);
-    if (TERMINAL.has(current.status) && !resultShown) {
+    const finished = TERMINAL.has(current.status);
+    // A finished job has nothing to stop; a job being stopped is not offered Stop again.
+    stopButton.hidden = finished || stopping;
+    if (finished) stopConfirm.hidden = true;
+    if (finished && stopping) {
+      stopping = false;
+      stopNote();
+    }
+    // Why it ended, at the top of the page (absent for a success).
+    fill(reasonBox, finished && current.reason ? notice(current.status === "FAILED" ? "error" : "info", `${current.status}: ${current.reason}`) : null);
+    if (finished && !resultShown) {
       resultShown = true;
       showResult();
     }
   };
   const refresh = async () => {
     const fresh = await api.get(path, { with_result: "false" });
-    current = { status: fresh.status, sub_status: fresh.sub_status };
+    health.ok();
+    current = { status: fresh.status, sub_status: fresh.sub_status, reason: fresh.status_reason };
     fill(updated, when(fresh.updated));
     if (scope.alive) showStatus();
     return TERMINAL.has(fresh.status);
@@ -96,12 +156,20 @@ export async function jobView(root, { args, scope }) {
   async function showResult() {
     fill(resultBox, h("p", { class: "muted" }, "Loading the result…"));
     let answer;
-    try {
-      answer = await api.get(`${path}result/`);
-    } catch (error) {
-      fill(resultBox, notice("error", error.message));
-      return;
+    // Asked again while the gateway cannot be reached, so an outage's error never stays.
+    for (;;) {
+      try {
+        answer = await api.get(`${path}result/`);
+        break;
+      } catch (error) {
+        if (!scope.alive) return;
+        fill(resultBox, notice("error", error.message));
+        if (error.status >= 400 && error.status < 500 && error.status !== 408 && error.status !== 429) return;
+        await sleep(RETRY_MS);
+        if (!scope.alive) return;
+      }
     }
+    if (!scope.alive) return;
     if (!answer || answer.result === null || answer.result === undefined) {
       fill(resultBox, h("p", { class: "muted" }, "This job saved no result."));
       return;
@@ -114,17 +182,32 @@ export async function jobView(root, { args, scope }) {
     fill(resultBox, h("pre", { class: "code result", tabindex: "0", "aria-label": "Result" }, text), download);
   }
 
-  stopButton.addEventListener("click", async () => {
-    stopButton.disabled = true;
+  // Stop asks first; once asked, the note follows the job until it has ended.
+  stopButton.addEventListener("click", () => {
+    stopConfirm.hidden = false;
+    stopButton.hidden = true;
+    confirmStop.focus();
+  });
+  keepRunning.addEventListener("click", () => {
+    stopConfirm.hidden = true;
+    showStatus();
+    stopButton.focus();
+  });
+  confirmStop.addEventListener("click", async () => {
+    stopConfirm.hidden = true;
+    stopping = true;
+    stopMessage = null;
+    showStatus();
     fill(stopAnswer, notice("info", "Asking the gateway to stop the job…"));
     try {
       const answer = await api.call("POST", `${path}stop/`, { body: {} });
-      // The gateway's answer, as sent.
-      fill(stopAnswer, notice("ok", answer && answer.message !== undefined ? answer.message : JSON.stringify(answer)));
+      // The gateway's answer, as sent, then what became of the job.
+      stopMessage = answer && answer.message !== undefined ? answer.message : JSON.stringify(answer);
+      stopNote();
     } catch (error) {
+      stopping = false;
       fill(stopAnswer, notice("error", error.message));
-    } finally {
-      stopButton.disabled = TERMINAL.has(current.status);
+      showStatus();
     }
   });
 
@@ -149,8 +232,10 @@ export async function jobView(root, { args, scope }) {
         timeline.append(eventItem(event, moved ? data.old_status ?? lastMove : null, moved));
         if (moved) {
           lastMove = moved;
-          current = { status: moved, sub_status: TERMINAL.has(moved) ? null : current.sub_status };
+          current = { status: moved, sub_status: TERMINAL.has(moved) ? null : current.sub_status, reason: data.reason ?? data.status_reason ?? current.reason };
           showStatus();
+          // The answer carries the reason as the job keeps it.
+          if (TERMINAL.has(moved)) refresh().catch(() => {});
         } else if (event.event_type === "SUB_STATUS_CHANGE" && data.sub_status !== undefined) {
           current = { ...current, sub_status: data.sub_status };
           showStatus();
@@ -159,6 +244,8 @@ export async function jobView(root, { args, scope }) {
       },
       finished: refresh,
       onState: (state, error) => {
+        if (state === "live") health.ok();
+        if (state === "reconnecting") health.failed(error, null);
         if (state === "ended" && !eventCount) fill(timelineNote, "No events.");
         if (state === "failed") {
           // Events are the author's; others (a provider's admins) see the status polled instead.
@@ -167,7 +254,7 @@ export async function jobView(root, { args, scope }) {
           if (!TERMINAL.has(current.status)) {
             const stop = poll(async () => {
               if (await refresh()) stop();
-            }, FALLBACK_POLL_MS);
+            }, FALLBACK_POLL_MS, health);
             scope.add(stop);
           }
         }

@@ -3,7 +3,7 @@
 // statuses kept current by re-reading the page shown every few seconds while the tab is visible.
 
 import * as api from "./api.js";
-import { h, fill, field, notice, when, route, statusBadge, functionName, poll, STATUSES } from "./dom.js";
+import { h, fill, field, notice, when, route, statusBadge, functionName, poll, freshness, uid, STATUSES } from "./dom.js";
 
 const PAGE_SIZES = [10, 25, 50, 100];
 const REFRESH_MS = 3000;
@@ -23,7 +23,11 @@ export async function jobsView(root, { query, scope }) {
 
   const status = h("select", { name: "status" }, h("option", { value: "" }, "Any"), STATUSES.map((s) => h("option", { value: s }, s)));
   status.value = query.status || "";
-  const fnInput = h("input", { name: "function", type: "text", autocomplete: "off", value: query.function || "" });
+  // The function picker: any name may be typed; the caller's functions are offered as
+  // `provider/title` or `title`, filled in once the list has loaded.
+  const choices = h("datalist", { id: uid("functions") });
+  const typed = query.provider && query.function ? `${query.provider}/${query.function}` : query.function || "";
+  const fnInput = h("input", { name: "function", type: "text", autocomplete: "off", list: choices.id, value: typed, placeholder: "Any function" });
   const provider = h("input", { name: "provider", type: "text", autocomplete: "off", value: query.provider || "" });
   const after = h("input", { name: "created_after", type: "datetime-local", value: query.created_after ? toLocalInput(query.created_after) : "" });
   const size = h("select", { name: "limit" }, PAGE_SIZES.map((n) => h("option", { value: String(n) }, String(n))));
@@ -33,6 +37,7 @@ export async function jobsView(root, { query, scope }) {
     { class: "filters", role: "search" },
     field("Status", status),
     field("Function", fnInput),
+    choices,
     field("Provider", provider),
     field("Created after", after),
     field("Per page", size),
@@ -46,10 +51,18 @@ export async function jobsView(root, { query, scope }) {
   form.addEventListener("submit", (event) => {
     event.preventDefault();
     const afterDate = after.value ? new Date(after.value) : null;
+    // `provider/title` in the function field names the provider unless the provider field does.
+    let fnName = fnInput.value.trim();
+    let providerName = provider.value.trim();
+    const slash = fnName.indexOf("/");
+    if (slash > 0) {
+      if (!providerName) providerName = fnName.slice(0, slash);
+      fnName = fnName.slice(slash + 1);
+    }
     location.hash = route("jobs", {
       status: status.value,
-      function: fnInput.value.trim(),
-      provider: provider.value.trim(),
+      function: fnName,
+      provider: providerName,
       created_after: afterDate && !Number.isNaN(afterDate.getTime()) ? afterDate.toISOString() : "",
       limit: size.value === "10" ? "" : size.value,
     });
@@ -59,8 +72,17 @@ export async function jobsView(root, { query, scope }) {
   const list = h("div", { class: "table-wrap" });
   const pager = h("nav", { class: "pager", "aria-label": "Pages" });
   const live = h("p", { class: "visually-hidden", "aria-live": "polite" });
-  fill(root, h("h1", {}, "Jobs"), form, queueLine, list, pager, live);
+  const health = freshness(list);
+  fill(root, h("h1", {}, "Jobs"), form, health.element, queueLine, list, pager, live);
   fill(list, h("p", { class: "muted" }, "Loading…"));
+  api
+    .get("programs/")
+    .then((functions) => {
+      if (!scope.alive || !Array.isArray(functions)) return;
+      const names = [...new Set(functions.map((fn) => functionName(fn.title, fn.provider)))].sort();
+      fill(choices, names.map((name) => h("option", { value: name })));
+    })
+    .catch(() => {});
 
   const filters = {
     status: query.status,
@@ -72,10 +94,23 @@ export async function jobsView(root, { query, scope }) {
   let rendered = false;
 
   const load = async () => {
-    const [page, queue] = await Promise.all([
-      api.get("jobs/", { ...filters, limit, offset }),
-      api.get("jobs/queue/", { limit: 0 }).catch(() => null),
-    ]);
+    let page;
+    const queueRead = api.get("jobs/queue/", { limit: 0 }).catch(() => null);
+    try {
+      page = await api.get("jobs/", { ...filters, limit, offset });
+    } catch (error) {
+      // A function (or provider) that does not exist matches no job: not an error of the page.
+      if (error.status === 404 && (filters.function || filters.provider)) {
+        if (!scope.alive) return;
+        rendered = false;
+        rows.clear();
+        fill(list, h("p", { class: "muted", id: "no-jobs" }, `No jobs match. ${error.message}`));
+        fill(pager);
+        return;
+      }
+      throw error;
+    }
+    const queue = await queueRead;
     if (!scope.alive) return;
     if (queue) {
       fill(
@@ -105,7 +140,7 @@ export async function jobsView(root, { query, scope }) {
     } else {
       rows.clear();
       if (!page.results.length) {
-        fill(list, h("p", { class: "muted" }, page.count ? "No jobs on this page." : "No jobs match."));
+        fill(list, h("p", { class: "muted", id: "no-jobs" }, page.count ? "No jobs on this page: it is past the last one." : "No jobs match."));
       } else {
         fill(
           list,
@@ -113,7 +148,7 @@ export async function jobsView(root, { query, scope }) {
             "table",
             { class: "jobs" },
             h("caption", { class: "visually-hidden" }, "Jobs, newest first"),
-            h("thead", {}, h("tr", {}, ["Job", "Function", "Status", "Created", "Updated", "Size"].map((n) => h("th", { scope: "col" }, n)))),
+            h("thead", {}, h("tr", {}, ["Job", "Function", "Status", "Created", "Updated"].map((n) => h("th", { scope: "col" }, n)))),
             h("tbody", {}, page.results.map(row)),
           ),
         );
@@ -121,15 +156,23 @@ export async function jobsView(root, { query, scope }) {
     }
     const first = page.results.length ? offset + 1 : 0;
     const last = offset + page.results.length;
+    const href = (to) => route("jobs", { ...filters, limit: limit === 10 ? "" : limit, offset: to || "" });
     const pageLink = (to, label, enabled) =>
       enabled
-        ? h("a", { class: "button quiet", href: route("jobs", { ...filters, limit: limit === 10 ? "" : limit, offset: to || "" }), rel: label === "Next" ? "next" : "prev" }, label)
+        ? h("a", { class: "button quiet", href: href(to), rel: label === "Next" ? "next" : "prev" }, label)
         : h("span", { class: "button quiet disabled", "aria-disabled": "true" }, label);
+    // A page past the end (an old link, or jobs deleted since) says so and leads to the last one.
+    const lastPage = page.count ? Math.floor((page.count - 1) / limit) * limit : 0;
+    const pastEnd = !page.results.length && offset > 0;
     fill(
       pager,
-      pageLink(Math.max(0, offset - limit), "Previous", Boolean(page.previous)),
-      h("span", { class: "range" }, `${first}–${last} of ${page.count}`),
-      pageLink(offset + limit, "Next", Boolean(page.next)),
+      pastEnd
+        ? [h("span", { class: "range" }, `${page.count} ${page.count === 1 ? "job" : "jobs"} in all`), page.count ? h("a", { class: "button quiet", href: href(lastPage) }, "Go to the last page") : h("a", { class: "button quiet", href: href(0) }, "Go to the first page")]
+        : [
+            pageLink(Math.max(0, offset - limit), "Previous", Boolean(page.previous)),
+            h("span", { class: "range" }, `${first}–${last} of ${page.count}`),
+            pageLink(offset + limit, "Next", Boolean(page.next)),
+          ],
     );
   };
 
@@ -147,15 +190,18 @@ export async function jobsView(root, { query, scope }) {
       statusCell,
       h("td", {}, when(job.created)),
       updated,
-      h("td", {}, job.function_size || ""),
     );
   };
 
+  // A first read that fails (the gateway down) shows why and keeps trying: the page fills in by
+  // itself once the gateway answers.
   try {
     await load();
+    health.ok();
   } catch (error) {
+    if (!scope.alive) return;
     fill(list, notice("error", error.message));
-    return;
+    health.failed(error, REFRESH_MS);
   }
-  scope.add(poll(load, REFRESH_MS));
+  scope.add(poll(load, REFRESH_MS, health));
 }

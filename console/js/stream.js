@@ -5,18 +5,23 @@
 // - Logs (`logs/stream/`, `provider-logs/stream/`) are read as plain text; the bytes received
 //   so far are the `offset` of the next connection (the gateway's byte offsets are exact).
 // - Events (`events/stream/`) are Server-Sent Events; the last `id:` seen goes back as
-//   `Last-Event-ID`.
+//   `Last-Event-ID`. A server that is shutting down sends `event: restarting` and closes: the
+//   stream is opened again (on the next server) instead of waiting on a dead connection.
+//
+// Retries back off to at most RETRY_MOST_MS, so a page is live again within seconds of the
+// gateway coming back.
 
 import { send } from "./api.js";
 
 const RETRY_FIRST_MS = 500;
-const RETRY_MOST_MS = 10000;
+const RETRY_MOST_MS = 4000;
 
 /**
  * Follows `path`. `kind` is "text" (calls `onText(text)`) or "sse" (calls
  * `onEvent({event, id, data})`). When the gateway ends the answer, `finished()` says whether
  * that was the end (the job ended) or the connection should be opened again. `onState(state,
- * error)` hears "live", "reconnecting", "ended", "failed". Returns a stop function.
+ * error)` hears "live", "reconnecting" (with the error, if any), "ended", "failed". Returns a
+ * stop function.
  */
 export function follow(path, { kind, onText, onEvent, onState = () => {}, finished = async () => true }) {
   let stopped = false;
@@ -27,6 +32,8 @@ export function follow(path, { kind, onText, onEvent, onState = () => {}, finish
   let lastId = null; // sse: last event id
   let decoder = new TextDecoder();
   let pending = ""; // sse: text not yet ending an event
+  let restarting = false; // the server said it is shutting down
+  let lastError = null;
 
   const deliverSse = (text) => {
     pending += text.replace(/\r\n?/g, "\n");
@@ -46,6 +53,10 @@ export function follow(path, { kind, onText, onEvent, onState = () => {}, finish
         else if (name === "data") message.data.push(value);
       }
       if (message.id !== null) lastId = message.id;
+      if (message.event === "restarting") {
+        restarting = true;
+        continue;
+      }
       if (message.data.length || message.event !== "message") {
         onEvent({ ...message, data: message.data.join("\n") });
       }
@@ -82,6 +93,10 @@ export function follow(path, { kind, onText, onEvent, onState = () => {}, finish
         }
       }
       if (stopped) return;
+      if (restarting) {
+        restarting = false;
+        throw new Error("The gateway is restarting");
+      }
       if (await finished()) {
         stopped = true;
         onState("ended");
@@ -89,6 +104,7 @@ export function follow(path, { kind, onText, onEvent, onState = () => {}, finish
       }
     } catch (error) {
       if (stopped || error.name === "AbortError") return;
+      lastError = error;
       // A refusal (403, 404 …) will not change by asking again.
       if (error.status >= 400 && error.status < 500 && error.status !== 408 && error.status !== 429) {
         stopped = true;
@@ -98,7 +114,8 @@ export function follow(path, { kind, onText, onEvent, onState = () => {}, finish
     }
     if (stopped) return;
     failures += 1;
-    onState("reconnecting");
+    onState("reconnecting", lastError);
+    lastError = null;
     timer = setTimeout(connect, Math.min(RETRY_FIRST_MS * 2 ** (failures - 1), RETRY_MOST_MS));
   };
 

@@ -134,6 +134,12 @@ pub struct JobAnswer {
     pub job: JobRecord,
 }
 
+/// The answer of `arguments/`: the JSON text the job was run with.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct ArgumentsAnswer {
+    pub arguments: String,
+}
+
 /// The answer of `result/`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ResultAnswer {
@@ -303,8 +309,39 @@ pub struct QueueAnswer {
     pub queued: i64,
     /// Of those, PENDING or RUNNING.
     pub running: i64,
+    /// The most PENDING+RUNNING jobs the caller may have at once (`LIMITS_JOBS_PER_USER`): more
+    /// wait QUEUED. Null where this server does not admit jobs itself and was not told the limit.
+    #[schema(required = true)]
+    pub running_limit: Option<i64>,
+    /// The slots CPU jobs of every user share (`LIMITS_MAX_CLUSTERS`), as `running_limit`.
+    #[schema(required = true)]
+    pub cpu_slots: Option<SlotUse>,
+    /// The slots GPU jobs of every user share (`LIMITS_MAX_GPU_CLUSTERS`).
+    #[schema(required = true)]
+    pub gpu_slots: Option<SlotUse>,
     /// The oldest of them, at most `limit` (default and most: 500).
     pub jobs: Vec<QueuedPlace>,
+}
+
+/// Slots in use (pending and running jobs of every user) of those there are.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct SlotUse {
+    pub used: i64,
+    pub limit: i64,
+}
+
+/// What keeps a queued job waiting, as things stand now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum WaitingFor {
+    /// The caller already has `running_limit` jobs pending or running (or ahead of this one).
+    RunningLimit,
+    /// Every CPU slot is taken.
+    CpuSlots,
+    /// Every GPU slot is taken.
+    GpuSlots,
+    /// Nothing: admission starts it at its next pass.
+    NextAdmission,
 }
 
 #[derive(Debug, Serialize, ToSchema)]
@@ -317,4 +354,14 @@ pub struct QueuedPlace {
     /// For a QUEUED job, how many queued jobs of any user came before it; null otherwise.
     #[schema(required = true)]
     pub ahead: Option<i64>,
+    /// For a QUEUED job, its place in the queue of every user (`ahead` + 1); null otherwise.
+    #[schema(required = true)]
+    pub position: Option<i64>,
+    /// For a QUEUED job, which limit holds it back; null otherwise (or when the limits are not
+    /// known here).
+    #[schema(required = true)]
+    pub waiting_for: Option<WaitingFor>,
+    pub gpu: bool,
+    /// Its function.
+    pub program: ProgramSummary,
 }

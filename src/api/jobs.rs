@@ -8,7 +8,8 @@ use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 
 use super::answers::{
-    EventRecord, JobAnswer, JobPage, JobRecord, Message, QueueAnswer, ResultAnswer, RunAnswer, RuntimeJobs,
+    ArgumentsAnswer, EventRecord, JobAnswer, JobPage, JobRecord, Message, QueueAnswer, ResultAnswer, RunAnswer,
+    RuntimeJobs,
 };
 use super::error::{ApiError, ErrorBody};
 use super::extract::Query;
@@ -114,6 +115,22 @@ pub async fn get_job(
     Query(query): Query<RetrieveQuery>,
 ) -> Result<Json<JobRecord>, ApiError> {
     Ok(Json(service::get(&state, &caller, &job_id, query.with_result.as_deref()).await?))
+}
+
+/// The arguments the job was run with, as sent (job author only)
+///
+/// Others, a provider's admins included, get 404 as for a job that is not theirs: arguments may
+/// hold what the author shares with no one.
+#[utoipa::path(get, path = "/jobs/{job_id}/arguments/", tag = "jobs",
+    params(("job_id" = String, Path, format = Uuid, example = "00000000-0000-4000-8000-000000000000", description = "job id")),
+    responses((status = 200, description = "the arguments", body = ArgumentsAnswer), (status = 404, description = "no such job of the caller's", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get_job_arguments(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(job_id): Path<String>,
+) -> Result<Json<ArgumentsAnswer>, ApiError> {
+    Ok(Json(service::arguments(&state, &caller, &job_id).await?))
 }
 
 /// The job's result as JSON text (204 when none)

@@ -29,6 +29,9 @@ pub struct GatewayConfig {
     pub allowed_mime_types: Vec<String>,
     /// `LIMITS_ACTIVE_JOBS_PER_USER`: queued+pending+running jobs one user may have.
     pub active_jobs_per_user: i64,
+    /// Admission's limits (pending+running jobs per user, CPU and GPU slots), shown by
+    /// `jobs/queue/`; None where they are not known.
+    pub admission: Option<crate::domain::admission::Limits>,
 }
 
 impl GatewayConfig {

@@ -67,6 +67,7 @@ pub async fn stream_job_events(
     let hub = state.follows.events(&state.db, &job.id);
     let follower = EventFollower { seen: hub.seen.clone(), _hub: hub, last: after as i64, queue: Vec::new() };
     let job_id = job.id.clone();
+    let follows = Arc::clone(&state.follows);
     let events = futures::stream::unfold(follower, move |mut follower| {
         let job_id = job_id.clone();
         async move {
@@ -75,10 +76,21 @@ pub async fn stream_job_events(
                 .id(row.seq.to_string())
                 .event(row.event_type.clone())
                 .data(serde_json::to_string(&EventRecord::of(&job_id, &row)).unwrap_or_default());
-            Some((Ok::<_, Infallible>(event), follower))
+            Some((event, follower))
         }
-    });
-    Ok(sse(events))
+    })
+    .take_until(follows.draining());
+    let restarting = futures::stream::once(async move { follows.is_draining().then(restarting_event) })
+        .filter_map(std::future::ready);
+    Ok(sse(events.chain(restarting).map(Ok::<_, Infallible>)))
+}
+
+/// The last event of a stream the server ended because it is shutting down: reconnect (with
+/// `Last-Event-ID`) to go on, from another replica or this one restarted.
+fn restarting_event() -> Event {
+    Event::default()
+        .event("restarting")
+        .data(r#"{"message": "The server is restarting: reconnect to go on from the last event received."}"#)
 }
 
 fn sse(events: impl futures::Stream<Item = Result<Event, Infallible>> + Send + 'static) -> Response {
@@ -210,10 +222,14 @@ async fn stream_log(
             hub_gone: false,
         }
     };
+    // A server shutting down ends the stream at once (the text answer simply ends; a client
+    // resumes it with `offset`).
+    let follows = Arc::clone(&state.follows);
     let pieces = futures::stream::unfold(follower, |mut follower| async move {
         let piece = follower.next().await?;
         Some(((follower.pos, piece), follower))
-    });
+    })
+    .take_until(follows.draining());
     if !sse_wanted {
         let body = Body::from_stream(pieces.map(|(_, piece)| Ok::<_, Infallible>(piece)));
         let mut response = body.into_response();
@@ -235,6 +251,9 @@ async fn stream_log(
             Event::default().id(end.to_string()).event("log").data(sse_safe(&text))
         })
         .chain(futures::stream::once(async move {
+            if follows.is_draining() {
+                return restarting_event();
+            }
             let offset = last.load(std::sync::atomic::Ordering::Relaxed);
             Event::default().event("end").data(format!("{{\"offset\": {offset}}}"))
         }))

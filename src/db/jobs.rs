@@ -652,6 +652,15 @@ pub async fn in_flight(db: &Db) -> Result<Vec<JobRow>, Error> {
     .map_err(query_error("list running jobs"))
 }
 
+/// The arguments a job was run with (None: no such job).
+pub async fn arguments(db: &Db, job_id: &str) -> Result<Option<String>, Error> {
+    on_db!(db, pool => sqlx::query_scalar::<_, String>("SELECT arguments FROM jobs WHERE id = $1")
+        .bind(job_id)
+        .fetch_optional(pool)
+        .await)
+    .map_err(query_error("read the job's arguments"))
+}
+
 /// What the runner needs to start a job.
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct LaunchRow {

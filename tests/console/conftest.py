@@ -9,9 +9,13 @@ import json
 import os
 import pathlib
 import re
+import shutil
+import signal
 import socket
 import socketserver
+import subprocess
 import tarfile
+import tempfile
 import threading
 import time
 import uuid
@@ -58,13 +62,14 @@ def function_tar() -> bytes:
 class Api:
     """The gateway's API as one user, for setting up and checking what the browser does."""
 
-    def __init__(self, token: str):
+    def __init__(self, token: str, base: str = BASE):
         self.token = token
+        self.base = base
         self.session = requests.Session()
         self.session.headers["Authorization"] = f"Bearer {token}"
 
     def url(self, path: str) -> str:
-        return f"{BASE}/api/v1/{path}"
+        return f"{self.base}/api/v1/{path}"
 
     def get(self, path: str, **params):
         reply = self.session.get(self.url(path), params=params, timeout=30)
@@ -293,3 +298,65 @@ def proxy():
     yield proxy
     proxy.cut()
     proxy.close()
+
+
+class OwnGateway:
+    """A `gantry serve` of the test's own (the binary and job Python run.sh names), which the test
+    stops (SIGTERM, as an orchestrator does) and starts again on the same port and data."""
+
+    def __init__(self):
+        self.binary = os.environ["GANTRY_BIN"]
+        self.python = os.environ["GANTRY_TEST_PYTHON"]
+        self.dir = tempfile.mkdtemp(prefix="gantry-console-")
+        # Jobs of a root server run as nobody: they must pass through the data dir's parent.
+        os.chmod(self.dir, 0o711)
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            self.port = probe.getsockname()[1]
+        self.base = f"http://127.0.0.1:{self.port}"
+        self.process = None
+        self.start()
+
+    def start(self):
+        log = open(os.path.join(self.dir, "serve.log"), "ab")
+        self.process = subprocess.Popen(
+            [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", os.path.join(self.dir, "gantry"),
+             "--python", self.python],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            assert self.process.poll() is None, f"gantry serve exited: {self.log()}"
+            try:
+                if requests.get(f"{self.base}/readiness/", timeout=1).ok:
+                    return
+            except requests.RequestException:
+                pass
+            time.sleep(0.1)
+        raise AssertionError(f"gantry serve did not get ready: {self.log()}")
+
+    def stop(self):
+        """SIGTERM, then waits for the process to end (its shutdown is bounded by its grace)."""
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=40)
+
+    def log(self) -> str:
+        return pathlib.Path(self.dir, "serve.log").read_text(errors="replace")[-4000:]
+
+    def close(self):
+        if self.process and self.process.poll() is None:
+            self.process.kill()
+            self.process.wait()
+        # Jobs it started that still run (their launchers outlive the server) are stopped by
+        # their process groups' ends; the data goes.
+        subprocess.run(["pkill", "-f", self.dir], check=False)
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture
+def own_gateway():
+    gateway = OwnGateway()
+    yield gateway
+    gateway.close()

@@ -125,8 +125,10 @@ def test_upload_then_run_from_the_form_with_live_validation_status_and_log(page,
     expect(page.get_by_label("Arguments schema")).to_contain_text('"required"')
     arguments = page.get_by_label("Arguments (JSON object)")
     check = page.locator("#arguments-check")
-    # The empty object misses `n`: the schema's message shows next to the field.
-    expect(check).to_contain_text("n")
+    # The form starts neutral, from a template of the schema's properties (required first).
+    expect(arguments).to_have_value('{\n  "n": 0,\n  "pause": 0\n}')
+    expect(arguments).not_to_have_attribute("aria-invalid", "true")
+    expect(check.locator('[role="alert"]')).to_have_count(0)
     arguments.fill('{"n": "three"}')
     expect(check.locator(".check-message")).to_contain_text("three")
     expect(check.locator(".check-path code")).to_have_text("/n")
@@ -167,7 +169,8 @@ def test_upload_then_run_from_the_form_with_live_validation_status_and_log(page,
         page.get_by_role("button", name="Download result").click()
     saved = json.loads(open(download.value.path(), encoding="utf-8").read())
     assert saved["total"] == 6 and saved["greeting"] == "héllo ✓", saved
-    expect(page.get_by_role("button", name="Stop")).to_be_disabled()
+    # A finished job offers no Stop.
+    expect(page.locator("#stop-button")).to_be_hidden()
     assert_not_reloaded(page)
     page.screenshot(path=str(OUT / "console-job.png"))
     # Once the job has ended, the page goes quiet: no stream reopened, no poll.
@@ -215,14 +218,25 @@ def test_stop_a_sleeping_job_shows_the_answer_and_then_stopped(page, user):
     expect(page.locator("#slots-used")).to_have_text(re.compile(r"^1 of \d+$"))
     expect(page.locator(f'tr[data-job="{job_id}"]')).to_contain_text("RUNNING")
     page.locator(f'tr[data-job="{job_id}"] a').click()
-    page.get_by_role("button", name="Stop").click()
+    # Stop asks first; "no" leaves the job running.
+    page.get_by_role("button", name="Stop", exact=True).click()
+    expect(page.locator("#stop-confirm")).to_be_visible()
+    page.get_by_role("button", name="No, let it run").click()
+    expect(page.locator("#stop-confirm")).to_be_hidden()
+    expect(status_badge(page)).to_have_text("RUNNING")
+    page.get_by_role("button", name="Stop", exact=True).click()
+    page.get_by_role("button", name="Yes, stop the job").click()
+    # While it stops, Stop is not offered again; the note shows the gateway's answer as sent,
+    # then follows the job to its end.
+    expect(page.locator("#stop-button")).to_be_hidden()
     answer = page.locator("#stop-answer")
-    expect(answer).to_have_text(
+    gateway_said = (
         f"Stop requested for job {job_id}; its status will show STOPPED once it has stopped."
         " QiskitRuntimeService not found, cannot stop runtime jobs."
     )
     expect(status_badge(page)).to_have_text("STOPPED")
-    expect(page.get_by_role("button", name="Stop")).to_be_disabled()
+    expect(answer).to_have_text(f"{gateway_said} The job has stopped.")
+    expect(page.locator("#stop-button")).to_be_hidden()
     expect(page.locator("#events")).to_contain_text("→ STOPPED")
 
 

@@ -236,6 +236,65 @@ async fn a_live_stream_is_never_idle_and_shutdown_cuts_it() {
     closed_by_server(&mut stream).await;
 }
 
+/// Sends `request` and reads the answer's head (the stream stays open after it).
+async fn open_stream(address: SocketAddr, request: &str) -> TcpStream {
+    let mut stream = TcpStream::connect(address).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = tokio::time::timeout(PATIENCE, stream.read(&mut byte)).await.unwrap().unwrap();
+        assert!(n > 0, "the stream is answered");
+        head.push(byte[0]);
+    }
+    assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
+    stream
+}
+
+#[tokio::test]
+async fn shutdown_ends_live_streams_at_once_with_a_restarting_event() {
+    // A grace far longer than the test's patience: the streams must end because the server
+    // says it is restarting, not because the grace ran out.
+    let mut served = serve(ConnectionLimits { shutdown_grace: Duration::from_secs(120), ..limits() }).await;
+    let gateway = &served.gateway;
+    let artifact = crate::harness::tar_of(&[("main.py", b"print('hi')\n".as_slice())]);
+    let reply = gateway
+        .post_multipart(
+            "/api/v1/programs/upload/",
+            "alice",
+            &[("title", "quiet"), ("entrypoint", "main.py")],
+            &[("artifact", "artifact.tar", &artifact)],
+        )
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    let reply = gateway
+        .post_json("/api/v1/programs/run/", "alice", serde_json::json!({"title": "quiet", "arguments": "{}"}))
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    let job_id = reply.json["id"].as_str().unwrap().to_string();
+    // The job stays queued (no runner): its streams stay open with nothing to send.
+    let get = |path: &str, accept: &str| {
+        format!(
+            "GET /api/v1/jobs/{job_id}/{path} HTTP/1.1\r\nhost: gantry\r\nauthorization: Bearer alice\r\naccept: {accept}\r\n\r\n"
+        )
+    };
+    let mut events = open_stream(served.address, &get("events/stream/", "text/event-stream")).await;
+    let mut sse_log = open_stream(served.address, &get("logs/stream/", "text/event-stream")).await;
+    let mut text_log = open_stream(served.address, &get("logs/stream/", "text/plain")).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    served.stop.take().unwrap().send(()).unwrap();
+    let events = String::from_utf8_lossy(&closed_by_server(&mut events).await).into_owned();
+    assert!(events.contains("event: restarting") && events.contains("reconnect"), "{events}");
+    let sse_log = String::from_utf8_lossy(&closed_by_server(&mut sse_log).await).into_owned();
+    assert!(sse_log.contains("event: restarting"), "{sse_log}");
+    assert!(!sse_log.contains("event: end"), "the log did not end, the server did: {sse_log}");
+    // The plain-text stream (resumed with `offset`) simply ends, whole: its last chunk is sent.
+    let text_log = String::from_utf8_lossy(&closed_by_server(&mut text_log).await).into_owned();
+    assert!(text_log.ends_with("0\r\n\r\n"), "a chunked answer that ended: {text_log:?}");
+    // With nothing left in flight, the server is done long before its grace.
+    tokio::time::timeout(PATIENCE, &mut served.task).await.expect("the server ends").unwrap().unwrap();
+}
+
 /// Raises this process's soft open-files limit to its hard limit (the test opens 1,200 sockets).
 fn raise_open_files_limit() -> u64 {
     let mut limit = libc::rlimit { rlim_cur: 0, rlim_max: 0 };

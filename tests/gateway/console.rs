@@ -9,7 +9,11 @@ use serde_json::{Value, json};
 use crate::both_backends;
 use crate::harness::{Backend, Gateway};
 
-both_backends!(the_console_is_served_under_a_strict_policy, the_queue_says_where_my_jobs_stand,);
+both_backends!(
+    the_console_is_served_under_a_strict_policy,
+    the_queue_says_where_my_jobs_stand,
+    the_queue_says_which_limit_holds_each_queued_job,
+);
 
 /// A GET without a token: status, headers and body.
 async fn anonymous(gateway: &Gateway, uri: &str, headers: &[(&str, &str)]) -> (u16, axum::http::HeaderMap, Vec<u8>) {
@@ -87,7 +91,11 @@ async fn the_queue_says_where_my_jobs_stand(backend: Backend) {
     }
     let empty = gateway.get("/api/v1/jobs/queue/", "alice").await;
     assert_eq!(empty.status, 200);
-    assert_eq!(empty.json, json!({"active_limit": 4, "active": 0, "queued": 0, "running": 0, "jobs": []}));
+    assert_eq!(
+        empty.json,
+        json!({"active_limit": 4, "active": 0, "queued": 0, "running": 0, "running_limit": null,
+               "cpu_slots": null, "gpu_slots": null, "jobs": []})
+    );
     let a1 = run(&gateway, "alice").await;
     let _b1 = run(&gateway, "bob").await;
     let a2 = run(&gateway, "alice").await;
@@ -126,4 +134,68 @@ async fn the_queue_says_where_my_jobs_stand(backend: Backend) {
     assert_eq!(bob["active"], 2);
     let anonymous = anonymous(&gateway, "/api/v1/jobs/queue/", &[]).await;
     assert_eq!(anonymous.0, 401);
+}
+
+/// The caller's own limit of running jobs and the global slots, which of them holds each queued
+/// job back, its position, and its function.
+async fn the_queue_says_which_limit_holds_each_queued_job(backend: Backend) {
+    use gantry::domain::admission::Limits;
+    use gantry::domain::lifecycle::{JobStatus, Trigger, decide};
+    // No runner: admission is done here by hand, as a runner would.
+    let gateway = Gateway::start_with(backend, |config| {
+        config.admission = Some(Limits { jobs_per_user: 2, cpu_slots: 3, gpu_slots: 1 });
+    })
+    .await;
+    for user in ["alice", "bob"] {
+        gateway.upload_function(user, &[("title", "fn"), ("entrypoint", "main.py")]).await;
+    }
+    let admitted = decide(JobStatus::Queued, &Trigger::Admitted).unwrap();
+    let start = |id: String| {
+        let (db, admitted) = (gateway.state.db.clone(), admitted.clone());
+        async move { assert!(gantry::db::jobs::apply_move(&db, &id, &admitted, false).await.unwrap()) }
+    };
+    // Bob holds two CPU slots; Alice one, under her limit of two.
+    for _ in 0..2 {
+        start(run(&gateway, "bob").await).await;
+    }
+    let a1 = run(&gateway, "alice").await;
+    start(a1.clone()).await;
+    let a2 = run(&gateway, "alice").await;
+    let a3 = run(&gateway, "alice").await;
+    let queue = gateway.get("/api/v1/jobs/queue/", "alice").await.json;
+    assert_eq!(queue["running_limit"], 2, "{queue}");
+    assert_eq!(queue["cpu_slots"], json!({"used": 3, "limit": 3}), "{queue}");
+    assert_eq!(queue["gpu_slots"], json!({"used": 0, "limit": 1}), "{queue}");
+    assert_eq!((queue["running"].as_i64(), queue["queued"].as_i64()), (Some(1), Some(2)), "{queue}");
+    let jobs = queue["jobs"].as_array().unwrap();
+    assert_eq!(jobs.len(), 3, "{queue}");
+    assert_eq!((jobs[0]["id"].as_str(), jobs[0]["waiting_for"].clone()), (Some(a1.as_str()), Value::Null), "{queue}");
+    assert_eq!(jobs[0]["position"], Value::Null, "a running job has no place in the queue: {queue}");
+    // Alice may run one more, but every CPU slot is taken; the job after it waits for her limit.
+    assert_eq!(
+        (jobs[1]["id"].as_str(), jobs[1]["waiting_for"].as_str()),
+        (Some(a2.as_str()), Some("cpu_slots")),
+        "{queue}"
+    );
+    assert_eq!(
+        (jobs[2]["id"].as_str(), jobs[2]["waiting_for"].as_str()),
+        (Some(a3.as_str()), Some("cpu_slots")),
+        "{queue}"
+    );
+    assert_eq!((jobs[1]["position"].as_i64(), jobs[2]["position"].as_i64()), (Some(1), Some(2)), "{queue}");
+    assert_eq!(jobs[1]["program"]["title"], "fn", "{queue}");
+    assert_eq!(jobs[1]["gpu"], false, "{queue}");
+    // A slot frees up (Bob's job ends): the oldest waits for the next admission, the other for
+    // Alice's own limit.
+    let bob_running = gateway.get("/api/v1/jobs/queue/", "bob").await.json;
+    let bobs = bob_running["jobs"][0]["id"].as_str().unwrap().to_string();
+    let running = decide(JobStatus::Pending, &Trigger::Started).unwrap();
+    assert!(gantry::db::jobs::apply_move(&gateway.state.db, &bobs, &running, false).await.unwrap());
+    let ended = decide(JobStatus::Running, &Trigger::Exited { success: true }).unwrap();
+    assert!(gantry::db::jobs::apply_move(&gateway.state.db, &bobs, &ended, false).await.unwrap());
+    let queue = gateway.get("/api/v1/jobs/queue/", "alice").await.json;
+    assert_eq!(queue["cpu_slots"]["used"], 2, "{queue}");
+    let waits: Vec<&str> =
+        queue["jobs"].as_array().unwrap()[1..].iter().map(|j| j["waiting_for"].as_str().unwrap()).collect();
+    assert_eq!(waits, ["next_admission", "running_limit"], "{queue}");
 }

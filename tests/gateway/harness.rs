@@ -64,6 +64,7 @@ impl Gateway {
             version: "9.9.9".into(),
             allowed_mime_types: DEFAULT_UPLOAD_MIME_TYPES.split(',').map(str::to_string).collect(),
             active_jobs_per_user: 50,
+            admission: None,
         };
         configure(&mut config);
         let mut s3_endpoint = None;

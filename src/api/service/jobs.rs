@@ -9,8 +9,8 @@ use serde_json::{Value, json};
 use super::access::{job_not_found, manages_job_function, own_job, runnable_function};
 use super::programs::check_arguments;
 use crate::api::answers::{
-    EventRecord, JobAnswer, JobPage, JobRecord, Message, QueueAnswer, QueuedPlace, ResultAnswer, RunAnswer, RuntimeJob,
-    RuntimeJobs,
+    ArgumentsAnswer, EventRecord, JobAnswer, JobPage, JobRecord, Message, ProgramSummary, QueueAnswer, QueuedPlace,
+    ResultAnswer, RunAnswer, RuntimeJob, RuntimeJobs, SlotUse, WaitingFor,
 };
 use crate::api::error::ApiError;
 use crate::api::fields::RequestFields;
@@ -24,6 +24,7 @@ use crate::auth::runtime_service::{self, ReportedRuntimeJob, ServiceField};
 use crate::compute::StopOutcome;
 use crate::db::jobs::{self, JobFilter, JobRow, NewJob, SubStatusOutcome};
 use crate::db::{self, programs, providers, queue};
+use crate::domain::admission::Limits;
 use crate::domain::lifecycle::JobStatus;
 use crate::domain::visibility::ProviderOperation;
 use crate::domain::{names, sizes, visibility};
@@ -320,6 +321,13 @@ pub async fn get(
     })
 }
 
+/// The arguments of the caller's job, as sent to `run`.
+pub async fn arguments(state: &AppState, caller: &Caller, job_id: &str) -> Result<ArgumentsAnswer, ApiError> {
+    let job = own_job(state, caller, job_id).await?;
+    let arguments = jobs::arguments(&state.db, &job.id).await?.ok_or_else(|| job_not_found(job_id))?;
+    Ok(ArgumentsAnswer { arguments })
+}
+
 /// The result of the caller's job; `None` when it has none (204).
 pub async fn result(state: &AppState, caller: &Caller, job_id: &str) -> Result<Option<ResultAnswer>, ApiError> {
     let job = own_job(state, caller, job_id).await?;
@@ -504,20 +512,74 @@ pub async fn queue(state: &AppState, caller: &Caller, limit: Option<&str>) -> Re
     };
     let counts = queue::active_counts(&state.db, &caller.user_id).await?;
     let count = |status: &str| counts.iter().filter(|(s, _)| s == status).map(|(_, n)| n).sum::<i64>();
-    let places = queue::places(&state.db, &caller.user_id, limit).await?;
+    let running = count("PENDING") + count("RUNNING");
+    let places = if limit > 0 { queue::places(&state.db, &caller.user_id, limit).await? } else { Vec::new() };
+    let admission = state.config.admission;
+    let in_use = match admission {
+        Some(_) => Some(queue::slots_in_use(&state.db).await?),
+        None => None,
+    };
+    let waits = match (admission, in_use) {
+        (Some(limits), Some(in_use)) => waiting_for(&places, running, limits, in_use),
+        _ => vec![None; places.len()],
+    };
+    let slots = |limit: usize, used: i64| SlotUse { used, limit: i64::try_from(limit).unwrap_or(i64::MAX) };
     Ok(QueueAnswer {
         active_limit: state.config.active_jobs_per_user,
-        active: count("QUEUED") + count("PENDING") + count("RUNNING"),
+        active: count("QUEUED") + running,
         queued: count("QUEUED"),
-        running: count("PENDING") + count("RUNNING"),
+        running,
+        running_limit: admission.map(|limits| i64::try_from(limits.jobs_per_user).unwrap_or(i64::MAX)),
+        cpu_slots: admission.zip(in_use).map(|(limits, (cpu, _))| slots(limits.cpu_slots, cpu)),
+        gpu_slots: admission.zip(in_use).map(|(limits, (_, gpu))| slots(limits.gpu_slots, gpu)),
         jobs: places
             .into_iter()
-            .map(|p| QueuedPlace {
-                ahead: (p.status == "QUEUED").then_some(p.ahead),
-                id: p.id,
-                status: p.status,
-                created: db::format_timestamp(p.created),
+            .zip(waits)
+            .map(|(p, waiting_for)| {
+                let queued = p.status == "QUEUED";
+                QueuedPlace {
+                    ahead: queued.then_some(p.ahead),
+                    position: queued.then_some(p.ahead + 1),
+                    waiting_for,
+                    gpu: p.gpu,
+                    program: ProgramSummary { id: p.program_id, provider: p.provider_name, title: p.program_title },
+                    id: p.id,
+                    status: p.status,
+                    created: db::format_timestamp(p.created),
+                }
             })
             .collect(),
     })
+}
+
+/// What holds each of the caller's queued jobs (oldest first) back now: admission starts the
+/// caller's oldest queued jobs while the caller is under its running limit and a slot of the
+/// job's kind is free, so each queued job uses up one of each before the next is looked at.
+fn waiting_for(
+    places: &[queue::QueuePlace],
+    running: i64,
+    limits: Limits,
+    (cpu, gpu): (i64, i64),
+) -> Vec<Option<WaitingFor>> {
+    let free = |limit: usize, used: i64| (i64::try_from(limit).unwrap_or(i64::MAX) - used).max(0);
+    let mut under_limit = free(limits.jobs_per_user, running);
+    let (mut cpu_free, mut gpu_free) = (free(limits.cpu_slots, cpu), free(limits.gpu_slots, gpu));
+    places
+        .iter()
+        .map(|place| {
+            if place.status != "QUEUED" {
+                return None;
+            }
+            let slots = if place.gpu { &mut gpu_free } else { &mut cpu_free };
+            Some(if under_limit == 0 {
+                WaitingFor::RunningLimit
+            } else if *slots == 0 {
+                if place.gpu { WaitingFor::GpuSlots } else { WaitingFor::CpuSlots }
+            } else {
+                under_limit -= 1;
+                *slots -= 1;
+                WaitingFor::NextAdmission
+            })
+        })
+        .collect()
 }

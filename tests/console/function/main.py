@@ -2,7 +2,8 @@
 
 ok: sets the sub-status EXECUTING_QPU, prints `step i of n` n times, `pause` seconds apart,
 then saves a result.
-ticks: prints `tick i` n times, 0.4 s apart (a log long enough to cut a connection in).
+ticks: prints `tick i` n times, `pause` seconds apart (default 0.4: a log long enough to cut a
+connection in).
 sleep: prints `sleeping` and sleeps (to be stopped).
 fail: sends an error event, then fails.
 """
@@ -26,7 +27,7 @@ if mode == "ok":
 elif mode == "ticks":
     for i in range(n):
         print(f"tick {i}", flush=True)
-        time.sleep(0.4)
+        time.sleep(float(arguments.get("pause", 0.4)))
     save_result({"ticks": n})
 elif mode == "sleep":
     print("sleeping", flush=True)

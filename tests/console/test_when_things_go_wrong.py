@@ -1,0 +1,199 @@
+"""What a user sees in the console when something goes wrong (issue 30): a gateway stopped and
+started under open pages, the queue's limits, pages past the end and unknown names, the run form's
+start, a stop asked for twice, a job that does not exist, upload errors by their fields, and a
+failed job's reason at the top of its page."""
+
+import json
+import re
+
+from conftest import (
+    BASE,
+    FUNCTION,
+    OUT,
+    Api,
+    assert_not_reloaded,
+    mark_page,
+    new_user,
+    sign_in,
+)
+from playwright.sync_api import expect
+
+# A page must recover within this long after the gateway is back (the issue's bound).
+RECOVERY_MS = 10_000
+
+
+def status_badge(page):
+    return page.locator("#job-status .badge")
+
+
+def freshness(page):
+    return page.locator(".freshness")
+
+
+def test_pages_show_the_outage_and_recover_by_themselves_when_the_gateway_restarts(context, own_gateway):
+    token = new_user("restart")
+    api = Api(token, base=own_gateway.base)
+    api.upload_function()
+    # A job that writes a line every second for a minute.
+    ticking = api.run(mode="ticks", n=60, pause=1.0)
+    api.wait(ticking, {"RUNNING"})
+    base = own_gateway.base
+    pages = {}
+    for name, route in [("jobs", "#/jobs"), ("job", f"#/job/{ticking}"), ("queue", "#/queue")]:
+        page = context.new_page()
+        sign_in(page, token, base=base)
+        page.goto(f"{base}/console/{route}")
+        expect(freshness(page)).to_have_attribute("data-state", "live")
+        mark_page(page)
+        pages[name] = page
+    job_page = pages["job"]
+    expect(job_page.locator("#log")).to_contain_text("tick 2")
+    expect(job_page.locator("#log-state")).to_have_attribute("data-state", "live")
+
+    # SIGTERM: the live streams end at once (a `restarting` event), not at the end of the grace.
+    own_gateway.stop()
+    expect(job_page.locator("#log-state")).not_to_have_attribute("data-state", "live", timeout=5_000)
+    # Every page says the gateway cannot be reached, since when, and that it retries; the data
+    # it still shows is marked stale.
+    for name, page in pages.items():
+        expect(freshness(page)).to_have_attribute("data-state", "retrying", timeout=RECOVERY_MS)
+        expect(freshness(page)).to_contain_text("Retrying")
+        expect(freshness(page)).to_contain_text("Last heard from the gateway at")
+    expect(pages["jobs"].locator(".table-wrap")).to_have_attribute("data-stale", "true")
+    # A view first opened while the gateway is down says so too.
+    opened_down = pages["queue"]
+    opened_down.goto(f"{base}/console/#/jobs?status=RUNNING")
+    expect(freshness(opened_down)).to_have_attribute("data-state", "retrying", timeout=RECOVERY_MS)
+    expect(freshness(opened_down)).to_contain_text("Nothing has been heard from the gateway yet")
+    for page in pages.values():
+        page.screenshot(path=str(OUT / f"gateway-down-{page.url.split('#/')[-1].split('/')[0].split('?')[0]}.png"))
+
+    own_gateway.start()
+    for name, page in pages.items():
+        expect(freshness(page)).to_have_attribute("data-state", "live", timeout=RECOVERY_MS)
+        assert_not_reloaded(page)
+    # The data is current again: the list shows the running job, the job's log goes on live.
+    expect(opened_down.locator(f'tr[data-job="{ticking}"]')).to_be_visible()
+    expect(pages["jobs"].locator(".table-wrap")).not_to_have_attribute("data-stale", "true")
+    expect(job_page.locator("#log-state")).to_have_attribute("data-state", "live", timeout=RECOVERY_MS)
+    seen = job_page.locator("#log").text_content()
+    last = max(int(n) for n in re.findall(r"tick (\d+)", seen))
+    expect(job_page.locator("#log")).to_contain_text(f"tick {last + 3}")
+    text = job_page.locator("#log").text_content()
+    for i in range(last + 3):
+        assert text.count(f"tick {i}\n") == 1, (i, text)
+    api.post(f"jobs/{ticking}/stop/", json={})
+    expect(status_badge(job_page)).to_have_text("STOPPED")
+
+
+def test_the_queue_shows_the_running_limit_holding_two_queued_jobs(page, user):
+    sleepers = [user.run(mode="sleep", n=1) for _ in range(4)]
+    try:
+        for job_id in sleepers[:2]:
+            user.wait(job_id, {"RUNNING"})
+        sign_in(page, user.token)
+        page.get_by_role("navigation", name="Main").get_by_role("link", name="Queue").click()
+        expect(page.locator("#running-limit")).to_contain_text("2 of 2")
+        expect(page.locator("#running-limit")).to_contain_text("your limit")
+        expect(page.locator("#queue-limits")).to_contain_text("CPU slots:")
+        for place, job_id in enumerate(sleepers[2:]):
+            row = page.locator(f'tr[data-job="{job_id}"]')
+            expect(row.locator(".waiting-for")).to_have_text("Your limit of 2 jobs running at once")
+            expect(row).to_contain_text(FUNCTION)
+            expect(row.locator(".position")).to_have_text(re.compile(r"^\d+ \(\d+ ahead\)$"))
+        positions = [
+            int(page.locator(f'tr[data-job="{job_id}"] .position').text_content().split()[0]) for job_id in sleepers[2:]
+        ]
+        assert positions[0] < positions[1], positions
+        for job_id in sleepers[:2]:
+            expect(page.locator(f'tr[data-job="{job_id}"] .waiting-for')).to_have_text("Started")
+        page.screenshot(path=str(OUT / "console-queue.png"))
+    finally:
+        for job_id in sleepers:
+            user.post(f"jobs/{job_id}/stop/", json={})
+
+
+def test_the_jobs_list_past_the_end_with_an_unknown_function_and_the_picker(page, user):
+    jobs = [user.run(n=1, pause=0) for _ in range(3)]
+    for job_id in jobs:
+        user.wait(job_id)
+    sign_in(page, user.token)
+    page.goto(f"{BASE}/console/#/jobs?offset=500")
+    pager = page.locator(".pager")
+    expect(pager).to_contain_text("3 jobs in all")
+    expect(page.locator("#no-jobs")).to_contain_text("past the last one")
+    page.get_by_role("link", name="Go to the last page").click()
+    expect(page.locator(".pager .range")).to_have_text("1–3 of 3")
+    # No Size column (the listing has no size to show).
+    expect(page.locator("table.jobs thead th")).to_have_text(["Job", "Function", "Status", "Created", "Updated"])
+    # The function picker offers the caller's functions; an unknown name matches no job.
+    expect(page.locator(f'datalist option[value="{FUNCTION}"]')).to_have_count(1)
+    page.get_by_label("Function", exact=True).fill("no-such-function")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator("#no-jobs")).to_contain_text("No jobs match.")
+    expect(page.locator('.table-wrap [role="alert"]')).to_have_count(0)
+    page.get_by_label("Function", exact=True).fill(FUNCTION)
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator(".pager .range")).to_have_text("1–3 of 3")
+    # The date field shows its whole value at 1280 px.
+    page.set_viewport_size({"width": 1280, "height": 800})
+    after = page.get_by_label("Created after")
+    after.fill("2024-05-01T10:00")
+    width = after.evaluate("e => e.getBoundingClientRect().width")
+    assert width >= 210, f"the date field is {width} px wide"
+
+
+def test_the_run_form_starts_neutral_and_the_job_shows_its_arguments(page, user):
+    sign_in(page, user.token)
+    page.goto(f"{BASE}/console/#/function?title={FUNCTION}")
+    arguments = page.get_by_label("Arguments (JSON object)")
+    # A template from the schema's properties, required ones first; nothing red, nothing read out.
+    expect(arguments).to_have_value(json.dumps({"n": 1, "mode": "ok", "pause": 0}, indent=2))
+    expect(arguments).not_to_have_attribute("aria-invalid", "true")
+    expect(page.locator('#arguments-check [role="alert"]')).to_have_count(0)
+    # Tabbing in selects the template, so typing replaces it.
+    page.get_by_label("Size").focus()
+    page.keyboard.press("Shift+Tab")
+    expect(arguments).to_be_focused()
+    selection = arguments.evaluate("e => [e.selectionStart, e.selectionEnd, e.value.length]")
+    assert selection[0] == 0 and selection[1] == selection[2], selection
+    page.keyboard.type('{"n": 2, "pause": 0.1}')
+    expect(arguments).to_have_value('{"n": 2, "pause": 0.1}')
+    expect(page.locator("#arguments-check")).to_contain_text("match")
+    page.get_by_role("button", name="Run").click()
+    expect(page).to_have_url(re.compile(r"#/job/[0-9a-f-]{36}$"))
+    expect(page.locator("#job-arguments")).to_contain_text('"pause": 0.1')
+    expect(status_badge(page)).to_have_text("SUCCEEDED")
+    expect(page.locator("#stop-button")).to_be_hidden()
+    job_id = page.url.rsplit("/", 1)[-1]
+    # Only the author reads them: anyone else is told the job is not theirs.
+    other = Api(new_user("other"))
+    answer = other.session.get(other.url(f"jobs/{job_id}/arguments/"), timeout=10)
+    assert answer.status_code == 404, answer.text
+    assert answer.json()["message"].startswith(f"Job [{job_id}] not found"), answer.text
+
+
+def test_a_missing_job_offers_a_way_back_and_upload_errors_stand_by_their_fields(page, user, tmp_path):
+    sign_in(page, user.token)
+    missing = "00000000-0000-4000-8000-000000000000"
+    page.goto(f"{BASE}/console/#/job/{missing}")
+    expect(page.get_by_role("alert")).to_contain_text(f"Job [{missing}] not found")
+    page.get_by_role("link", name="Back to the jobs").click()
+    expect(page).to_have_url(re.compile(r"#/jobs$"))
+    page.goto(f"{BASE}/console/#/upload")
+    page.get_by_label("Arguments schema (JSON Schema, optional)").fill("{not json")
+    page.get_by_role("button", name="Upload", exact=True).click()
+    expect(page.locator("#upload-title-check")).to_contain_text("A title is required.")
+    expect(page.locator("#upload-artifact-check")).to_contain_text("Choose a .tar archive.")
+    expect(page.locator("#upload-arguments_schema-check")).to_contain_text("not valid JSON")
+    expect(page.get_by_label("Title")).to_have_attribute("aria-invalid", "true")
+    expect(page.get_by_label("Title")).to_be_focused()
+    # The gateway's own refusal stands by the field it is about.
+    archive = tmp_path / "not-a-tar.tar"
+    archive.write_bytes(b"this is not a tar archive")
+    page.get_by_label("Title").fill("broken-upload")
+    page.get_by_label("Archive (.tar)").set_input_files(str(archive))
+    page.get_by_label("Arguments schema (JSON Schema, optional)").fill("")
+    page.get_by_role("button", name="Upload", exact=True).click()
+    expect(page.locator("#upload-artifact-check [role=alert]")).to_be_visible()
+    expect(page.locator("#upload-title-check")).to_be_empty()
