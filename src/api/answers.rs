@@ -55,6 +55,10 @@ pub struct JobRecord {
     pub status: String,
     #[schema(required = true)]
     pub sub_status: Option<String>,
+    /// Why the job ended, for a job that ended other than by success (its terminal status
+    /// event's `reason`); absent otherwise.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status_reason: Option<String>,
     #[schema(format = DateTime)]
     pub updated: String,
 }
@@ -75,6 +79,7 @@ impl JobRecord {
             result: None,
             status: job.status.clone(),
             sub_status: job.sub_status.clone(),
+            status_reason: job.status_reason.clone(),
             updated: db::format_timestamp(job.updated),
         }
     }
@@ -90,6 +95,7 @@ impl JobRecord {
             result: None,
             status: job.status,
             sub_status: job.sub_status,
+            status_reason: job.status_reason,
             updated: db::format_timestamp(job.updated),
         }
     }

@@ -13,7 +13,7 @@ macro_rules! job_columns {
     () => {
         "SELECT j.id, j.program_id, p.title AS program_title, pr.name AS provider_name, j.provider_id, \
          j.author_id, u.username AS author_name, j.status, j.sub_status, j.gpu, j.function_size, j.runner, \
-         j.created, j.updated, j.last_activity, j.backend_ref, j.stop_requested, j.result "
+         j.created, j.updated, j.last_activity, j.backend_ref, j.stop_requested, j.result, j.status_reason "
     };
 }
 
@@ -50,6 +50,8 @@ pub struct JobRow {
     pub backend_ref: Option<String>,
     pub stop_requested: bool,
     pub result: Option<String>,
+    /// Why it ended, when it ended other than by success (the terminal move's reason).
+    pub status_reason: Option<String>,
 }
 
 impl JobRow {
@@ -225,12 +227,18 @@ pub async fn find(db: &Db, id: &str) -> Result<Option<JobRow>, Error> {
 }
 
 /// Moves jobs to `$1` (at `$3`, terminal when `$4`) with their next event number: terminal
-/// moves clear the sub-status and the stored environment. The caller adds which jobs.
+/// moves clear the sub-status and the stored environment and keep the move's reason (the
+/// parameter named by the macro's argument). The caller adds which jobs.
 macro_rules! move_job {
-    () => {
-        "UPDATE jobs SET status = $1, updated = $3, last_activity = $3, event_seq = event_seq + 1, \
-         sub_status = CASE WHEN $4 THEN NULL ELSE sub_status END, \
-         env_vars = CASE WHEN $4 THEN '{}' ELSE env_vars END"
+    ($reason:literal) => {
+        concat!(
+            "UPDATE jobs SET status = $1, updated = $3, last_activity = $3, event_seq = event_seq + 1, \
+             status_reason = CASE WHEN $4 THEN ",
+            $reason,
+            " ELSE NULL END, \
+             sub_status = CASE WHEN $4 THEN NULL ELSE sub_status END, \
+             env_vars = CASE WHEN $4 THEN '{}' ELSE env_vars END"
+        )
     };
 }
 
@@ -259,12 +267,13 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
     let now = now_micros();
     let terminal = mv.to.is_terminal();
     let data = mv.data.to_string();
-    // One statement moves them all (`$5...` are the ids), one more records their events.
-    let ids = (0..job_ids.len()).map(|i| format!("${}", i + 5)).collect::<Vec<_>>().join(", ");
+    // One statement moves them all (`$5` is the reason, `$6...` the ids), one more records
+    // their events.
+    let ids = (0..job_ids.len()).map(|i| format!("${}", i + 6)).collect::<Vec<_>>().join(", ");
     let update = format!(
         "{} WHERE status = $2 AND id IN ({ids}) \
          RETURNING id, author_id, COALESCE(program_id, ''), created, event_seq",
-        move_job!()
+        move_job!("$5")
     );
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
@@ -273,7 +282,8 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
             .bind(mv.to.as_str())
             .bind(mv.from.as_str())
             .bind(now)
-            .bind(terminal);
+            .bind(terminal)
+            .bind(mv.reason());
         for job_id in job_ids {
             query = query.bind(job_id);
         }
@@ -342,7 +352,7 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
 async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Result<Vec<String>, sqlx::Error> {
     let moved: Option<i64> = sqlx::query_scalar(concat!(
         "WITH moved AS (",
-        move_job!(),
+        move_job!("$11"),
         " WHERE status = $2 AND id = $5 \
            RETURNING id, author_id, COALESCE(program_id, '') AS program_id, created / $10 AS day, event_seq), \
          event AS ( \
@@ -371,6 +381,7 @@ async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Re
     .bind(mv.context)
     .bind(mv.data.to_string())
     .bind(DAY_MICROS)
+    .bind(mv.reason())
     .fetch_optional(pool)
     .await?;
     Ok(moved.map(|_| vec![job_id.to_string()]).unwrap_or_default())

@@ -138,6 +138,13 @@ pub struct Move {
     pub data: serde_json::Value,
 }
 
+impl Move {
+    /// Why the job moved, when the move says (`data.reason`).
+    pub fn reason(&self) -> Option<&str> {
+        self.data.get("reason").and_then(serde_json::Value::as_str)
+    }
+}
+
 /// Decides the move for `trigger` from `current`, or `None` when the trigger does not apply
 /// (a finished job stays finished; a queued job cannot exit).
 pub fn decide(current: JobStatus, trigger: &Trigger) -> Option<Move> {

@@ -25,6 +25,7 @@ mod openapi;
 mod openapi_drift;
 mod pod_endings;
 mod programs;
+mod reasons;
 mod replicas;
 mod retention;
 mod runtime_stop;
