@@ -29,6 +29,9 @@ pub struct GatewayConfig {
     pub allowed_mime_types: Vec<String>,
     /// `LIMITS_ACTIVE_JOBS_PER_USER`: queued+pending+running jobs one user may have.
     pub active_jobs_per_user: i64,
+    /// `--max-unpacked-mib`: what an uploaded artifact may unpack to, sparse members counted
+    /// at their full size.
+    pub max_unpacked_mib: u64,
 }
 
 impl GatewayConfig {
