@@ -51,6 +51,11 @@ pub struct ApiArgs {
     /// Largest `arguments` text in MB validated against a function's schema.
     #[arg(long, env = "MAX_ARGUMENTS_LENGTH_MB", default_value_t = 32)]
     pub max_arguments_length_mb: u64,
+    /// Largest size in MiB an artifact may unpack to, each member counted at its full declared
+    /// size (a sparse member's holes included): larger artifacts are refused at upload (400),
+    /// and a job whose stored artifact is larger fails before writing past it.
+    #[arg(long, env = "GANTRY_MAX_UNPACKED_MIB", default_value_t = crate::artifact::DEFAULT_MAX_UNPACKED_MIB)]
+    pub max_unpacked_mib: u64,
     /// MIME types accepted by file uploads, comma-separated.
     #[arg(long, env = "GANTRY_UPLOAD_MIME_TYPES", default_value = DEFAULT_UPLOAD_MIME_TYPES)]
     pub upload_mime_types: String,
@@ -78,6 +83,7 @@ impl ApiArgs {
                 .collect(),
             active_jobs_per_user,
             admission: None,
+            max_unpacked_mib: self.max_unpacked_mib,
         }
     }
 }

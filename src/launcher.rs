@@ -126,6 +126,11 @@ pub struct JobSettings {
     /// provider (`[PRIVATE]` and untagged) logs instead of sending everything to the user log.
     #[arg(long, env = "GANTRY_PROVIDER_FUNCTION")]
     pub provider_function: bool,
+    /// Largest size in MiB the artifact may unpack to, each member counted at its full declared
+    /// size (the server's `--max-unpacked-mib`): the job fails, naming the limit, before
+    /// anything is written past it.
+    #[arg(long, env = "GANTRY_MAX_UNPACKED_MIB", default_value_t = crate::artifact::DEFAULT_MAX_UNPACKED_MIB)]
+    pub max_unpacked_mib: u64,
     /// Largest size in bytes of each log; the oldest lines are dropped first.
     #[arg(long, env = "FUNCTIONS_LOGS_SIZE_LIMIT", default_value_t = 52_428_800)]
     pub logs_size_limit: usize,

@@ -151,6 +151,7 @@ impl ServeArgs {
             limits: jobs.limits.limits(),
             timeout: jobs.program_timeout,
             logs_size_limit: jobs.logs_size_limit,
+            max_unpacked_mib: api.max_unpacked_mib,
             tick: std::time::Duration::from_millis(jobs.scheduler_tick_ms.max(10)),
             qiskit_ibm_url: jobs.qiskit_ibm_url,
             storage_args,

@@ -6,6 +6,7 @@
 
 pub mod access;
 pub mod migrate;
+pub mod refusal;
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -15,6 +16,8 @@ use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
 use futures::{Stream, StreamExt, TryStreamExt};
 use tokio_util::io::ReaderStream;
+
+use self::refusal::s3_sdk_error;
 
 /// Chunk size of streamed downloads.
 pub const CHUNK_BYTES: usize = 64 * 1024;
@@ -39,8 +42,15 @@ pub struct Object {
 pub enum Error {
     #[error("failed to {operation} object {key} in local storage")]
     Local { operation: &'static str, key: String, source: io::Error },
+    /// `failure`: what the store said, when it was asked (see `refusal`).
     #[error("failed to {operation} object {key} in bucket {bucket}")]
-    S3 { operation: &'static str, bucket: String, key: String, source: Box<dyn std::error::Error + Send + Sync> },
+    S3 {
+        operation: &'static str,
+        bucket: String,
+        key: String,
+        failure: Option<Box<refusal::S3Failure>>,
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     #[error("refusing unsafe object key {key}")]
     UnsafeKey { key: String },
     #[error("invalid storage location {location}: use a directory path or s3://bucket[/prefix]")]
@@ -144,7 +154,7 @@ impl Storage {
                 .send()
                 .await
                 .map(|_| ())
-                .map_err(|e| s3_error("reach", bucket, "", e)),
+                .map_err(|e| s3_sdk_error("reach", bucket, "", e)),
         }
     }
 
@@ -172,7 +182,7 @@ impl Storage {
                     .send()
                     .await
                     .map(|_| ())
-                    .map_err(|e| s3_error("write", bucket, key, e))
+                    .map_err(|e| s3_sdk_error("write", bucket, key, e))
             }
         }
     }
@@ -197,7 +207,7 @@ impl Storage {
                 .send()
                 .await
                 .map(|_| ())
-                .map_err(|e| s3_error("write", bucket, key, e)),
+                .map_err(|e| s3_sdk_error("write", bucket, key, e)),
         }
     }
 
@@ -232,7 +242,7 @@ impl Storage {
                         Ok(Some(Object { size, body: ReaderStream::with_capacity(reader, CHUNK_BYTES).boxed() }))
                     }
                     Err(error) if error.as_service_error().is_some_and(|e| e.is_no_such_key()) => Ok(None),
-                    Err(error) => Err(s3_error("read", bucket, key, error)),
+                    Err(error) => Err(s3_sdk_error("read", bucket, key, error)),
                 }
             }
         }
@@ -282,7 +292,7 @@ impl Storage {
                 let mut pages =
                     client.list_objects_v2().bucket(bucket).prefix(&full).delimiter("/").into_paginator().send();
                 while let Some(page) = pages.next().await {
-                    let page = page.map_err(|e| s3_error("list", bucket, prefix, e))?;
+                    let page = page.map_err(|e| s3_sdk_error("list", bucket, prefix, e))?;
                     for object in page.contents() {
                         if let Some(name) = object.key().and_then(|k| k.strip_prefix(&full))
                             && !name.is_empty()
@@ -324,7 +334,7 @@ impl Storage {
                     Err(error) if error.as_service_error().is_some_and(|e| e.is_not_found()) => {
                         return Ok(false);
                     }
-                    Err(error) => return Err(s3_error("inspect", bucket, key, error)),
+                    Err(error) => return Err(s3_sdk_error("inspect", bucket, key, error)),
                 }
                 client
                     .delete_object()
@@ -333,7 +343,7 @@ impl Storage {
                     .send()
                     .await
                     .map(|_| true)
-                    .map_err(|e| s3_error("delete", bucket, key, e))
+                    .map_err(|e| s3_sdk_error("delete", bucket, key, e))
             }
         }
     }
@@ -387,7 +397,7 @@ impl Storage {
                 let mut objects = Vec::new();
                 let mut pages = client.list_objects_v2().bucket(bucket).prefix(&full).into_paginator().send();
                 while let Some(page) = pages.next().await {
-                    let page = page.map_err(|e| s3_error("list", bucket, prefix, e))?;
+                    let page = page.map_err(|e| s3_sdk_error("list", bucket, prefix, e))?;
                     for object in page.contents() {
                         let Some(key) = object.key().and_then(|k| k.strip_prefix(root.as_str())) else { continue };
                         let modified = object.last_modified().and_then(|t| t.to_millis().ok()).unwrap_or_default();
@@ -434,7 +444,7 @@ impl Storage {
                         .delete(delete)
                         .send()
                         .await
-                        .map_err(|e| s3_error("delete", bucket, prefix, e))?;
+                        .map_err(|e| s3_sdk_error("delete", bucket, prefix, e))?;
                     if let Some(failure) = output.errors().first() {
                         let key = failure.key().and_then(|k| k.strip_prefix(root.as_str())).unwrap_or(prefix);
                         let message = format!(
@@ -469,7 +479,7 @@ impl Storage {
                     .key(format!("{prefix}{to}"))
                     .send()
                     .await
-                    .map_err(|e| s3_error("copy", bucket, from, e))?;
+                    .map_err(|e| s3_sdk_error("copy", bucket, from, e))?;
                 client
                     .delete_object()
                     .bucket(bucket)
@@ -477,7 +487,7 @@ impl Storage {
                     .send()
                     .await
                     .map(|_| ())
-                    .map_err(|e| s3_error("delete", bucket, from, e))
+                    .map_err(|e| s3_sdk_error("delete", bucket, from, e))
             }
         }
     }
@@ -600,7 +610,7 @@ fn s3_error(
     key: &str,
     error: impl std::error::Error + Send + Sync + 'static,
 ) -> Error {
-    Error::S3 { operation, bucket: bucket.into(), key: key.into(), source: Box::new(error) }
+    Error::S3 { operation, bucket: bucket.into(), key: key.into(), failure: None, source: Box::new(error) }
 }
 
 /// Object keys. Every argument is a sanitized name (see `domain::names`), so none contains `/`

@@ -7,6 +7,9 @@ use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
 
+use crate::storage::Storage;
+use crate::storage::refusal::{Refusal, RefusalKind};
+
 /// The body of every error answer but 401: `message`, plus `path` for a schema failure.
 #[derive(Debug, Serialize, ToSchema)]
 pub struct ErrorBody {
@@ -60,6 +63,11 @@ pub enum ApiError {
     /// `Retry-After`, since a retry in a few seconds may succeed.
     #[error("The database is unavailable ({0}); retry in a few seconds.")]
     DatabaseUnavailable(String),
+    /// Storage refused what the request needed (`Storage::refusal`): 507 when it is full or
+    /// cannot be written, 503 when it cannot be read or (an object store, with `Retry-After`)
+    /// refuses or cannot be reached. `consequence` says what did not happen.
+    #[error("{}", storage_message(refusal, consequence.as_deref()))]
+    Storage { refusal: Refusal, consequence: Option<String> },
     #[error("internal error")]
     Internal(#[source] Box<dyn std::error::Error + Send + Sync>),
 }
@@ -83,10 +91,59 @@ impl ApiError {
     pub fn internal(error: impl std::error::Error + Send + Sync + 'static) -> ApiError {
         ApiError::Internal(Box::new(error))
     }
+
+    /// A failure of `storage`: a refusal (full, unwritable, unreachable) answered as such, naming
+    /// the storage and what did not happen (`consequence`, e.g. "the file x was not stored");
+    /// anything else is internal.
+    pub fn storage(storage: &Storage, error: crate::storage::Error, consequence: Option<String>) -> ApiError {
+        match storage.refusal(&error) {
+            Some(refusal) => {
+                tracing::warn!(error = &error as &dyn std::error::Error, storage = %refusal.storage, "storage refused");
+                ApiError::Storage { refusal, consequence }
+            }
+            None => ApiError::internal(error),
+        }
+    }
+
+    /// A failure writing an upload to the spool folder `folder`, as `storage` answers it.
+    pub fn spool(folder: &std::path::Path, error: std::io::Error, file_name: &str) -> ApiError {
+        match crate::storage::refusal::local_refusal(&error, true) {
+            Some((kind, reason)) => {
+                tracing::warn!(error = &error as &dyn std::error::Error, folder = %folder.display(), "upload spool refused");
+                ApiError::Storage {
+                    refusal: Refusal { kind, storage: format!("upload folder {}", folder.display()), reason },
+                    consequence: Some(format!("the file {file_name} was not stored")),
+                }
+            }
+            None => ApiError::internal(error),
+        }
+    }
 }
 
+/// The message of a storage refusal: what the storage is, why, and what did not happen.
+fn storage_message(refusal: &Refusal, consequence: Option<&str>) -> String {
+    let Refusal { kind, storage, reason } = refusal;
+    let state = match kind {
+        RefusalKind::Full => "is full",
+        RefusalKind::Unwritable => "cannot be written",
+        RefusalKind::Unreadable => "cannot be read",
+        RefusalKind::Unavailable => "is unavailable",
+    };
+    let mut message = format!("The {storage} {state} ({reason})");
+    if let Some(consequence) = consequence {
+        message.push_str(": ");
+        message.push_str(consequence);
+    }
+    if *kind == RefusalKind::Unavailable {
+        message.push_str("; retry in a few seconds");
+    }
+    message.push('.');
+    message
+}
 /// Seconds a client is told to wait before retrying a request the database could not serve.
 pub const DATABASE_RETRY_AFTER_SECONDS: u64 = 5;
+/// Seconds a client is told to wait before retrying a request an object store could not serve.
+pub const STORAGE_RETRY_AFTER_SECONDS: u64 = 5;
 
 impl From<crate::db::Error> for ApiError {
     fn from(error: crate::db::Error) -> Self {
@@ -106,12 +163,6 @@ impl From<crate::auth::AuthError> for ApiError {
             crate::auth::AuthError::Denied(message) => ApiError::Unauthorized(message),
             crate::auth::AuthError::Database(error) => error.into(),
         }
-    }
-}
-
-impl From<crate::storage::Error> for ApiError {
-    fn from(error: crate::storage::Error) -> Self {
-        ApiError::internal(error)
     }
 }
 
@@ -145,6 +196,17 @@ impl IntoResponse for ApiError {
             ApiError::DatabaseUnavailable(_) => {
                 let mut response = (StatusCode::SERVICE_UNAVAILABLE, Json(ErrorBody::new(message))).into_response();
                 response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(DATABASE_RETRY_AFTER_SECONDS));
+                return response;
+            }
+            ApiError::Storage { refusal, .. } => {
+                let status = match refusal.kind {
+                    RefusalKind::Full | RefusalKind::Unwritable => StatusCode::INSUFFICIENT_STORAGE,
+                    RefusalKind::Unreadable | RefusalKind::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+                };
+                let mut response = (status, Json(ErrorBody::new(message))).into_response();
+                if refusal.kind == RefusalKind::Unavailable {
+                    response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(STORAGE_RETRY_AFTER_SECONDS));
+                }
                 return response;
             }
             ApiError::Internal(source) => {

@@ -136,8 +136,10 @@ async fn read_multipart(request: Request, state: &AppState) -> Result<RequestFie
                 fields.values.insert(name, Value::String(text));
             }
             Some(file_name) => {
-                tokio::fs::create_dir_all(&state.config.spool_dir).await.map_err(ApiError::internal)?;
-                let spool = tempfile::NamedTempFile::new_in(&state.config.spool_dir).map_err(ApiError::internal)?;
+                let spool_dir = &state.config.spool_dir;
+                let refused = |error| ApiError::spool(spool_dir, error, &file_name);
+                tokio::fs::create_dir_all(spool_dir).await.map_err(refused)?;
+                let spool = tempfile::NamedTempFile::new_in(spool_dir).map_err(refused)?;
                 let (file, path) = spool.into_parts();
                 let mut writer = tokio::fs::File::from_std(file);
                 let mut size = 0u64;
@@ -148,11 +150,11 @@ async fn read_multipart(request: Request, state: &AppState) -> Result<RequestFie
                         head.extend_from_slice(&chunk[..take]);
                     }
                     size += chunk.len() as u64;
-                    tokio::io::AsyncWriteExt::write_all(&mut writer, &chunk).await.map_err(ApiError::internal)?;
+                    tokio::io::AsyncWriteExt::write_all(&mut writer, &chunk).await.map_err(refused)?;
                 }
-                tokio::io::AsyncWriteExt::flush(&mut writer).await.map_err(ApiError::internal)?;
+                tokio::io::AsyncWriteExt::flush(&mut writer).await.map_err(refused)?;
                 let mut file = writer.into_std().await;
-                file.flush().map_err(ApiError::internal)?;
+                file.flush().map_err(refused)?;
                 fields.files.insert(name, UploadedFile { file_name: Some(file_name), path, size, head });
             }
         }

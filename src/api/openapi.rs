@@ -51,6 +51,18 @@ pub struct Conflict(ErrorBody);
 #[allow(dead_code)]
 pub struct KeyReused(ErrorBody);
 
+#[derive(ToResponse)]
+#[response(
+    description = "the database or the object store cannot serve the request now (retry after `Retry-After` seconds), or a data folder cannot be read; the message names which"
+)]
+#[allow(dead_code)]
+pub struct Unavailable(ErrorBody);
+
+#[derive(ToResponse)]
+#[response(description = "the storage is full or cannot be written; the message names it and what was not stored")]
+#[allow(dead_code)]
+pub struct InsufficientStorage(ErrorBody);
+
 struct BearerScheme;
 
 impl Modify for BearerScheme {
@@ -66,7 +78,7 @@ impl Modify for BearerScheme {
         title = "Gantry gateway API",
         description = "Job gateway for user-uploaded functions, compatible with the qiskit-serverless client. Every path is also served without its trailing slash. Text fields are trimmed of surrounding whitespace."
     ),
-    components(schemas(ErrorBody, DetailBody), responses(BadRequest, Unauthorized, NotFound, PayloadTooLarge, Conflict, KeyReused)),
+    components(schemas(ErrorBody, DetailBody), responses(BadRequest, Unauthorized, NotFound, PayloadTooLarge, Conflict, KeyReused, Unavailable, InsufficientStorage)),
     modifiers(&BearerScheme)
 )]
 struct Base;
@@ -77,16 +89,24 @@ pub fn base() -> Document {
 }
 
 /// The errors every authenticated operation may answer, by reference: 400 (invalid input), 401,
-/// 404 (unknown or not visible) and 413 (body too large); with an `Idempotency-Key` also 409
-/// (in progress) and 422 (the key used with another request).
-fn add_error_answers(operation: &mut Operation) {
+/// 404 (unknown or not visible), 413 (body too large) and 503 (database or storage unavailable);
+/// one that may write (`writes`: any method but GET) also 507 (storage full); with an
+/// `Idempotency-Key` also 409 (in progress) and 422 (the key used with another request).
+fn add_error_answers(operation: &mut Operation, writes: bool) {
     if operation.security.as_ref().is_none_or(|s| s.is_empty()) {
         return;
     }
     let idempotent = operation.parameters.iter().flatten().any(|parameter| parameter.name == "Idempotency-Key");
     let keyed: &[(&str, &str)] = if idempotent { &[("409", "Conflict"), ("422", "KeyReused")] } else { &[] };
-    let common = [("400", "BadRequest"), ("401", "Unauthorized"), ("404", "NotFound"), ("413", "PayloadTooLarge")];
-    for &(status, name) in common.iter().chain(keyed) {
+    let common = [
+        ("400", "BadRequest"),
+        ("401", "Unauthorized"),
+        ("404", "NotFound"),
+        ("413", "PayloadTooLarge"),
+        ("503", "Unavailable"),
+    ];
+    let stored: &[(&str, &str)] = if writes { &[("507", "InsufficientStorage")] } else { &[] };
+    for &(status, name) in common.iter().chain(keyed).chain(stored) {
         operation
             .responses
             .responses
@@ -98,9 +118,12 @@ fn add_error_answers(operation: &mut Operation) {
 /// The whole document from the routes' own: every operation with its error answers.
 pub fn finish(mut document: Document) -> Document {
     for item in document.paths.paths.values_mut() {
-        let operations = [&mut item.get, &mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
-        for operation in operations.into_iter().flatten() {
-            add_error_answers(operation);
+        if let Some(operation) = &mut item.get {
+            add_error_answers(operation, false);
+        }
+        let writing = [&mut item.put, &mut item.post, &mut item.delete, &mut item.patch];
+        for operation in writing.into_iter().flatten() {
+            add_error_answers(operation, true);
         }
     }
     document

@@ -32,6 +32,9 @@ pub struct GatewayConfig {
     /// Admission's limits (pending+running jobs per user, CPU and GPU slots), shown by
     /// `jobs/queue/`; None where they are not known.
     pub admission: Option<crate::domain::admission::Limits>,
+    /// `--max-unpacked-mib`: what an uploaded artifact may unpack to, sparse members counted
+    /// at their full size.
+    pub max_unpacked_mib: u64,
 }
 
 impl GatewayConfig {

@@ -200,7 +200,8 @@ async fn stream_log(
     let source = log_source(state);
     let follower = if job.status().is_terminal() {
         // Nothing more will be written: the archive alone, no hub.
-        let archive = source.archived_from(&job, provider, offset).await?;
+        let archive = source.archived_from(&job, provider, offset).await;
+        let archive = archive.map_err(|e| ApiError::storage(&state.storage, e, None))?;
         LogFollower {
             hub: None,
             source,
@@ -339,7 +340,8 @@ pub async fn logs_answer(state: &AppState, job: &JobRow, provider: bool) -> Resu
     } else {
         crate::storage::keys::job_user_log(&job.id)
     };
-    if let Some(object) = state.storage.get(&key).await? {
+    let stored = state.storage.get(&key).await.map_err(|e| ApiError::storage(&state.storage, e, None))?;
+    if let Some(object) = stored {
         let job_id = job.id.clone();
         let mut decoder = Utf8Pieces::default();
         let mut failed = false;

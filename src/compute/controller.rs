@@ -142,6 +142,10 @@ pub struct ControllerArgs {
     /// Largest size in bytes of each log archived from a pod.
     #[arg(long, env = "FUNCTIONS_LOGS_SIZE_LIMIT", default_value_t = 52_428_800)]
     pub logs_size_limit: usize,
+    /// Largest size in MiB a job's artifact may unpack to (as the gateway's
+    /// `--max-unpacked-mib`); the job fails, naming it, before its launcher writes past it.
+    #[arg(long, env = "GANTRY_MAX_UNPACKED_MIB", default_value_t = crate::artifact::DEFAULT_MAX_UNPACKED_MIB)]
+    pub max_unpacked_mib: u64,
     /// Elect one acting replica on a Lease (`false` only for a single replica known to be alone).
     #[arg(long, env = "GANTRY_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
     pub leader_election: bool,
@@ -198,6 +202,7 @@ impl ControllerArgs {
                 image_pull_secrets: self.image_pull_secrets.clone(),
                 run_as_user: self.job_user,
                 logs_size_limit: self.logs_size_limit as u64,
+                max_unpacked_mib: self.max_unpacked_mib,
             },
             pending_deadline: Duration::from_secs(self.pending_deadline_seconds),
             keep_finished_pods: Duration::from_secs(self.keep_finished_pods_seconds),

@@ -43,6 +43,8 @@ pub struct RunnerConfig {
     pub timeout: Duration,
     /// `FUNCTIONS_LOGS_SIZE_LIMIT`.
     pub logs_size_limit: u64,
+    /// `--max-unpacked-mib`: what a job's artifact may unpack to.
+    pub max_unpacked_mib: u64,
     /// How often the runner looks at the queue without being woken.
     pub tick: Duration,
     /// `QISKIT_IBM_URL` for the job environment.
@@ -406,6 +408,8 @@ impl LocalRunner {
             .arg(&arguments_file)
             .arg("--logs-size-limit")
             .arg(self.config.logs_size_limit.to_string())
+            .arg("--max-unpacked-mib")
+            .arg(self.config.max_unpacked_mib.to_string())
             .args(&self.config.storage_args)
             .env_clear()
             .stdin(std::process::Stdio::null())

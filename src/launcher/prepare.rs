@@ -31,8 +31,8 @@ pub(super) async fn prepare(
         if !download(storage, artifact_key, &archive).await? {
             return Err(Error::ArtifactMissing { key: artifact_key.clone() });
         }
-        let unpack_into = code.clone();
-        tokio::task::spawn_blocking(move || unpack(&archive, &unpack_into))
+        let (unpack_into, limit_mib) = (code.clone(), launch.job.max_unpacked_mib);
+        tokio::task::spawn_blocking(move || unpack(&archive, &unpack_into, limit_mib))
             .await
             .map_err(|e| Error::Unpack { reason: e.to_string() })?
             .map_err(|reason| Error::Unpack { reason })?;

@@ -55,6 +55,7 @@ impl Fixture {
                 arguments_file: Some(arguments_file),
                 provider_function,
                 logs_size_limit: 4096,
+                max_unpacked_mib: crate::artifact::DEFAULT_MAX_UNPACKED_MIB,
                 data_key: None,
                 data_function: None,
                 data_provider: None,
@@ -353,6 +354,19 @@ async fn links_leaving_the_artifact_and_device_files_are_refused() {
         assert_not_started(&fixture, &fixture.launch(false), reason).await;
         assert!(!fixture.work_dir().join("code/link").exists());
     }
+}
+
+/// An artifact stored before the limit: a sparse member declaring 2 GiB fails the job naming
+/// the limit, and is never written; under a larger limit the same artifact unpacks.
+#[tokio::test]
+async fn a_member_past_the_unpacked_limit_fails_the_job_before_it_is_written() {
+    let fixture = Fixture::new();
+    fixture.put_artifact(crate::artifact::tests::sparse_tar(2 * 1024 * 1024 * 1024)).await;
+    let mut launch = fixture.launch(false);
+    launch.job.max_unpacked_mib = 512;
+    assert_not_started(&fixture, &launch, "more than the limit of 512 MiB (--max-unpacked-mib)").await;
+    assert!(fixture.work_dir().join("code/main.py").exists(), "members before it were unpacked");
+    assert!(!fixture.work_dir().join("code/holes.bin").exists());
 }
 
 #[tokio::test]

@@ -1,16 +1,20 @@
-//! The artifact unpacked member by member, never through a link.
+//! The artifact unpacked member by member, never through a link, and never past what it may
+//! unpack to.
 
 use std::io;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-use crate::artifact::{MemberKind, check_member};
+use crate::artifact::{MemberKind, add_unpacked, check_member, declared_size};
 
 /// Unpacks the tar `archive` into a fresh directory `root`, member by member. Every member is
 /// checked with `artifact::check_member`; folders and files are created by hand below `root`,
 /// never through a link, and symbolic links are created only after every file, so no member
-/// is ever written through one. Anything that is not a folder, file or link is refused.
-pub(super) fn unpack(archive: &Path, root: &Path) -> Result<(), String> {
+/// is ever written through one. Anything that is not a folder, file or link is refused. A file
+/// member whose declared size (a sparse one's holes included) would take the total past
+/// `limit_mib` MiB is refused before it is written: an artifact stored before the limit was
+/// checked at upload is bounded here.
+pub(super) fn unpack(archive: &Path, root: &Path, limit_mib: u64) -> Result<(), String> {
     if std::fs::symlink_metadata(root).is_ok() {
         std::fs::remove_dir_all(root).map_err(|e| format!("failed to clear {}: {e}", root.display()))?;
     }
@@ -19,6 +23,7 @@ pub(super) fn unpack(archive: &Path, root: &Path) -> Result<(), String> {
     let invalid = |e: io::Error| format!("the artifact is not a valid tar archive: {e}");
     let mut tar = tar::Archive::new(file);
     let mut symlinks = Vec::new();
+    let mut unpacked = 0;
     for entry in tar.entries().map_err(invalid)? {
         let mut entry = entry.map_err(invalid)?;
         let entry_type = entry.header().entry_type();
@@ -35,6 +40,7 @@ pub(super) fn unpack(archive: &Path, root: &Path) -> Result<(), String> {
             }
             tar::EntryType::Regular | tar::EntryType::Continuous | tar::EntryType::GNUSparse => {
                 let relative = check_member(&path, MemberKind::File, None)?;
+                unpacked = add_unpacked(unpacked, &relative, declared_size(&mut entry), limit_mib)?;
                 let destination = clear_destination(root, &relative)?;
                 let executable = entry.header().mode().is_ok_and(|mode| mode & 0o111 != 0);
                 let mut file = std::fs::OpenOptions::new()

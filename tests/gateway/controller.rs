@@ -49,6 +49,7 @@ fn pod_settings(root: &std::path::Path, gateway_url: &str) -> PodSettings {
         image_pull_secrets: Vec::new(),
         run_as_user: 65532,
         logs_size_limit: 1024 * 1024,
+        max_unpacked_mib: gantry::artifact::DEFAULT_MAX_UNPACKED_MIB,
     }
 }
 

@@ -56,6 +56,14 @@ impl Gateway {
     }
 
     pub async fn start_with(backend: Backend, configure: impl FnOnce(&mut GatewayConfig)) -> Gateway {
+        let admin_url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.into());
+        Self::start_at(backend, &admin_url, configure).await
+    }
+
+    /// `start_with`, on PostgreSQL a fresh database of the server at `admin_url` (a superuser's
+    /// URL) rather than of `DATABASE_URL`'s.
+    pub async fn start_at(backend: Backend, admin_url: &str, configure: impl FnOnce(&mut GatewayConfig)) -> Gateway {
+        let admin_url = admin_url.to_string();
         let dir = tempfile::tempdir().expect("temp dir");
         let mut config = GatewayConfig {
             max_body_bytes: 50 * 1024 * 1024,
@@ -65,6 +73,7 @@ impl Gateway {
             allowed_mime_types: DEFAULT_UPLOAD_MIME_TYPES.split(',').map(str::to_string).collect(),
             active_jobs_per_user: 50,
             admission: None,
+            max_unpacked_mib: gantry::artifact::DEFAULT_MAX_UNPACKED_MIB,
         };
         configure(&mut config);
         let mut s3_endpoint = None;
@@ -75,7 +84,6 @@ impl Gateway {
                 (db, Storage::local(dir.path().join("objects")), None)
             }
             Backend::PostgresS3 => {
-                let admin_url = std::env::var("DATABASE_URL").unwrap_or_else(|_| DEFAULT_DATABASE_URL.into());
                 let name = format!("gantry_test_{}", uuid::Uuid::new_v4().simple());
                 let admin = Db::connect(&admin_url)
                     .await
@@ -177,6 +185,7 @@ impl Gateway {
             limits: gantry::domain::admission::Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
             timeout: std::time::Duration::from_secs(3600),
             logs_size_limit: 1024 * 1024,
+            max_unpacked_mib: gantry::artifact::DEFAULT_MAX_UNPACKED_MIB,
             tick: std::time::Duration::from_millis(50),
             qiskit_ibm_url: "https://cloud.ibm.com".into(),
             storage_args,

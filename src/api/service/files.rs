@@ -110,14 +110,16 @@ async fn provider_folder(
 /// The names of the files in an area.
 pub async fn list(state: &AppState, caller: &Caller, area: Area, query: &FileQuery) -> Result<Vec<String>, ApiError> {
     let folder = folder(state, caller, area, query, false).await?;
-    Ok(state.storage.list(&folder).await?)
+    state.storage.list(&folder).await.map_err(|e| ApiError::storage(&state.storage, e, None))
 }
 
 /// A file of an area, streamed with its type, length and name.
 pub async fn download(state: &AppState, caller: &Caller, area: Area, query: &FileQuery) -> Result<Response, ApiError> {
     let folder = folder(state, caller, area, query, false).await?;
     let name = file_name(query)?.ok_or_else(ApiError::file_not_found)?;
-    let object = state.storage.get(&format!("{folder}{name}")).await?.ok_or_else(ApiError::file_not_found)?;
+    let object = state.storage.get(&format!("{folder}{name}")).await;
+    let object =
+        object.map_err(|e| ApiError::storage(&state.storage, e, None))?.ok_or_else(ApiError::file_not_found)?;
     let content_type = mime_guess::from_path(&name).first_or_octet_stream().to_string();
     let size = object.size;
     let mut response = crate::api::fields::stream_body(object).into_response();
@@ -135,7 +137,9 @@ pub async fn download(state: &AppState, caller: &Caller, area: Area, query: &Fil
 pub async fn delete(state: &AppState, caller: &Caller, area: Area, query: &FileQuery) -> Result<Message, ApiError> {
     let folder = folder(state, caller, area, query, true).await?;
     let name = file_name(query)?.ok_or_else(ApiError::file_not_found)?;
-    if state.storage.delete(&format!("{folder}{name}")).await? {
+    let deleted = state.storage.delete(&format!("{folder}{name}")).await;
+    let not_deleted = || Some(format!("the file {name} was not deleted"));
+    if deleted.map_err(|e| ApiError::storage(&state.storage, e, not_deleted()))? {
         Ok(Message::new("Requested file was deleted."))
     } else {
         Err(ApiError::file_not_found())
@@ -159,7 +163,8 @@ pub async fn upload(
         .and_then(names::sanitize_file_name)
         .ok_or_else(|| ApiError::BadRequest("The uploaded file has no usable name.".into()))?;
     let key = format!("{folder}{name}");
-    state.storage.put_file(&key, &file.path).await?;
+    let not_stored = || Some(format!("the file {name} was not stored"));
+    state.storage.put_file(&key, &file.path).await.map_err(|e| ApiError::storage(&state.storage, e, not_stored()))?;
     Ok(Message::new(key))
 }
 

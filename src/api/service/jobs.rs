@@ -293,7 +293,8 @@ fn parse_bool(name: &str, value: Option<&str>, default: bool) -> Result<bool, Ap
 }
 
 async fn stored_result(state: &AppState, job: &JobRow) -> Result<Option<String>, ApiError> {
-    match state.storage.read_to_bytes(&keys::job_result(&job.id)).await? {
+    let stored = state.storage.read_to_bytes(&keys::job_result(&job.id)).await;
+    match stored.map_err(|e| ApiError::storage(&state.storage, e, None))? {
         Some(bytes) => Ok(Some(String::from_utf8_lossy(&bytes).into_owned())),
         None => Ok(job.result.clone()),
     }
@@ -343,7 +344,9 @@ pub async fn save_result(
 ) -> Result<JobRecord, ApiError> {
     let job = own_job(state, caller, job_id).await?;
     let request = SaveResultRequest::parse(fields)?;
-    state.storage.put_bytes(&keys::job_result(&job.id), request.result.clone().into()).await?;
+    state.storage.put_bytes(&keys::job_result(&job.id), request.result.clone().into()).await.map_err(|e| {
+        ApiError::storage(&state.storage, e, Some(format!("the result of job {} was not stored", job.id)))
+    })?;
     Ok(JobRecord::of(&job).with_result(Some(request.result)))
 }
 

@@ -223,7 +223,8 @@ async fn store_artifact(
         return Err(bad(format!("File extension “{extension}” is not allowed. Allowed extensions are: tar.")));
     }
     let path = artifact.path.to_path_buf();
-    let members = tokio::task::spawn_blocking(move || crate::artifact::inspect(&path))
+    let limit_mib = state.config.max_unpacked_mib;
+    let members = tokio::task::spawn_blocking(move || crate::artifact::inspect(&path, limit_mib))
         .await
         .map_err(ApiError::internal)?
         .map_err(|e| bad(format!("Invalid artifact: {e}.")))?;
@@ -234,7 +235,15 @@ async fn store_artifact(
         return Err(bad(format!("Invalid artifact: the entrypoint '{entrypoint}' is not in the archive.")));
     }
     let key = keys::artifact(program_id, &uuid::Uuid::new_v4().to_string());
-    state.storage.put_file(&key, &artifact.path).await?;
+    let not_stored = || match file_name.as_str() {
+        "" => Some("the artifact was not stored".to_string()),
+        name => Some(format!("the artifact {name} was not stored")),
+    };
+    state
+        .storage
+        .put_file(&key, &artifact.path)
+        .await
+        .map_err(|e| ApiError::storage(&state.storage, e, not_stored()))?;
     Ok(key)
 }
 

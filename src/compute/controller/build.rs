@@ -65,6 +65,8 @@ pub struct PodSettings {
     pub run_as_user: i64,
     /// `FUNCTIONS_LOGS_SIZE_LIMIT`.
     pub logs_size_limit: u64,
+    /// `--max-unpacked-mib`: what a job's artifact may unpack to.
+    pub max_unpacked_mib: u64,
 }
 
 fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
@@ -99,6 +101,7 @@ fn environment(job: &FunctionJob, settings: &PodSettings) -> Vec<EnvVar> {
         plain_env("GANTRY_WORK_DIR", &settings.work_dir),
         plain_env("GANTRY_PYTHON", &settings.python),
         plain_env("FUNCTIONS_LOGS_SIZE_LIMIT", settings.logs_size_limit.to_string()),
+        plain_env("GANTRY_MAX_UNPACKED_MIB", settings.max_unpacked_mib.to_string()),
         plain_env("HOME", &settings.work_dir),
         secret_env("GANTRY_JOB_ACCESS", secret, SECRET_ACCESS_KEY, true),
     ];
@@ -297,6 +300,7 @@ mod tests {
             image_pull_secrets: vec!["registry".into()],
             run_as_user: 65532,
             logs_size_limit: 52_428_800,
+            max_unpacked_mib: 512,
         }
     }
 
@@ -365,6 +369,7 @@ mod tests {
                         {"name": "GANTRY_WORK_DIR", "value": "/work"},
                         {"name": "GANTRY_PYTHON", "value": "python3"},
                         {"name": "FUNCTIONS_LOGS_SIZE_LIMIT", "value": "52428800"},
+                        {"name": "GANTRY_MAX_UNPACKED_MIB", "value": "512"},
                         {"name": "HOME", "value": "/work"},
                         {"name": "GANTRY_JOB_ACCESS", "valueFrom": {"secretKeyRef": {"name": "gantry-job-0f2c0000-0000-4000-8000-000000000001", "key": "access", "optional": true}}},
                         {"name": "GANTRY_ARTIFACT_KEY", "value": "artifacts/p/u.tar"},
