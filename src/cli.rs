@@ -27,10 +27,10 @@ pub enum Command {
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
     /// Manage users, groups, providers and grants without SQL; delete old finished jobs (`gc`).
-    Admin(AdminArgs),
+    Admin(Box<AdminArgs>),
     /// Run one job: unpack its artifact, run `python <entrypoint>`, ship result and logs. Started
     /// by the runner for each job, never by hand.
-    Launch(crate::launcher::LaunchArgs),
+    Launch(Box<crate::launcher::LaunchArgs>),
     /// Print the FunctionJob CustomResourceDefinition (YAML) for `kubectl apply -f -`.
     Crd,
     /// Print the Kubernetes permissions each role uses (JSON: group, resource, verbs, scope),

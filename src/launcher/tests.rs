@@ -60,6 +60,7 @@ impl Fixture {
                 data_provider: None,
             },
             isolation: None,
+            limits: Default::default(),
             environment: vec![
                 variable("PATH", &std::env::var_os("PATH").unwrap_or_default()),
                 variable("ARGUMENTS_PATH", self.arguments_path().as_os_str()),

@@ -12,6 +12,7 @@ mod e2e_kubernetes;
 mod files;
 mod idempotency;
 mod isolation;
+mod job_limits;
 mod jobs;
 #[allow(dead_code)]
 mod kube_double;

@@ -83,7 +83,7 @@ const ENDINGS: &[Ending] = &[
         fault: Some(Fault::OutOfMemory),
         act: Act::Nothing,
         status: "FAILED",
-        reason: "ran out of memory",
+        reason: "out of memory (limit 1024 MiB): run it with a larger function size",
         // The launcher was killed with the function: archived from the pod's log.
         log: "started",
     },
