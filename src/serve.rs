@@ -156,6 +156,7 @@ impl ServeArgs {
             RunnerKind::Local => JobLimits::detect(&work_root, jobs.job_max_processes, file_bytes),
             RunnerKind::None => JobLimits::rlimits(jobs.job_max_processes, file_bytes),
         };
+        let job_folders = job_limits.clone();
         let runner_config = RunnerConfig {
             launcher: std::env::current_exe().context("failed to find the gantry executable")?,
             python: jobs.python,
@@ -207,7 +208,11 @@ impl ServeArgs {
             functions,
         };
         println!("{listening}");
-        serve_http(listener, state, None, connections.limits(), crate::shared::shutdown_signal()).await
+        let served = serve_http(listener, state, None, connections.limits(), crate::shared::shutdown_signal()).await;
+        // The folder of the job cgroups goes when no job's is left in it (running jobs keep it
+        // for the next start, which adopts them).
+        job_folders.remove_folders();
+        served
     }
 }
 

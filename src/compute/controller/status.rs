@@ -147,7 +147,8 @@ pub fn failure_reason(pod: &Pod) -> Option<String> {
     None
 }
 
-/// The memory limit in bytes of the pod's container `name`.
+/// The memory limit in bytes of the pod's container `name`, when the pod has its spec (the pods
+/// the controller keeps from its watch do not).
 fn memory_limit(pod: &Pod, name: &str) -> Option<u64> {
     let container = pod.spec.as_ref()?.containers.iter().find(|c| c.name == name)?;
     let quantity = container.resources.as_ref()?.limits.as_ref()?.get("memory")?;
