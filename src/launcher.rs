@@ -11,7 +11,18 @@
 //! Below it: storage, the domain's log routing and the artifact checks. Nothing here knows the
 //! API, the database or the compute backends that start it.
 
+/// Writes a line to the launcher's stderr, ignoring failures (`eprintln!` panics on them): a
+/// full disk or a reader that went away must not end the launcher before it records how the
+/// job ended.
+macro_rules! say {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod archive;
+pub mod bounds;
 pub mod data_area;
 pub mod isolation;
 mod objects;
@@ -27,7 +38,9 @@ use std::time::Duration;
 
 use anyhow::Context;
 
+pub use self::archive::EXIT_RECORD_LINE;
 use self::archive::{archive, record_failure};
+use self::bounds::ProcessLimits;
 use self::isolation::JobIsolation;
 pub use self::objects::JobObjects;
 use self::prepare::prepare;
@@ -92,6 +105,8 @@ pub struct LaunchArgs {
     #[arg(long = "read-path", env = "GANTRY_READ_PATHS", value_delimiter = ':')]
     pub read_paths: Vec<PathBuf>,
     #[command(flatten)]
+    pub limits: ProcessLimits,
+    #[command(flatten)]
     pub storage: StorageArgs,
 }
 
@@ -155,7 +170,7 @@ impl LaunchArgs {
     /// `EXIT_NOT_STARTED`. Fails only when the storage settings are unusable, since nothing
     /// can be recorded then.
     pub async fn run(self) -> anyhow::Result<i32> {
-        let Self { job, access, isolate, job_uid, job_gid, read_paths, storage } = self;
+        let Self { job, access, isolate, job_uid, job_gid, read_paths, limits, storage } = self;
         // The job runs beside this process: keep its memory and environment out of reach.
         isolation::forbid_dumping().context("failed to make the launcher non-dumpable")?;
         let isolation = isolate.then(|| JobIsolation { user: job_uid.zip(job_gid), readable: read_paths });
@@ -167,7 +182,7 @@ impl LaunchArgs {
             None => Box::new(storage.open(&job.work_dir)?),
         };
         let stop = stop_signal().context("failed to install the signal handlers")?;
-        let launch = Launch { job, isolation, environment: std::env::vars_os().collect() };
+        let launch = Launch { job, isolation, limits, environment: std::env::vars_os().collect() };
         Ok(run_job(&launch, objects.as_ref(), stop).await)
     }
 }
@@ -201,6 +216,8 @@ pub struct Launch {
     pub job: JobSettings,
     /// Confine the job's process (see `LaunchArgs::isolate`).
     pub isolation: Option<JobIsolation>,
+    /// Rlimits of the function's processes (see `bounds`).
+    pub limits: ProcessLimits,
     /// The launcher's environment; the job gets it through `child_environment`, and its
     /// `ARGUMENTS_PATH` and `RESULTS_PATH` say where the arguments go and the result is found.
     pub environment: Vec<(OsString, OsString)>,

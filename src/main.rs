@@ -18,7 +18,7 @@ async fn main() -> anyhow::Result<()> {
             println!("migrations applied to {}", gantry::db::redact(&args.url()));
             Ok(())
         }
-        Command::Admin(args) => args.run().await,
+        Command::Admin(args) => (*args).run().await,
         Command::PlaceLauncher { destination } => {
             gantry::launcher::place_launcher(&destination)?;
             println!("launcher placed at {}", destination.display());
@@ -33,7 +33,7 @@ async fn main() -> anyhow::Result<()> {
             Ok(())
         }
         Command::Launch(args) => {
-            let code = args.run().await?;
+            let code = (*args).run().await?;
             std::process::exit(code);
         }
     }

@@ -9,6 +9,7 @@ use anyhow::Context;
 use clap::Args;
 
 use crate::api::{ApiArgs, AppState};
+use crate::compute::local::limits::JobLimits;
 use crate::compute::local::{LocalRunner, RunnerConfig};
 use crate::compute::{Compute, LimitsArgs, Queue};
 use crate::db::{self, DatabaseArgs, Db};
@@ -83,6 +84,14 @@ pub struct JobArgs {
     /// (repeatable; `:`-separated in the environment).
     #[arg(long = "job-read-path", env = "GANTRY_JOB_READ_PATHS", value_delimiter = ':')]
     pub job_read_paths: Vec<PathBuf>,
+    /// Processes (threads included) one local job may have at once: its cgroup's pids limit,
+    /// or RLIMIT_NPROC where no cgroup can be made (then counted over every process of the
+    /// jobs' user). A job's memory is its function size's (`--memory-gib-per-job` by default).
+    #[arg(long, env = "GANTRY_JOB_MAX_PROCESSES", default_value_t = 4096)]
+    pub job_max_processes: u64,
+    /// Largest file a local job may write, in MiB (RLIMIT_FSIZE); a write past it fails.
+    #[arg(long, env = "GANTRY_JOB_MAX_FILE_MIB", default_value_t = 10240)]
+    pub job_max_file_mib: u64,
     #[command(flatten)]
     pub containers: crate::compute::local::container::ContainerArgs,
     /// Run jobs locally even where the kernel lacks Landlock, with an authentication mechanism
@@ -143,6 +152,12 @@ impl ServeArgs {
         println!("job history: {}", retention.start(&db, &storage));
         crate::api::idempotency::start_expiry(&db);
         let containers = jobs.containers.engine().await;
+        let file_bytes = jobs.job_max_file_mib.saturating_mul(1 << 20);
+        let job_limits = match jobs.runner {
+            RunnerKind::Local => JobLimits::detect(&work_root, jobs.job_max_processes, file_bytes),
+            RunnerKind::None => JobLimits::rlimits(jobs.job_max_processes, file_bytes),
+        };
+        let job_folders = job_limits.clone();
         let runner_config = RunnerConfig {
             launcher: std::env::current_exe().context("failed to find the gantry executable")?,
             python: jobs.python,
@@ -159,6 +174,7 @@ impl ServeArgs {
             tokens: tokens.clone(),
             isolation,
             containers,
+            job_limits,
         };
         let compute: Arc<dyn Compute> = match jobs.runner {
             RunnerKind::Local => {
@@ -167,6 +183,7 @@ impl ServeArgs {
                     runner_config.python,
                     runner_config.work_root.display()
                 );
+                println!("{}", runner_config.job_limits.describe());
                 println!("{}", runner_config.containers.describe());
                 let user = runner_config.isolation.as_ref().and_then(|isolation| isolation.user);
                 tokio::spawn(warn_if_client_missing(runner_config.python.clone(), user));
@@ -193,7 +210,11 @@ impl ServeArgs {
             functions,
         };
         println!("{listening}");
-        serve_http(listener, state, None, connections.limits(), crate::shared::shutdown_signal()).await
+        let served = serve_http(listener, state, None, connections.limits(), crate::shared::shutdown_signal()).await;
+        // The folder of the job cgroups goes when no job's is left in it (running jobs keep it
+        // for the next start, which adopts them).
+        job_folders.remove_folders();
+        served
     }
 }
 

@@ -665,7 +665,8 @@ pub mod keys {
         format!("jobs/{job_id}/provider.log")
     }
 
-    /// How the job's process ended, written by the launcher last: `{"exit_code", "signal", "error"}`.
+    /// How the job's process ended, written by the launcher last: `{"exit_code", "signal", "error",
+    /// "limit"}`.
     pub fn job_exit(job_id: &str) -> String {
         format!("jobs/{job_id}/exit.json")
     }

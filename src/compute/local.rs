@@ -6,6 +6,8 @@
 //! run the same launcher inside a container of the provider's image (`container`).
 
 pub mod container;
+pub mod limits;
+mod output;
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -20,7 +22,7 @@ use self::container::{ContainerJob, Engine, OBJECTS_FOLDER, WORK_MOUNT, containe
 use super::{Compute, StopOutcome, admit_queued, count_in, move_job, move_job_now, stop_without_process};
 use crate::db::{self, Db, jobs};
 use crate::domain::admission::{Capacity, Limits};
-use crate::domain::lifecycle::{JobStatus, Trigger};
+use crate::domain::lifecycle::{JobStatus, Trigger, limit_reason, no_space_reason};
 use crate::domain::runtime_env::{JobEnvironmentInput, job_environment};
 use crate::domain::sizes;
 use crate::events::Publisher;
@@ -59,6 +61,8 @@ pub struct RunnerConfig {
     pub isolation: Option<crate::launcher::isolation::JobIsolation>,
     /// The container engine that runs jobs of container-image functions.
     pub containers: Engine,
+    /// Memory, processes and file size of process jobs, and how they are bounded.
+    pub job_limits: limits::JobLimits,
 }
 
 /// What runs a job watched here: the launcher as a process, or the job's container.
@@ -92,6 +96,9 @@ pub struct LocalRunner {
 
 /// Longest validity of a presigned URL (S3's limit).
 const MAX_ACCESS: Duration = Duration::from_secs(7 * 24 * 3600);
+
+/// How long the launcher's output may stay open after it ended (a process it left holding it).
+const OUTPUT_GRACE: Duration = Duration::from_secs(5);
 
 /// How long a launcher told to stop may take before it is killed.
 const STOP_GRACE: Duration = Duration::from_secs(15);
@@ -131,6 +138,7 @@ impl LocalRunner {
         if let Err(error) = self.adopt_or_finish_in_flight().await {
             tracing::error!(error = &error as &dyn std::error::Error, "failed to reconcile jobs left in flight");
         }
+        self.remove_stale_cgroups().await;
         loop {
             if let Err(error) = self.tick().await {
                 tracing::error!(error = &error as &dyn std::error::Error, "scheduling pass failed");
@@ -192,14 +200,14 @@ impl LocalRunner {
                 Err(reason) => return self.fail_launch(&job_id, reason).await,
             },
             None => match self.spawn_launcher(&loaded).await {
-                Ok(child) => {
+                Ok((child, output)) => {
                     let pid = child.id().unwrap_or_default();
                     if let Err(error) = jobs::set_backend_ref(&self.db, &job_id, Some(&format!("pid:{pid}"))).await {
                         tracing::warn!(error = &error as &dyn std::error::Error, "failed to record the launcher pid");
                     }
                     self.processes.lock().expect("lock").insert(job_id.clone(), Running::Process(pid));
                     self.started(&job_id).await;
-                    return self.watch(job_id, child).await;
+                    return self.watch(job_id, child, output).await;
                 }
                 Err(reason) => return self.fail_launch(&job_id, reason).await,
             },
@@ -267,10 +275,10 @@ impl LocalRunner {
         let work_dir = self.config.work_root.join(&loaded.job.id);
         tokio::fs::create_dir_all(&work_dir)
             .await
-            .map_err(|e| format!("failed to create {}: {e}", work_dir.display()))?;
+            .map_err(|e| preparing(format!("failed to create {}", work_dir.display()), &e))?;
         tokio::fs::write(work_dir.join("arguments.json"), &loaded.info.arguments)
             .await
-            .map_err(|e| format!("failed to write the arguments: {e}"))?;
+            .map_err(|e| preparing("failed to write the arguments".into(), &e))?;
         Ok(work_dir)
     }
 
@@ -371,7 +379,13 @@ impl LocalRunner {
         Ok(name)
     }
 
-    async fn spawn_launcher(&self, loaded: &Loaded) -> Result<tokio::process::Child, String> {
+    /// Starts `gantry launch` for a process job, in a cgroup of its own when the machine allows
+    /// (see `limits`), with its output read into a bounded `launcher.log`; the task answers the
+    /// last lines of the launcher's stderr.
+    async fn spawn_launcher(
+        &self,
+        loaded: &Loaded,
+    ) -> Result<(tokio::process::Child, tokio::task::JoinHandle<Vec<String>>), String> {
         let Loaded { job, info } = loaded;
         let job_id = job.id.as_str();
         let (Some(artifact_key), Some(entrypoint)) = (info.artifact_key.clone(), info.entrypoint.clone()) else {
@@ -386,11 +400,8 @@ impl LocalRunner {
         let data_path = work_dir.join("data");
         tokio::fs::create_dir_all(&data_path)
             .await
-            .map_err(|e| format!("failed to create {}: {e}", data_path.display()))?;
+            .map_err(|e| preparing(format!("failed to create {}", data_path.display()), &e))?;
         let environment = self.job_variables(loaded, &data_path.to_string_lossy())?;
-        let log = std::fs::File::create(work_dir.join("launcher.log"))
-            .map_err(|e| format!("failed to create the launcher log: {e}"))?;
-        let log_err = log.try_clone().map_err(|e| format!("failed to create the launcher log: {e}"))?;
         let mut command = tokio::process::Command::new(&self.config.launcher);
         command
             .arg("launch")
@@ -413,8 +424,8 @@ impl LocalRunner {
             .args(&self.config.storage_args)
             .env_clear()
             .stdin(std::process::Stdio::null())
-            .stdout(log)
-            .stderr(log_err)
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
             .kill_on_drop(false);
         if job.provider_id.is_some() {
             command.arg("--provider-function");
@@ -443,26 +454,57 @@ impl LocalRunner {
         }
         command.envs(self.config.storage_env.iter().map(|(k, v)| (k, v)));
         command.envs(environment);
-        command.spawn().map_err(|e| format!("failed to start {}: {e}", self.config.launcher.display()))
+        let memory_bytes = self.memory_bytes(loaded);
+        let cgroup = self.job_cgroup(job_id, memory_bytes).await;
+        command.args(self.config.job_limits.launcher_args(memory_bytes, cgroup.is_some()));
+        if let Some(cgroup) = &cgroup {
+            let files = cgroup.procs_files();
+            // SAFETY: `limits::join` only makes system calls on the prepared paths.
+            unsafe {
+                command.pre_exec(move || limits::join(&files));
+            }
+        }
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(error) => {
+                if let Some(cgroup) = cgroup {
+                    let _ = tokio::task::spawn_blocking(move || cgroup.remove()).await;
+                }
+                return Err(format!("failed to start {}: {error}", self.config.launcher.display()));
+            }
+        };
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            unreachable!("the launcher's output is piped")
+        };
+        let output = output::collect(stdout, stderr, &work_dir.join("launcher.log"), self.config.logs_size_limit);
+        Ok((child, output))
     }
 
-    async fn watch(&self, job_id: String, mut child: tokio::process::Child) {
+    async fn watch(
+        &self,
+        job_id: String,
+        mut child: tokio::process::Child,
+        output: tokio::task::JoinHandle<Vec<String>>,
+    ) {
         let status = child.wait().await;
         let code = status.ok().and_then(|s| s.code());
+        // The pipes close with the launcher; a process it left holding them is not waited for.
+        let said = tokio::time::timeout(OUTPUT_GRACE, output).await.ok().and_then(Result::ok).unwrap_or_default();
         self.processes.lock().expect("lock").remove(&job_id);
-        self.finish(&job_id, code, None).await;
+        self.finish(&job_id, code, None, &said).await;
     }
 
     /// Waits for a job's container to end, then records the end.
     async fn watch_container(&self, job_id: String, name: String) {
         let code = self.config.containers.wait(&name).await;
         self.processes.lock().expect("lock").remove(&job_id);
-        self.finish(&job_id, code, Some(&name)).await;
+        self.finish(&job_id, code, Some(&name), &[]).await;
     }
 
-    /// Records the end of a job's launcher from its exit record. For a container: what it
-    /// archived is moved into the storage first and the container removed.
-    async fn finish(&self, job_id: &str, launcher_code: Option<i32>, container: Option<&str>) {
+    /// Records the end of a job's launcher from its exit record (from storage, else the one it
+    /// wrote on stderr, `said`: its last lines) and the limit it reached. For a container: what
+    /// it archived is moved into the storage first and the container removed.
+    async fn finish(&self, job_id: &str, launcher_code: Option<i32>, container: Option<&str>, said: &[String]) {
         // Forgotten only once the end is recorded, so a scheduling pass meanwhile does not time
         // the job out a second time.
         let timed_out = self.timed_out.lock().expect("lock").contains(job_id);
@@ -476,33 +518,52 @@ impl LocalRunner {
             tracing::warn!(job.id = %job_id, why, "failed to store what a job's container archived");
             import_failure = Some(why);
         }
-        let record = match self.storage.read_to_bytes(&keys::job_exit(job_id)).await {
+        let stored = match self.storage.read_to_bytes(&keys::job_exit(job_id)).await {
             Ok(bytes) => bytes.and_then(|b| serde_json::from_slice::<Value>(&b).ok()),
             Err(error) => {
                 tracing::warn!(error = &error as &dyn std::error::Error, "failed to read a job's exit record");
                 None
             }
         };
+        let record = stored.or_else(|| {
+            said.iter()
+                .rev()
+                .find_map(|line| line.strip_prefix(crate::launcher::EXIT_RECORD_LINE))
+                .and_then(|text| serde_json::from_str::<Value>(text).ok())
+        });
         // What the launcher said last, when it could not report (a launcher that cannot run in
         // the image, say), then the container goes.
-        let mut said = String::new();
+        let mut said = said.last().map(|line| format!(": {line}")).unwrap_or_default();
         if let Some(name) = container {
             if record.is_none() {
                 said = self.config.containers.last_lines(name).await.map(|t| format!(": {t}")).unwrap_or_default();
             }
             self.config.containers.remove(name).await;
         }
+        let succeeded = record.as_ref().is_some_and(|r| r["exit_code"].as_i64() == Some(0) && r["error"].is_null());
+        let limit = match container {
+            None => self.limit_reached(job_id, !succeeded, record.as_ref()).await,
+            Some(_) => None,
+        };
         let stop_requested = matches!(jobs::find(&self.db, job_id).await, Ok(Some(job)) if job.stop_requested);
         let what = if container.is_some() { "the job's container" } else { "the launcher" };
         let trigger = if stop_requested {
             Trigger::StopRequested
         } else if timed_out {
             Trigger::TimedOut
+        } else if let Some(hit) = limit {
+            Trigger::Crashed { reason: limit_reason(hit) }
         } else {
             match &record {
-                Some(record) => {
-                    Trigger::Exited { success: record["exit_code"].as_i64() == Some(0) && record["error"].is_null() }
+                Some(_) if succeeded => Trigger::Exited { success: true },
+                // A launch that failed before the function ran says why.
+                Some(record) if record["exit_code"].is_null() && record["signal"].is_null() => {
+                    match record["error"].as_str() {
+                        Some(error) => Trigger::Crashed { reason: error.to_string() },
+                        None => Trigger::Exited { success: false },
+                    }
                 }
+                Some(_) => Trigger::Exited { success: false },
                 None => Trigger::Lost {
                     reason: match (import_failure, launcher_code) {
                         (Some(why), _) => why,
@@ -605,12 +666,12 @@ impl LocalRunner {
                             tokio::time::sleep(Duration::from_millis(500)).await;
                         }
                         runner.processes.lock().expect("lock").remove(&job.id);
-                        runner.finish(&job.id, None, None).await;
+                        runner.finish(&job.id, None, None, &[]).await;
                     });
                 }
                 None => {
                     tracing::warn!(job.id = %job.id, "job was left in flight and its process is gone");
-                    self.finish(&job.id, None, None).await;
+                    self.finish(&job.id, None, None, &[]).await;
                 }
             }
         }
@@ -626,14 +687,14 @@ impl LocalRunner {
                 let runner = Arc::clone(self);
                 tokio::spawn(async move { runner.watch_container(job_id, name).await });
             }
-            Ok(Some(container::State::Exited(code))) => self.finish(&job_id, Some(code), Some(&name)).await,
+            Ok(Some(container::State::Exited(code))) => self.finish(&job_id, Some(code), Some(&name), &[]).await,
             Ok(None) => {
                 tracing::warn!(job.id = %job_id, container = %name, "job was left in flight and its container is gone");
-                self.finish(&job_id, None, Some(&name)).await;
+                self.finish(&job_id, None, Some(&name), &[]).await;
             }
             Err(why) => {
                 tracing::warn!(job.id = %job_id, container = %name, why, "cannot look at a job's container");
-                self.finish(&job_id, None, Some(&name)).await;
+                self.finish(&job_id, None, Some(&name), &[]).await;
             }
         }
     }
@@ -718,4 +779,13 @@ fn is_zombie(pid: u32) -> bool {
         .ok()
         .and_then(|stat| stat.rsplit(')').next().map(|rest| rest.trim_start().starts_with('Z')))
         .unwrap_or(false)
+}
+
+/// A step of preparing a job's folder failed: a full disk says so in the words of every backend.
+fn preparing(what: String, error: &std::io::Error) -> String {
+    if error.kind() == std::io::ErrorKind::StorageFull || error.raw_os_error() == Some(libc::EDQUOT) {
+        no_space_reason(&format!("{what}: {error}"))
+    } else {
+        format!("{what}: {error}")
+    }
 }

@@ -90,6 +90,61 @@ pub fn container_start_failure(container: &str, reason: &str, image: &str, detai
     format!("the container {container} could not start ({reason}, image {image}): {detail}")
 }
 
+/// A bound of a job that the job reached: the words of its ending say which, with the figure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LimitHit {
+    /// Killed (or refused memory) at its memory limit, in bytes.
+    Memory { limit_bytes: u64 },
+    /// Refused a new process at its process limit.
+    Processes { limit: u64 },
+    /// Refused to grow a file past the largest size a job may write, in bytes.
+    FileSize { limit_bytes: u64 },
+}
+
+/// The words naming a kind of limit in the launcher's exit record (`"limit"`).
+pub mod limit_kind {
+    pub const MEMORY: &str = "memory";
+    pub const PROCESSES: &str = "processes";
+    pub const FILE_SIZE: &str = "file_size";
+}
+
+impl LimitHit {
+    /// The limit of kind `kind` (a `limit_kind`) with its figure; `None` for an unknown kind.
+    pub fn of_kind(kind: &str, memory_bytes: u64, processes: u64, file_bytes: u64) -> Option<LimitHit> {
+        match kind {
+            limit_kind::MEMORY => Some(LimitHit::Memory { limit_bytes: memory_bytes }),
+            limit_kind::PROCESSES => Some(LimitHit::Processes { limit: processes }),
+            limit_kind::FILE_SIZE => Some(LimitHit::FileSize { limit_bytes: file_bytes }),
+            _ => None,
+        }
+    }
+}
+
+/// Why a job that reached one of its limits failed, in the same words on every backend (a
+/// local job's cgroup or rlimits, a pod killed `OOMKilled`): the limit, its figure, and what to do.
+pub fn limit_reason(hit: LimitHit) -> String {
+    const MIB: u64 = 1 << 20;
+    let mib = |bytes: u64| bytes.div_ceil(MIB);
+    match hit {
+        LimitHit::Memory { limit_bytes } => {
+            format!("out of memory (limit {} MiB): run it with a larger function size", mib(limit_bytes))
+        }
+        LimitHit::Processes { limit } => format!(
+            "process limit reached (limit {limit} processes): the job could not start another process or thread"
+        ),
+        LimitHit::FileSize { limit_bytes } => format!(
+            "file size limit reached (limit {} MiB): the job tried to write a file larger than a job may write",
+            mib(limit_bytes)
+        ),
+    }
+}
+
+/// Why a job could not start because its working folder (or what it is prepared from) could not
+/// be written: the disk is full. `detail` says what was being written.
+pub fn no_space_reason(detail: &str) -> String {
+    format!("no space left on device while preparing the job ({detail})")
+}
+
 /// What happened to a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trigger {
@@ -227,6 +282,29 @@ mod tests {
         let crashed = decide(Pending, &Trigger::Crashed { reason: "out of memory".into() }).unwrap();
         assert_eq!((crashed.to, crashed.data["reason"].as_str()), (Failed, Some("out of memory")));
         assert_eq!(decide(Running, &Trigger::Admitted), None);
+    }
+
+    #[test]
+    fn limit_endings_name_their_limit_and_figure() {
+        assert_eq!(
+            limit_reason(LimitHit::Memory { limit_bytes: 8 << 30 }),
+            "out of memory (limit 8192 MiB): run it with a larger function size"
+        );
+        assert!(limit_reason(LimitHit::Memory { limit_bytes: 1000 }).starts_with("out of memory (limit 1 MiB)"));
+        assert!(
+            limit_reason(LimitHit::Processes { limit: 64 }).starts_with("process limit reached (limit 64 processes)")
+        );
+        assert!(
+            limit_reason(LimitHit::FileSize { limit_bytes: 16 << 20 })
+                .starts_with("file size limit reached (limit 16 MiB)")
+        );
+        assert_eq!(
+            no_space_reason("failed to save the artifact"),
+            "no space left on device while preparing the job (failed to save the artifact)"
+        );
+        assert_eq!(LimitHit::of_kind("file_size", 1, 2, 3), Some(LimitHit::FileSize { limit_bytes: 3 }));
+        assert_eq!(LimitHit::of_kind("processes", 1, 2, 3), Some(LimitHit::Processes { limit: 2 }));
+        assert_eq!(LimitHit::of_kind("disk", 1, 2, 3), None);
     }
 
     #[test]

@@ -69,6 +69,28 @@ pub fn job_resources(catalog: &Map<String, Value>, size: Option<&str>, gpu: bool
     resources
 }
 
+/// A Kubernetes memory quantity (`8Gi`, `512Mi`, `1G`, `123`) in bytes, or `None` when it is
+/// not one (a fraction, an unknown suffix). The one reading of a size's memory: a job's
+/// container, its pod's ending and a local job's limit all use it.
+pub fn memory_bytes(quantity: &str) -> Option<u64> {
+    const UNITS: [(&str, u64); 8] = [
+        ("Ki", 1 << 10),
+        ("Mi", 1 << 20),
+        ("Gi", 1 << 30),
+        ("Ti", 1 << 40),
+        ("K", 1000),
+        ("M", 1_000_000),
+        ("G", 1_000_000_000),
+        ("T", 1_000_000_000_000),
+    ];
+    for (suffix, factor) in UNITS {
+        if let Some(number) = quantity.strip_suffix(suffix) {
+            return number.parse::<u64>().ok()?.checked_mul(factor);
+        }
+    }
+    quantity.parse().ok()
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
@@ -88,6 +110,16 @@ mod tests {
 
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn memory_quantities_are_read_in_bytes() {
+        assert_eq!(memory_bytes("8Gi"), Some(8 << 30));
+        assert_eq!(memory_bytes("512Mi"), Some(512 << 20));
+        assert_eq!(memory_bytes("1G"), Some(1_000_000_000));
+        assert_eq!(memory_bytes("123"), Some(123));
+        assert_eq!(memory_bytes("1.5Gi"), None);
+        assert_eq!(memory_bytes("lots"), None);
+    }
 
     #[test]
     fn labels_are_case_insensitive_and_stored_uppercase() {

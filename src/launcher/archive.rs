@@ -13,6 +13,7 @@ use super::isolation;
 use super::objects::JobObjects;
 use super::process::{Ending, write_atomically};
 use super::{EXIT_NOT_STARTED, Error, LIVE_PROVIDER_LOG, LIVE_USER_LOG, Launch, RESULT_COPY, environment_path};
+use crate::domain::lifecycle::no_space_reason;
 use crate::domain::logs::{TailBuffer, missing_client_hint};
 use crate::shared::describe;
 use crate::storage::keys;
@@ -62,11 +63,12 @@ pub(super) async fn archive(
     data: Option<&Mirror>,
     ending: Ending,
 ) -> i32 {
-    let Ending { status, mut router } = ending;
+    let Ending { status, mut router, last_line } = ending;
     let failed = !matches!(&status, Ok(status) if status.success());
+    let limit = if failed { launch.limits.reached(&last_line) } else { None };
     if failed && router.missing_client() {
         let hint = format!("gantry launch: hint: {}", missing_client_hint(&launch.job.python));
-        eprintln!("{hint}");
+        say!("{hint}");
         router.user.push(&hint);
         if router.provider_function() {
             router.provider.push(&hint);
@@ -99,18 +101,18 @@ pub(super) async fn archive(
         Err(error) => (None, None, EXIT_NOT_STARTED, Some(describe(error))),
     };
     for problem in &problems {
-        eprintln!("gantry launch: {}", describe(problem));
+        say!("gantry launch: {}", describe(problem));
     }
     let error = error.or_else(|| problems.first().map(|problem| describe(problem)));
-    write_exit_record(launch, storage, exit_code, signal, error).await;
+    write_exit_record(launch, storage, ExitRecord { exit_code, signal, error, limit }).await;
     code
 }
 
 /// Records a launch that failed before python ran: the reason goes to stderr, to the logs and
 /// to the exit record.
 pub(super) async fn record_failure(launch: &Launch, storage: &dyn JobObjects, error: &Error) -> i32 {
-    let reason = describe(error);
-    eprintln!("gantry launch: {reason}");
+    let reason = if no_space(error) { no_space_reason(&describe(error)) } else { describe(error) };
+    say!("gantry launch: {reason}");
     let mut log = TailBuffer::new(launch.job.logs_size_limit);
     log.push(&format!("gantry launch: {reason}"));
     let text = log.render();
@@ -121,9 +123,10 @@ pub(super) async fn record_failure(launch: &Launch, storage: &dyn JobObjects, er
         let _ = write_atomically(&path, provider.as_bytes()).await;
     }
     for problem in upload_logs(launch, storage, text, provider).await {
-        eprintln!("gantry launch: {}", describe(&problem));
+        say!("gantry launch: {}", describe(&problem));
     }
-    write_exit_record(launch, storage, None, None, Some(reason)).await;
+    write_exit_record(launch, storage, ExitRecord { exit_code: None, signal: None, error: Some(reason), limit: None })
+        .await;
     EXIT_NOT_STARTED
 }
 
@@ -146,21 +149,51 @@ pub(super) async fn upload_logs(
     problems
 }
 
-/// Writes `keys::job_exit`: `{"exit_code", "signal", "error"}`, each possibly null.
-pub(super) async fn write_exit_record(
-    launch: &Launch,
-    storage: &dyn JobObjects,
-    exit_code: Option<i32>,
-    signal: Option<i32>,
-    error: Option<String>,
-) {
+/// How the job ended, as the exit record says it.
+pub(super) struct ExitRecord {
+    pub(super) exit_code: Option<i32>,
+    pub(super) signal: Option<i32>,
+    pub(super) error: Option<String>,
+    /// The limit (a `limit_kind`) a failed function reached, when the launcher can tell.
+    pub(super) limit: Option<&'static str>,
+}
+
+/// The prefix of the exit record's line on stderr, written when storage refused it (a full
+/// disk): the local runner reads how the job ended from there.
+pub const EXIT_RECORD_LINE: &str = "gantry launch: exit record: ";
+
+/// Writes `keys::job_exit`: `{"exit_code", "signal", "error", "limit"}`, each possibly null. When
+/// storage refuses it, the record goes to stderr as one line after `EXIT_RECORD_LINE`.
+pub(super) async fn write_exit_record(launch: &Launch, storage: &dyn JobObjects, record: ExitRecord) {
+    let ExitRecord { exit_code, signal, error, limit } = record;
     let record = serde_json::json!({
         "exit_code": exit_code,
         "signal": signal,
         "error": error,
+        "limit": limit,
     });
     let key = keys::job_exit(&launch.job.job_id);
     if let Err(source) = storage.store_bytes(&key, Bytes::from(record.to_string())).await {
-        eprintln!("gantry launch: {}", describe(&Error::Upload { key, source }));
+        say!("gantry launch: {}", describe(&Error::Upload { key, source }));
+        say!("{EXIT_RECORD_LINE}{record}");
     }
+}
+
+/// Whether `error` comes of a full disk (or a full quota); some steps (unpacking) carry their
+/// cause as text only.
+fn no_space(error: &(dyn std::error::Error + 'static)) -> bool {
+    let full = io::Error::from_raw_os_error(libc::ENOSPC).to_string();
+    if describe(error).contains(&full) {
+        return true;
+    }
+    let mut current = Some(error);
+    while let Some(error) = current {
+        if let Some(io) = error.downcast_ref::<io::Error>()
+            && (io.kind() == io::ErrorKind::StorageFull || io.raw_os_error() == Some(libc::EDQUOT))
+        {
+            return true;
+        }
+        current = error.source();
+    }
+    false
 }

@@ -358,7 +358,7 @@ impl Mirror {
         loop {
             tokio::time::sleep(SYNC_EVERY).await;
             for problem in self.sync().await {
-                eprintln!("gantry launch: {} (will retry)", crate::shared::describe(&problem));
+                say!("gantry launch: {} (will retry)", crate::shared::describe(&problem));
             }
         }
     }

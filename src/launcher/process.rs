@@ -35,10 +35,11 @@ pub(super) fn spawn(launch: &Launch, environment: &[(OsString, OsString)], scrip
     if let Some(isolation) = &launch.isolation {
         let prepared = sandbox(launch, isolation, environment).prepare()?;
         if !prepared.enforced() {
-            eprintln!("gantry launch: warning: the kernel does not offer Landlock; the job is not confined");
+            say!("gantry launch: warning: the kernel does not offer Landlock; the job is not confined");
         }
         prepared.apply_to(&mut command);
     }
+    launch.limits.apply_to(&mut command);
     command
         .arg(script)
         .current_dir(code_dir(launch))
@@ -49,6 +50,7 @@ pub(super) fn spawn(launch: &Launch, environment: &[(OsString, OsString)], scrip
         .stderr(Stdio::from(error_writer))
         .process_group(0);
     let child = command.spawn().map_err(spawn_error)?;
+    super::bounds::prefer_the_job_for_oom_kills();
     // The command holds this process's copies of the write end: dropped here, the pipe ends
     // when the last process of the job closes it.
     drop(command);
@@ -60,6 +62,25 @@ pub(super) struct Live {
     router: LogRouter,
     /// Lines arrived since the live logs were last written.
     changed: bool,
+    /// The start of the last line that was not blank (a traceback's exception).
+    last_line: String,
+}
+
+/// Bytes kept of the last line (enough for an exception's name and errno).
+const LAST_LINE_BYTES: usize = 256;
+
+impl Live {
+    fn push_line(&mut self, line: &str) {
+        self.router.push_line(line);
+        if !line.trim().is_empty() {
+            let mut end = line.len().min(LAST_LINE_BYTES);
+            while !line.is_char_boundary(end) {
+                end -= 1;
+            }
+            self.last_line.clear();
+            self.last_line.push_str(&line[..end]);
+        }
+    }
 }
 
 pub(super) fn lock(live: &Mutex<Live>) -> std::sync::MutexGuard<'_, Live> {
@@ -70,6 +91,8 @@ pub(super) fn lock(live: &Mutex<Live>) -> std::sync::MutexGuard<'_, Live> {
 pub(super) struct Ending {
     pub(super) status: Result<ExitStatus, Error>,
     pub(super) router: LogRouter,
+    /// The last line the function wrote that was not blank (its start).
+    pub(super) last_line: String,
 }
 
 /// Reads the output until python exits, keeping the live logs current; on `stop`, terminates
@@ -82,6 +105,7 @@ pub(super) async fn supervise<F: Future<Output = ()>>(
     let live = Arc::new(Mutex::new(Live {
         router: LogRouter::new(launch.job.provider_function, launch.job.logs_size_limit),
         changed: true,
+        last_line: String::new(),
     }));
     let Started { mut child, output } = started;
     let group = child.id();
@@ -91,7 +115,7 @@ pub(super) async fn supervise<F: Future<Output = ()>>(
         Ok(output) => {
             readers.push(tokio::spawn(pump(output, tokio::io::stdout(), live.clone(), launch.job.logs_size_limit)));
         }
-        Err(error) => eprintln!("gantry launch: failed to read the job's output: {error}"),
+        Err(error) => say!("gantry launch: failed to read the job's output: {error}"),
     }
 
     let mut ticker = tokio::time::interval(LIVE_LOG_INTERVAL);
@@ -133,10 +157,14 @@ pub(super) async fn supervise<F: Future<Output = ()>>(
         lock(&live).changed = true;
     }
     if let Err(e) = write_live_logs(&launch.job.work_dir, &live).await {
-        eprintln!("gantry launch: failed to write the live logs: {e}");
+        say!("gantry launch: failed to write the live logs: {e}");
     }
-    let router = std::mem::replace(&mut lock(&live).router, LogRouter::new(launch.job.provider_function, 0));
-    Ending { status, router }
+    let (router, last_line) = {
+        let mut live = lock(&live);
+        let router = std::mem::replace(&mut live.router, LogRouter::new(launch.job.provider_function, 0));
+        (router, std::mem::take(&mut live.last_line))
+    };
+    Ending { status, router, last_line }
 }
 
 /// Sends `signal` to the process group led by the function's process (created with
@@ -174,12 +202,12 @@ pub(super) async fn pump(
             echo_open = echo.write_all(bytes).await.is_ok() && echo.flush().await.is_ok();
         }
         let mut live = lock(&live);
-        lines.feed(bytes, |line| live.router.push_line(line));
+        lines.feed(bytes, |line| live.push_line(line));
         live.changed = true;
     }
     if let Some(line) = lines.finish() {
         let mut live = lock(&live);
-        live.router.push_line(&line);
+        live.push_line(&line);
         live.changed = true;
     }
 }

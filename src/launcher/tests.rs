@@ -61,6 +61,7 @@ impl Fixture {
                 data_provider: None,
             },
             isolation: None,
+            limits: Default::default(),
             environment: vec![
                 variable("PATH", &std::env::var_os("PATH").unwrap_or_default()),
                 variable("ARGUMENTS_PATH", self.arguments_path().as_os_str()),
@@ -182,7 +183,10 @@ async fn a_user_function_runs_and_ships_result_logs_and_exit_record() {
     assert!(user_log.ends_with('\n'));
     assert_eq!(std::fs::read_to_string(fixture.work_dir().join(LIVE_USER_LOG)).unwrap(), user_log);
     assert_eq!(fixture.object(&keys::job_provider_log(JOB_ID)).await, None);
-    assert_eq!(fixture.exit_record().await, serde_json::json!({"exit_code": 0, "signal": null, "error": null}));
+    assert_eq!(
+        fixture.exit_record().await,
+        serde_json::json!({"exit_code": 0, "signal": null, "error": null, "limit": null})
+    );
 }
 
 /// Landlock alone (the tests may run as root, which no file permission stops): the job
@@ -257,7 +261,10 @@ async fn a_failing_function_records_its_exit_code_and_no_stale_result() {
     let code = run_job(&fixture.launch(false), &fixture.storage, std::future::pending()).await;
 
     assert_eq!(code, 3);
-    assert_eq!(fixture.exit_record().await, serde_json::json!({"exit_code": 3, "signal": null, "error": null}));
+    assert_eq!(
+        fixture.exit_record().await,
+        serde_json::json!({"exit_code": 3, "signal": null, "error": null, "limit": null})
+    );
     assert_eq!(fixture.object(&keys::job_user_log(JOB_ID)).await.unwrap(), "giving up\n");
     assert_eq!(fixture.object(&keys::job_result(JOB_ID)).await, None);
 }
@@ -430,7 +437,7 @@ async fn a_stop_kills_the_process_group_and_archives_the_logs() {
     assert!(group_disappears(pid).await);
     assert_eq!(
         fixture.exit_record().await,
-        serde_json::json!({"exit_code": null, "signal": libc::SIGTERM, "error": null})
+        serde_json::json!({"exit_code": null, "signal": libc::SIGTERM, "error": null, "limit": null})
     );
     assert_eq!(fixture.object(&keys::job_user_log(JOB_ID)).await.unwrap(), format!("pid {pid}\n"));
 }

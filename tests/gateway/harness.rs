@@ -32,6 +32,8 @@ pub struct Gateway {
     runner_task: Option<tokio::task::JoinHandle<()>>,
     /// The API served on loopback for the jobs' launchers (files API).
     server_task: Option<tokio::task::JoinHandle<anyhow::Result<()>>>,
+    /// The runner's job limits: the folders of its job cgroups go with the gateway.
+    job_limits: Option<gantry::compute::local::limits::JobLimits>,
     dir: tempfile::TempDir,
     postgres: Option<(String, String)>,
 }
@@ -134,6 +136,7 @@ impl Gateway {
             s3_endpoint,
             runner_task: None,
             server_task: None,
+            job_limits: None,
             dir,
             postgres,
         }
@@ -193,8 +196,11 @@ impl Gateway {
             tokens: self.state.tokens.clone(),
             isolation: Some(self.job_isolation()),
             containers,
+            // As `gantry serve` bounds them: cgroups where this machine lets the tests make them.
+            job_limits: gantry::compute::local::limits::JobLimits::detect(&self.dir.path().join("jobs"), 4096, 1 << 30),
         };
         configure(&mut config);
+        self.job_limits = Some(config.job_limits.clone());
         let runner = gantry::compute::local::LocalRunner::new(
             self.state.db.clone(),
             self.state.storage.clone(),
@@ -385,6 +391,11 @@ impl Drop for Gateway {
         }
         if let Some(task) = self.server_task.take() {
             task.abort();
+        }
+        if let Some(limits) = self.job_limits.take() {
+            // Jobs still running when a test ends go with it, their cgroups too.
+            limits.remove_stale(&std::collections::HashSet::new());
+            limits.remove_folders();
         }
         if let Some((admin_url, name)) = self.postgres.take() {
             let db = self.state.db.clone();

@@ -13,6 +13,7 @@ mod fault_guards;
 mod files;
 mod idempotency;
 mod isolation;
+mod job_limits;
 mod jobs;
 #[allow(dead_code)]
 mod kube_double;

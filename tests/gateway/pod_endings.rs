@@ -83,7 +83,8 @@ const ENDINGS: &[Ending] = &[
         fault: Some(Fault::OutOfMemory),
         act: Act::Nothing,
         status: "FAILED",
-        reason: "ran out of memory",
+        // The controller keeps no pod spec (`seen`), so the limit's figure is not named here.
+        reason: "out of memory: its container job was killed (OOMKilled",
         // The launcher was killed with the function: archived from the pod's log.
         log: "started",
     },

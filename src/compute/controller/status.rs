@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::FunctionJobStatus;
-use crate::domain::lifecycle::{JobStatus, Trigger, container_start_failure};
+use crate::domain::lifecycle::{JobStatus, LimitHit, Trigger, container_start_failure, limit_reason};
 
 /// Waiting reasons of a container that will not start without a change to the job.
 const FATAL_WAITING: [&str; 4] = ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerError"];
@@ -123,10 +123,12 @@ pub fn failure_reason(pod: &Pod) -> Option<String> {
         let Some(ended) = container.state.as_ref().and_then(|s| s.terminated.as_ref()) else { continue };
         let reason = ended.reason.as_deref().unwrap_or("Error");
         if reason == "OOMKilled" {
-            return Some(format!(
-                "the job ran out of memory: its container {} was killed at its memory limit (OOMKilled, exit code {}); run it with a larger function size",
-                container.name, ended.exit_code
-            ));
+            let killed =
+                format!("its container {} was killed (OOMKilled, exit code {})", container.name, ended.exit_code);
+            return Some(match memory_limit(pod, &container.name) {
+                Some(limit_bytes) => format!("{}; {killed}", limit_reason(LimitHit::Memory { limit_bytes })),
+                None => format!("out of memory: {killed} at its memory limit; run it with a larger function size"),
+            });
         }
         if NEVER_RAN.contains(&reason) {
             return Some(format!(
@@ -143,6 +145,14 @@ pub fn failure_reason(pod: &Pod) -> Option<String> {
         }
     }
     None
+}
+
+/// The memory limit in bytes of the pod's container `name`, when the pod has its spec (the pods
+/// the controller keeps from its watch do not).
+fn memory_limit(pod: &Pod, name: &str) -> Option<u64> {
+    let container = pod.spec.as_ref()?.containers.iter().find(|c| c.name == name)?;
+    let quantity = container.resources.as_ref()?.limits.as_ref()?.get("memory")?;
+    crate::domain::sizes::memory_bytes(&quantity.0)
 }
 
 /// Whether the pod's log can be read: its job container ran (or runs). Otherwise, why there is
@@ -481,7 +491,21 @@ mod tests {
             json!({"phase": "Failed", "containerStatuses": [terminated("job", 137, "OOMKilled")]}),
         );
         assert!(
-            matches!(&oom, Some(Trigger::Crashed { reason }) if reason.contains("out of memory") && reason.contains("larger function size")),
+            matches!(&oom, Some(Trigger::Crashed { reason }) if reason.starts_with("out of memory: ") && reason.contains("larger function size")),
+            "{oom:?}"
+        );
+        // With the container's memory limit: the words of every backend, naming it.
+        let mut limited = pod(json!({"phase": "Failed", "containerStatuses": [terminated("job", 137, "OOMKilled")]}));
+        limited.spec = Some(
+            serde_json::from_value(
+                json!({"containers": [{"name": "job", "resources": {"limits": {"memory": "2Gi"}}}]}),
+            )
+            .unwrap(),
+        );
+        let oom = pod_trigger(JobStatus::Running, false, Some(&limited), now(), DEADLINE);
+        assert!(
+            matches!(&oom, Some(Trigger::Crashed { reason })
+                if reason.starts_with("out of memory (limit 2048 MiB): run it with a larger function size; its container job was killed (OOMKilled")),
             "{oom:?}"
         );
         let exit = trigger(

@@ -91,7 +91,8 @@ pub struct ContainerArgs {
     /// CPUs of an image job whose size names no compute profile.
     #[arg(long = "cpu-per-job", env = "LIMITS_CPU_PER_TASK", default_value = "4")]
     pub cpu_per_job: String,
-    /// Memory in GiB of an image job whose size names no compute profile.
+    /// Memory in GiB of a job whose size names no compute profile (an image job's container,
+    /// a process job's cgroup or rlimit).
     #[arg(long = "memory-gib-per-job", env = "LIMITS_MEMORY_PER_TASK", default_value_t = 8)]
     pub memory_gib_per_job: u32,
     /// CDI device that gives a job container the machine's GPUs.
@@ -448,17 +449,7 @@ fn cpus(quantity: &str) -> String {
 
 /// A Kubernetes memory quantity (`8Gi`, `512Mi`) as the engine's `--memory` (bytes).
 fn memory(quantity: &str) -> String {
-    const UNITS: [(&str, u64); 6] =
-        [("Ki", 1 << 10), ("Mi", 1 << 20), ("Gi", 1 << 30), ("Ti", 1 << 40), ("K", 1000), ("M", 1_000_000)];
-    for (suffix, factor) in UNITS {
-        if let Some(number) = quantity.strip_suffix(suffix).and_then(|n| n.parse::<u64>().ok()) {
-            return (number * factor).to_string();
-        }
-    }
-    match quantity.strip_suffix('G').and_then(|n| n.parse::<u64>().ok()) {
-        Some(number) => (number * 1_000_000_000).to_string(),
-        None => quantity.to_string(),
-    }
+    crate::domain::sizes::memory_bytes(quantity).map_or_else(|| quantity.to_string(), |bytes| bytes.to_string())
 }
 
 /// The text of an env-file: one `NAME=value` a line. Err names a variable the format cannot
