@@ -29,6 +29,7 @@ mod replicas;
 mod retention;
 mod runtime_stop;
 mod scoped_access;
+mod soak;
 mod streams;
 mod system;
 mod trials;
