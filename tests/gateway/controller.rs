@@ -836,7 +836,7 @@ async fn seed_history(
 }
 
 /// CPU seconds (user and system) a process has used so far: `self` or a pid.
-fn cpu_seconds(pid: &str) -> f64 {
+pub(crate) fn cpu_seconds(pid: &str) -> f64 {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     // Fields after the command name (which may hold spaces); utime and stime are the 14th and 15th.
     let fields: Vec<&str> =

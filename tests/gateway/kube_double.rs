@@ -148,7 +148,9 @@ impl ApiServer {
             compacted_through: 0,
             changes,
             faults: Vec::new(),
+            fault_hits: BTreeMap::new(),
             requests: Vec::new(),
+            recording: true,
             pod_logs: HashMap::new(),
         };
         ApiServer { store: Arc::new(Mutex::new(store)), watch_epoch: Arc::new(watch::channel(0).0) }
@@ -219,6 +221,47 @@ impl ApiServer {
             status,
             remaining: times,
         });
+    }
+
+    /// How many requests each injected fault answered so far, by `METHOD path_contains status`.
+    pub fn fault_hits(&self) -> BTreeMap<String, usize> {
+        self.lock().fault_hits.clone()
+    }
+
+    /// Stops keeping the log of requests ([`ApiServer::requests`] answers what came before): a
+    /// long run (the soak) would otherwise keep every request it ever received.
+    pub fn stop_recording_requests(&self) {
+        let mut store = self.lock();
+        store.recording = false;
+        store.requests = Vec::new();
+    }
+
+    /// Removes the Events (both views) created more than `max_age` ago, as the API server's
+    /// event TTL does (`--event-ttl`, one hour by default). Returns how many went.
+    pub fn expire_events(&self, max_age: std::time::Duration) -> usize {
+        let cutoff = chrono::Utc::now() - chrono::Duration::from_std(max_age).unwrap_or_default();
+        let mut store = self.lock();
+        let old: Vec<ObjectKey> = store
+            .objects
+            .iter()
+            .filter(|(key, _)| key.plural == "events")
+            .filter(|(_, event)| {
+                event["metadata"]["creationTimestamp"]
+                    .as_str()
+                    .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+                    .is_some_and(|created| created < cutoff)
+            })
+            .map(|(key, _)| key.clone())
+            .collect();
+        let mut removed = 0;
+        for key in old {
+            if let Some(resource) = store.resource_of(&key)
+                && store.remove(&resource, &key).is_some()
+            {
+                removed += 1;
+            }
+        }
+        removed
     }
 
     /// Ends every open watch stream now (clients re-watch from their last resourceVersion).
@@ -550,8 +593,11 @@ struct Store {
     compacted_through: u64,
     changes: broadcast::Sender<Change>,
     faults: Vec<Fault>,
-    /// (method, path and query, bearer token if any) of every request.
+    /// Requests answered by each injected fault.
+    fault_hits: BTreeMap<String, usize>,
+    /// (method, path and query, bearer token if any) of every request, while `recording`.
     requests: Vec<(String, String, Option<String>)>,
+    recording: bool,
     pod_logs: HashMap<(String, String), String>,
 }
 
@@ -569,6 +615,8 @@ impl Store {
         let fault = &mut self.faults[index];
         fault.remaining -= 1;
         let status = fault.status;
+        let name = format!("{} {} {status}", fault.method, fault.path_contains);
+        *self.fault_hits.entry(name).or_default() += 1;
         if fault.remaining == 0 {
             self.faults.remove(index);
         }
@@ -1581,7 +1629,9 @@ async fn handle(State(server): State<ApiServer>, request: Request) -> Response {
             .and_then(|value| value.to_str().ok())
             .and_then(|value| value.strip_prefix("Bearer "))
             .map(str::to_string);
-        store.requests.push((parts.method.to_string(), path_and_query.clone(), token));
+        if store.recording {
+            store.requests.push((parts.method.to_string(), path_and_query.clone(), token));
+        }
         store.take_fault(parts.method.as_str(), &path_and_query)
     };
     if let Some(code) = fault {

@@ -15,6 +15,8 @@ use tokio::io::AsyncReadExt;
 
 use crate::kube_double::{ApiServer, Kind};
 
+pub mod fast;
+
 /// What the node does with the pods of one function (by the pod's function label).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fault {
@@ -73,16 +75,22 @@ fn now() -> String {
 impl Kubelet {
     /// Starts watching `namespace` for new pods.
     pub fn start(api: ApiServer, namespace: &str) -> Kubelet {
-        let kubelet = Kubelet {
+        let kubelet = Kubelet::idle(api, namespace);
+        let running = kubelet.clone();
+        tokio::spawn(async move { running.run().await });
+        kubelet
+    }
+
+    /// A node that watches nothing: it runs the pods it is handed ([`Kubelet::run_pod`]), as the
+    /// fast path ([`fast::FastKubelet`]) hands it its sample of real processes.
+    pub fn idle(api: ApiServer, namespace: &str) -> Kubelet {
+        Kubelet {
             api,
             namespace: namespace.into(),
             faults: Arc::default(),
             refusing: Arc::default(),
             active: Arc::default(),
-        };
-        let running = kubelet.clone();
-        tokio::spawn(async move { running.run().await });
-        kubelet
+        }
     }
 
     /// From now on, pods of `function` meet `fault`.
@@ -183,6 +191,12 @@ impl Kubelet {
 
     fn present(&self, name: &str) -> bool {
         self.api.get(Kind::POD, &self.namespace, name).is_some_and(|pod| pod["metadata"]["deletionTimestamp"].is_null())
+    }
+
+    /// Runs the pod's containers as local processes until they end (or the pod is deleted),
+    /// reporting its status as the kubelet does.
+    pub async fn run_pod(&self, name: &str, pod: Value) {
+        self.handle(name, pod).await
     }
 
     async fn handle(&self, name: &str, pod: Value) {

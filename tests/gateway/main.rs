@@ -32,6 +32,7 @@ mod replicas;
 mod retention;
 mod runtime_stop;
 mod scoped_access;
+mod soak;
 mod storage_faults;
 mod streams;
 mod system;
