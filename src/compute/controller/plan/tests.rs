@@ -541,7 +541,7 @@ fn what_the_cluster_ended_is_retried_within_the_bound() {
             None,
         )
         .archive(Archive::Empty)
-        .gives(&["no log", "delete secret", "write STOPPED"], "requeue 60 s"),
+        .gives(&["no log", "delete secret", "write STOPPED"], "requeue 3600 s"),
         case(
             "stopped between attempts",
             resource(retried("PENDING", &[(1, "u1")], 5, "u1"), true, None),
