@@ -127,6 +127,12 @@ pub struct FunctionJobSpec {
     /// Set when the user asked to stop the job; the controller stops its pod. Cannot be unset.
     #[serde(default)]
     pub stop_requested: bool,
+    /// The function opted in (its upload's `retry_after_start`) to be started again on a new pod
+    /// when the cluster ends its pod after its code started (an eviction, a lost node, a
+    /// preemption), knowing a rerun may repeat work (and paid quantum work) done before. Without
+    /// it, only an attempt ended before the code started is retried.
+    #[serde(default)]
+    pub retry_after_start: bool,
     /// Name of the Secret (owned by this resource) holding what the pod needs: the caller's
     /// token under `token`. Never the token itself.
     #[schemars(length(min = 1, max = 253))]
@@ -200,6 +206,34 @@ pub struct FunctionJobStatus {
     /// Why the job is where it is, in words (a pull error, a vanished pod, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,
+    /// The uid of the current attempt's pod (every attempt's pod has the job's pod name), so an
+    /// ended attempt's pod is never taken for the next one's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// Attempts the cluster ended (evicted, preempted, node lost, pod deleted) and that were
+    /// started again on a new pod, oldest first; at most `--infrastructure-retries`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub retries: Vec<Retry>,
+}
+
+/// One attempt of a job that the cluster ended and that was started again.
+#[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Retry {
+    /// The attempt that ended (1 is the job's first pod).
+    #[schemars(range(min = 1))]
+    pub attempt: u32,
+    /// Why it ended, in words (the eviction's or preemption's message, a lost node).
+    pub reason: String,
+    /// Whether the function's code had started (then retried only with `spec.retryAfterStart`).
+    pub code_started: bool,
+    /// The uid of the ended attempt's pod, when it was seen.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_uid: Option<String>,
+    /// When the controller saw it end.
+    pub ended_at: Time,
+    /// The next attempt's pod is not made before this time (the backoff).
+    pub next_attempt_at: Time,
 }
 
 /// The CustomResourceDefinition as YAML, as `gantry crd` prints it.
@@ -262,6 +296,7 @@ mod tests {
             user: "alice".into(),
             function_env: vec!["MY_SETTING".into()],
             stop_requested: false,
+            retry_after_start: false,
             secret_name: "gantry-job-0f2c0000-0000-4000-8000-000000000001".into(),
         };
         let text = serde_json::to_string(&spec).unwrap();

@@ -72,6 +72,8 @@ pub struct Metrics {
     pub logs_lost: Counter,
     /// Finished FunctionJobs deleted after their keep window.
     pub collected: Counter,
+    /// Jobs started again on a new pod after the cluster ended their pod.
+    pub retries: Counter,
     /// 1 while this replica holds the leader Lease (or runs without election).
     pub leader: Gauge,
     /// API requests by method and answer code.
@@ -93,6 +95,7 @@ impl Metrics {
             archived_bytes: Counter::default(),
             logs_lost: Counter::default(),
             collected: Counter::default(),
+            retries: Counter::default(),
             leader: Gauge::default(),
             http_requests: Family::default(),
             http_seconds: seconds_histogram(),
@@ -132,6 +135,11 @@ impl Metrics {
             "controller_collected",
             "Finished FunctionJobs deleted after their keep window",
             metrics.collected.clone(),
+        );
+        registry.register(
+            "controller_infrastructure_retries",
+            "Jobs started again on a new pod after the cluster ended their pod",
+            metrics.retries.clone(),
         );
         registry.register("controller_leader", "1 while this replica is the acting leader", metrics.leader.clone());
         metrics.register_jobs();

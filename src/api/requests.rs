@@ -255,6 +255,12 @@ pub struct UploadRequest {
     /// Provider functions only.
     #[schema(nullable = false)]
     gpu: Option<bool>,
+    /// On Kubernetes: start a job again on a new pod when the cluster ends its pod (evicted,
+    /// preempted, node lost) after the function's code started. Off by default, since a rerun
+    /// may repeat work (and paid quantum work) done before; a job ended before its code started
+    /// is started again either way.
+    #[schema(nullable = false)]
+    retry_after_start: Option<bool>,
 }
 
 /// Names (titles, providers) are sanitized to their letters, digits, `_` and `-`, of which they

@@ -7,6 +7,7 @@ pub mod build;
 pub mod leader;
 pub mod plan;
 pub mod reconcile;
+pub mod retry;
 pub mod seen;
 pub mod status;
 
@@ -133,6 +134,15 @@ pub struct ControllerArgs {
     /// its FunctionJob is being deleted) before the log is given up as lost, with a Warning.
     #[arg(long, env = "GANTRY_ARCHIVE_GIVE_UP_SECONDS", default_value_t = 600)]
     pub archive_give_up_seconds: u64,
+    /// Times a job whose pod the cluster ended (evicted, preempted, node lost, pod deleted by
+    /// the cluster) is started again on a new pod: always before the function's code started,
+    /// after it only when the function opted in (`retry_after_start`).
+    #[arg(long, env = "GANTRY_INFRASTRUCTURE_RETRIES", default_value_t = 2)]
+    pub infrastructure_retries: u32,
+    /// Seconds before the first of those retries; each next one waits twice as long (at most 5
+    /// minutes).
+    #[arg(long, env = "GANTRY_INFRASTRUCTURE_RETRY_BACKOFF_SECONDS", default_value_t = 5)]
+    pub infrastructure_retry_backoff_seconds: u64,
     /// Milliseconds between admission passes when no queued job wakes one.
     #[arg(long, env = "GANTRY_SCHEDULER_TICK_MS", default_value_t = 500)]
     pub scheduler_tick_ms: u64,
@@ -165,6 +175,9 @@ pub struct ControllerArgs {
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
 }
+
+/// The most `--infrastructure-retries` allows (a larger value is lowered to it).
+pub const MAX_INFRASTRUCTURE_RETRIES: u32 = 10;
 
 /// The host name with a random suffix: unique per process.
 fn default_identity() -> String {
@@ -208,6 +221,8 @@ impl ControllerArgs {
             keep_finished_pods: Duration::from_secs(self.keep_finished_pods_seconds),
             keep_finished_jobs: Duration::from_secs(self.keep_finished_jobs_seconds),
             archive_give_up: Duration::from_secs(self.archive_give_up_seconds),
+            infrastructure_retries: self.infrastructure_retries.min(MAX_INFRASTRUCTURE_RETRIES),
+            retry_backoff: Duration::from_secs(self.infrastructure_retry_backoff_seconds.min(300)),
             limits: self.limits.limits(),
             admission_every: Duration::from_millis(self.scheduler_tick_ms.max(10)),
             concurrency: self.reconcile_concurrency.max(1),

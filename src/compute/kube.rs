@@ -123,6 +123,7 @@ pub fn function_job_spec(
         user: job.author_name.clone(),
         function_env: function_env.keys().filter(|name| is_env_name(name)).cloned().collect(),
         stop_requested: job.stop_requested,
+        retry_after_start: launch.retry_after_start.unwrap_or(false),
         secret_name: secret_name(&job.id),
     }
 }

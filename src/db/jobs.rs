@@ -201,6 +201,8 @@ pub struct JobState {
     pub stop_requested: bool,
     /// A provider's function (its log is split in two).
     pub provider_function: bool,
+    /// Times the job was started again after the cluster ended its pod.
+    pub infrastructure_retries: i64,
 }
 
 impl JobState {
@@ -211,7 +213,8 @@ impl JobState {
 
 pub async fn state(db: &Db, id: &str) -> Result<Option<JobState>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, JobState>(
-        "SELECT status, sub_status, stop_requested, provider_id IS NOT NULL AS provider_function FROM jobs WHERE id = $1")
+        "SELECT status, sub_status, stop_requested, provider_id IS NOT NULL AS provider_function, \
+         infrastructure_retries FROM jobs WHERE id = $1")
         .bind(id)
         .fetch_optional(pool)
         .await)
@@ -686,12 +689,14 @@ pub struct LaunchRow {
     pub function_sizes: Option<String>,
     /// The job runs as a trial (`ENV_ACCESS_TRIAL`).
     pub trial: bool,
+    /// The function opted in to be started again after its code started (see `programs`).
+    pub retry_after_start: Option<bool>,
 }
 
 pub async fn launch_info(db: &Db, job_id: &str) -> Result<Option<LaunchRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, LaunchRow>(
         "SELECT j.arguments, j.env_vars, p.artifact_key, p.entrypoint, p.image, p.env_vars AS function_env_vars, \
-         p.version AS function_version, p.sizes AS function_sizes, j.trial \
+         p.version AS function_version, p.sizes AS function_sizes, j.trial, p.retry_after_start \
          FROM jobs j LEFT JOIN programs p ON p.id = j.program_id WHERE j.id = $1")
         .bind(job_id)
         .fetch_optional(pool)
@@ -734,5 +739,7 @@ pub async fn stored_logs(db: &Db, job_id: &str) -> Result<Option<String>, Error>
 // The listings' filters and query, below the macros they use.
 mod create;
 mod listing;
+mod retries;
 pub use create::{NewJob, insert_with_limit};
 pub use listing::{JobFilter, Param, list};
+pub use retries::record_retry;

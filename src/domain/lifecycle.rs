@@ -165,6 +165,9 @@ pub enum Trigger {
     TimedOut,
     /// Its process is gone and nobody saw it end (for example across a restart).
     Lost { reason: String },
+    /// The cluster ended its pod after its code started and the function opted in to be
+    /// started again: it waits for its next pod.
+    Retrying { reason: String },
 }
 
 /// Who moved the job; stored as the event's `origin`.
@@ -221,6 +224,7 @@ pub fn decide(current: JobStatus, trigger: &Trigger) -> Option<Move> {
             (Stopped, Origin::Scheduler, "UPDATE_JOB_STATUS", Some("the job exceeded PROGRAM_TIMEOUT".to_string()))
         }
         (Pending | Running, Trigger::Lost { reason }) => (Failed, Origin::Scheduler, "RECONCILE", Some(reason.clone())),
+        (Running, Trigger::Retrying { reason }) => (Pending, Origin::Scheduler, "RECONCILE", Some(reason.clone())),
         _ => return None,
     };
     let mut data = serde_json::json!({ "status": to.as_str() });
@@ -255,6 +259,7 @@ mod tests {
             Trigger::StopRequested,
             Trigger::TimedOut,
             Trigger::Lost { reason: "x".into() },
+            Trigger::Retrying { reason: "x".into() },
             Trigger::LaunchFailed { reason: "x".into() },
             Trigger::Crashed { reason: "x".into() },
         ];
@@ -305,6 +310,18 @@ mod tests {
         assert_eq!(LimitHit::of_kind("file_size", 1, 2, 3), Some(LimitHit::FileSize { limit_bytes: 3 }));
         assert_eq!(LimitHit::of_kind("processes", 1, 2, 3), Some(LimitHit::Processes { limit: 2 }));
         assert_eq!(LimitHit::of_kind("disk", 1, 2, 3), None);
+    }
+
+    #[test]
+    fn a_retried_running_job_goes_back_to_pending_and_only_a_running_one() {
+        let retried = decide(Running, &Trigger::Retrying { reason: "evicted".into() }).unwrap();
+        assert_eq!(
+            (retried.to, retried.context, retried.data["reason"].as_str()),
+            (Pending, "RECONCILE", Some("evicted"))
+        );
+        for status in [Queued, Pending] {
+            assert_eq!(decide(status, &Trigger::Retrying { reason: "x".into() }), None, "{status}");
+        }
     }
 
     #[test]

@@ -125,6 +125,8 @@ impl Cluster {
             keep_finished_pods: Duration::ZERO,
             keep_finished_jobs: Duration::from_secs(3600),
             archive_give_up: Duration::from_secs(600),
+            infrastructure_retries: 2,
+            retry_backoff: Duration::from_millis(500),
             limits: Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
             admission_every: Duration::from_millis(50),
             concurrency: 16,
@@ -614,6 +616,7 @@ async fn bench_pods_created_per_second() {
                         user: "alice".into(),
                         function_env: Vec::new(),
                         stop_requested: false,
+                        retry_after_start: false,
                         secret_name: gantry::crd::secret_name(&id),
                     };
                     // As the gateway creates it: with the controller's finalizer.

@@ -836,6 +836,13 @@ impl Store {
 
     /// A deleted CRD takes its resource type and all its objects with it.
     fn after_remove(&mut self, resource: &ResourceDef, object: &Value) {
+        if resource.is_pod() {
+            // The log lives on the node with the pod's containers: a later pod of the same name
+            // (a retried job's) starts with none.
+            let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default().to_string();
+            self.pod_logs.remove(&(namespace, field_text(object, "metadata.name")));
+            return;
+        }
         if resource.group == "events.k8s.io" && resource.plural == "events" {
             if let Some(core) = self.resource("", "v1", "events") {
                 let namespace = object["metadata"]["namespace"].as_str().unwrap_or_default();

@@ -3,7 +3,11 @@
 //! pod's environment (plain values, and `secretKeyRef` resolved from the double's Secrets). It
 //! reports the pod's phase, start time and container states as the kubelet does, serves the
 //! container's output as `pods/{name}/log`, and kills the processes when the pod is deleted.
-//! Told to, it fails an image pull, never schedules a pod, or loses one (as a dead node would).
+//! Told to, it fails an image pull, never schedules a pod, or loses one (as a dead node would),
+//! and it ends pods the way the cluster does before their containers start (eviction, the
+//! scheduler's preemption, a lost node, deletion by the taint manager), for the first pods of a
+//! function or all of them. Pods are told apart by their uid: a retried job's next pod has the
+//! same name as the one that ended.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
@@ -24,7 +28,7 @@ pub enum Fault {
     PullFails,
     /// No node fits: the pod stays `Pending` with `PodScheduled=False/Unschedulable`.
     NeverSchedule,
-    /// The pod disappears once it runs (a node lost with it).
+    /// The pod disappears once its container has written a line, or ended (a node lost with it).
     LostWhileRunning,
     /// The init container (the launcher's copy) fails: the job's container never starts.
     InitFails,
@@ -36,6 +40,31 @@ pub enum Fault {
     Evicted,
     /// The job's Secret is deleted before the container starts (`CreateContainerConfigError`).
     SecretMissing,
+    /// The kubelet evicts the pod (node pressure) before its containers start: phase `Failed`,
+    /// reason `Evicted`, a `DisruptionTarget` condition (`TerminationByKubelet`).
+    EvictedBeforeStart,
+    /// The scheduler preempts the pod before its containers start: a `DisruptionTarget`
+    /// condition (`PreemptionByScheduler`), then a graceful delete the node confirms.
+    PreemptedBeforeStart,
+    /// The node stops answering before the containers start: the node controller sets the
+    /// pod's phase `Unknown` with reason `NodeLost`, and nothing ever runs or removes it.
+    NodeLostBeforeStart,
+    /// The cluster deletes the pod before its containers start (the taint manager evicting it
+    /// from a tainted node): `DisruptionTarget` (`DeletionByTaintManager`), then a delete.
+    DeletedBeforeStart,
+}
+
+impl Fault {
+    /// The cluster ends the pod before any container of it starts.
+    fn before_start(&self) -> bool {
+        matches!(
+            self,
+            Fault::EvictedBeforeStart
+                | Fault::PreemptedBeforeStart
+                | Fault::NodeLostBeforeStart
+                | Fault::DeletedBeforeStart
+        )
+    }
 }
 
 /// Kills `pid` and every process descended from it with SIGKILL (what the kernel's OOM killer does
@@ -57,14 +86,18 @@ fn kill_tree(pid: u32) {
     }
 }
 
+/// Faults by function, with how many more pods meet each (`None`: every pod).
+type Faults = HashMap<String, (Fault, Option<usize>)>;
+
 #[derive(Clone)]
 pub struct Kubelet {
     api: ApiServer,
     namespace: String,
-    faults: Arc<Mutex<HashMap<String, Fault>>>,
+    /// Faults by function, with how many more pods meet them (`None`: every pod).
+    faults: Arc<Mutex<Faults>>,
     /// Functions whose pods find storage refusing their writes.
     refusing: Arc<Mutex<HashSet<String>>>,
-    /// Pods whose containers this node is starting or running.
+    /// Pods (by uid) whose containers this node is starting or running.
     active: Arc<Mutex<HashSet<String>>>,
 }
 
@@ -95,7 +128,26 @@ impl Kubelet {
 
     /// From now on, pods of `function` meet `fault`.
     pub fn inject(&self, function: &str, fault: Fault) {
-        self.faults.lock().expect("lock").insert(function.into(), fault);
+        self.faults.lock().expect("lock").insert(function.into(), (fault, None));
+    }
+
+    /// The next `pods` pods of `function` meet `fault`; the ones after run normally.
+    pub fn inject_times(&self, function: &str, fault: Fault, pods: usize) {
+        self.faults.lock().expect("lock").insert(function.into(), (fault, Some(pods)));
+    }
+
+    /// The fault the next pod of `function` meets, counting it.
+    fn fault_for(&self, function: &str) -> Option<Fault> {
+        let mut faults = self.faults.lock().expect("lock");
+        let (fault, left) = faults.get_mut(function)?;
+        match left {
+            None => Some(fault.clone()),
+            Some(0) => None,
+            Some(count) => {
+                *count -= 1;
+                Some(fault.clone())
+            }
+        }
     }
 
     /// From now on, the object storage refuses the writes of pods of `function` (their
@@ -109,15 +161,20 @@ impl Kubelet {
         loop {
             for pod in self.api.list(Kind::POD, &self.namespace) {
                 let name = pod["metadata"]["name"].as_str().unwrap_or_default().to_string();
-                if seen.insert(name.clone()) {
-                    self.active.lock().expect("lock").insert(name.clone());
+                let uid = pod["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+                if pod["status"]["phase"] == "Unknown" {
+                    // Its node is gone: nobody confirms its deletion (a force delete removes it).
+                    continue;
+                }
+                if seen.insert(uid.clone()) {
+                    self.active.lock().expect("lock").insert(uid.clone());
                     let node = self.clone();
                     tokio::spawn(async move {
                         node.handle(&name, pod).await;
-                        node.active.lock().expect("lock").remove(&name);
+                        node.active.lock().expect("lock").remove(&uid);
                     });
                 } else if !pod["metadata"]["deletionTimestamp"].is_null()
-                    && !self.active.lock().expect("lock").contains(&name)
+                    && !self.active.lock().expect("lock").contains(&uid)
                 {
                     // Deleted once its containers stopped: the node confirms with a final delete.
                     self.api.delete_now(Kind::POD, &self.namespace, &name);
@@ -201,7 +258,7 @@ impl Kubelet {
 
     async fn handle(&self, name: &str, pod: Value) {
         let function = pod["metadata"]["labels"][gantry::crd::LABEL_FUNCTION].as_str().unwrap_or_default();
-        let fault = self.faults.lock().expect("lock").get(function).cloned();
+        let fault = self.fault_for(function);
         let main = pod["spec"]["containers"][0].clone();
         let image = main["image"].as_str().unwrap_or_default().to_string();
         match fault {
@@ -225,6 +282,9 @@ impl Kubelet {
             _ => {}
         }
         self.api.bind(&self.namespace, name, "node-double");
+        if let Some(fault) = fault.as_ref().filter(|f| f.before_start()) {
+            return self.end_before_start(name, &image, fault).await;
+        }
         if fault == Some(Fault::SecretMissing) {
             // Gone, and kept gone (the gateway applies the Secret twice: a delete between the two
             // would otherwise be undone), until the pod is deleted.
@@ -289,11 +349,6 @@ impl Kubelet {
         let started = now();
         self.set_status(name, json!({"phase": "Running", "startTime": started, "containerStatuses": [{
             "name": "job", "image": image, "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": started}}}]}));
-        if fault == Some(Fault::LostWhileRunning) {
-            let _ = child.start_kill();
-            self.api.delete_now(Kind::POD, &self.namespace, name);
-            return;
-        }
         let output = Arc::new(Mutex::new(Vec::<u8>::new()));
         let mut pipes = Vec::new();
         for pipe in [
@@ -335,6 +390,13 @@ impl Kubelet {
                     let text = String::from_utf8_lossy(&output.lock().expect("lock")).into_owned();
                     self.api.set_pod_log(&self.namespace, name, &text);
                     deadline_exceeded = deadline.is_some_and(|at| std::time::Instant::now() >= at);
+                    if fault == Some(Fault::LostWhileRunning) && !text.is_empty() {
+                        if let Some(pid) = child.id() {
+                            kill_tree(pid);
+                        }
+                        self.api.delete_now(Kind::POD, &self.namespace, name);
+                        return;
+                    }
                     if fault == Some(Fault::OutOfMemory) && !text.is_empty() {
                         out_of_memory = true;
                         if let Some(pid) = child.id() {
@@ -370,6 +432,11 @@ impl Kubelet {
         };
         for pipe in pipes {
             let _ = pipe.await;
+        }
+        if fault == Some(Fault::LostWhileRunning) {
+            // Ended before its first line was seen: lost all the same, never reported.
+            self.api.delete_now(Kind::POD, &self.namespace, name);
+            return;
         }
         let text = String::from_utf8_lossy(&output.lock().expect("lock")).into_owned();
         self.api.set_pod_log(&self.namespace, name, &text);
@@ -413,6 +480,53 @@ impl Kubelet {
             // Being deleted and its containers stopped: the node removes it.
             self.api.delete_now(Kind::POD, &self.namespace, name);
         }
+    }
+}
+
+impl Kubelet {
+    /// Ends a bound pod the way the cluster does before any of its containers started.
+    async fn end_before_start(&self, name: &str, image: &str, fault: &Fault) {
+        let waiting = json!([{"name": "job", "image": image, "imageID": "", "ready": false, "restartCount": 0,
+            "state": {"waiting": {"reason": "ContainerCreating"}}}]);
+        let disruption = |reason: &str, message: &str| {
+            json!([{"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message,
+                    "lastTransitionTime": now()}])
+        };
+        let (reason, message) = match fault {
+            Fault::EvictedBeforeStart => {
+                let message =
+                    "The node was low on resource: ephemeral-storage. Threshold quantity: 1Gi, available: 512Mi.";
+                self.set_status(
+                    name,
+                    json!({"phase": "Failed", "reason": "Evicted", "message": message,
+                           "conditions": disruption("TerminationByKubelet", message), "containerStatuses": waiting}),
+                );
+                return;
+            }
+            Fault::NodeLostBeforeStart => {
+                let message = format!("Node node-double which was running pod {name} is unresponsive");
+                self.set_status(
+                    name,
+                    json!({"phase": "Unknown", "reason": "NodeLost", "message": message, "containerStatuses": waiting}),
+                );
+                return;
+            }
+            Fault::PreemptedBeforeStart => (
+                "PreemptionByScheduler",
+                "Kubernetes default scheduler: preempting to accommodate a higher priority pod",
+            ),
+            _ => ("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint"),
+        };
+        self.set_status(
+            name,
+            json!({"phase": "Pending", "conditions": disruption(reason, message), "containerStatuses": waiting}),
+        );
+        let pods: kube::Api<k8s_openapi::api::core::v1::Pod> =
+            kube::Api::namespaced(self.api.client(), &self.namespace);
+        // Graceful: marked deleting, then removed by this node's loop once this handler ends
+        // (nothing of it runs; a node takes a moment to tear down the pod's sandbox).
+        let _ = pods.delete(name, &Default::default()).await;
+        tokio::time::sleep(Duration::from_millis(500)).await;
     }
 }
 

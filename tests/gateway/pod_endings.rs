@@ -28,7 +28,14 @@ enum Act {
     DeletePodWhileRunning,
     /// `kubectl delete fj` once the job has written its first line.
     DeleteResourceWhileRunning,
+    /// `POST jobs/{id}/stop/` once the job has written its first line.
+    StopWhileRunning,
 }
+
+/// Prints a line, works a little, then ends well: a rerun shows whether the log is the last
+/// attempt's alone.
+const SHORT: &str =
+    "import time\nprint('[PUBLIC] started', flush=True)\ntime.sleep(1)\nprint('[PUBLIC] finished', flush=True)\n";
 
 struct Ending {
     /// The function's title (the kubelet double's faults go by it).
@@ -37,6 +44,14 @@ struct Ending {
     arguments: &'static str,
     fault: Option<Fault>,
     act: Act,
+    /// The function's upload opts in to reruns after its code started (`retry_after_start`).
+    retry_after_start: bool,
+    /// The fault hits only the first this many pods of the job (`None`: every pod).
+    faulted_pods: Option<usize>,
+    /// The column "retried or final": how many times the job was started again on a new pod
+    /// (each with the reason in the FunctionJob's `status.retries`, a `RETRY` job event and a
+    /// `Retrying` Kubernetes Event); 0 for an ending that is final at once.
+    retried: usize,
     status: &'static str,
     /// Part of the reason shown in the FunctionJob's status and its Events (and in the API's
     /// status event, but for a user's own stop).
@@ -52,6 +67,9 @@ const ENDINGS: &[Ending] = &[
         arguments: r#"{"n": 1}"#,
         fault: Some(Fault::PullFails),
         act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: None,
+        retried: 0,
         status: "FAILED",
         reason: "ErrImagePull",
         log: "no log: the job's container never started (ErrImagePull",
@@ -62,6 +80,9 @@ const ENDINGS: &[Ending] = &[
         arguments: r#"{"n": 1}"#,
         fault: Some(Fault::InitFails),
         act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: None,
+        retried: 0,
         status: "FAILED",
         reason: "the init container place-launcher failed with exit code 1",
         log: "no log: the init container place-launcher failed",
@@ -72,6 +93,9 @@ const ENDINGS: &[Ending] = &[
         arguments: r#"{"n": -1}"#,
         fault: None,
         act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: None,
+        retried: 0,
         status: "FAILED",
         reason: "exited with code 3",
         log: "doubling -1",
@@ -82,6 +106,9 @@ const ENDINGS: &[Ending] = &[
         arguments: "{}",
         fault: Some(Fault::OutOfMemory),
         act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: None,
+        retried: 0,
         status: "FAILED",
         // The controller keeps no pod spec (`seen`), so the limit's figure is not named here.
         reason: "out of memory: its container job was killed (OOMKilled",
@@ -94,6 +121,9 @@ const ENDINGS: &[Ending] = &[
         arguments: "{}",
         fault: Some(Fault::Evicted),
         act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: None,
+        retried: 0,
         status: "FAILED",
         reason: "Evicted",
         log: "started",
@@ -104,6 +134,9 @@ const ENDINGS: &[Ending] = &[
         arguments: "{}",
         fault: Some(Fault::LostWhileRunning),
         act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: None,
+        retried: 0,
         status: "FAILED",
         reason: "disappeared",
         log: "no log: the job's pod is gone",
@@ -114,6 +147,9 @@ const ENDINGS: &[Ending] = &[
         arguments: r#"{"n": 1}"#,
         fault: Some(Fault::NeverSchedule),
         act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: None,
+        retried: 0,
         status: "FAILED",
         reason: "could not be scheduled",
         log: "no log: the job's pod was never scheduled",
@@ -124,6 +160,9 @@ const ENDINGS: &[Ending] = &[
         arguments: "{}",
         fault: None,
         act: Act::DeletePodWhileRunning,
+        retry_after_start: false,
+        faulted_pods: None,
+        retried: 0,
         status: "FAILED",
         reason: "deleted while it ran",
         log: "started",
@@ -134,6 +173,9 @@ const ENDINGS: &[Ending] = &[
         arguments: r#"{"n": 1}"#,
         fault: Some(Fault::SecretMissing),
         act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: None,
+        retried: 0,
         status: "FAILED",
         reason: "CreateContainerConfigError",
         log: "no log: the job's container never started (CreateContainerConfigError",
@@ -144,6 +186,9 @@ const ENDINGS: &[Ending] = &[
         arguments: "{}",
         fault: None,
         act: Act::DeleteResourceWhileRunning,
+        retry_after_start: false,
+        faulted_pods: None,
+        retried: 0,
         status: "FAILED",
         reason: "FunctionJob was deleted",
         log: "started",
@@ -154,9 +199,145 @@ const ENDINGS: &[Ending] = &[
         arguments: r#"{"n": 1}"#,
         fault: Some(Fault::NeverSchedule),
         act: Act::StopWhilePending,
+        retry_after_start: false,
+        faulted_pods: None,
+        retried: 0,
         status: "STOPPED",
         reason: "stopped at the user's request",
         log: "no log: ",
+    },
+    // Retried: the cluster ended the pod before the function's code started.
+    Ending {
+        function: "evicted-early",
+        main: MAIN,
+        arguments: r#"{"n": 2}"#,
+        fault: Some(Fault::EvictedBeforeStart),
+        act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: Some(1),
+        retried: 1,
+        status: "SUCCEEDED",
+        reason: "Evicted",
+        log: "doubling 2",
+    },
+    Ending {
+        function: "preempted-early",
+        main: MAIN,
+        arguments: r#"{"n": 2}"#,
+        fault: Some(Fault::PreemptedBeforeStart),
+        act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: Some(1),
+        retried: 1,
+        status: "SUCCEEDED",
+        reason: "PreemptionByScheduler",
+        log: "doubling 2",
+    },
+    Ending {
+        function: "nodelost-early",
+        main: MAIN,
+        arguments: r#"{"n": 2}"#,
+        fault: Some(Fault::NodeLostBeforeStart),
+        act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: Some(1),
+        retried: 1,
+        status: "SUCCEEDED",
+        reason: "NodeLost",
+        log: "doubling 2",
+    },
+    Ending {
+        function: "deleted-early",
+        main: MAIN,
+        arguments: r#"{"n": 2}"#,
+        fault: Some(Fault::DeletedBeforeStart),
+        act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: Some(2),
+        retried: 2,
+        status: "SUCCEEDED",
+        reason: "DeletionByTaintManager",
+        log: "doubling 2",
+    }, // Retried after the code started only with the function's opt-in.
+    Ending {
+        function: "evicted-opted-in",
+        main: SHORT,
+        arguments: "{}",
+        fault: Some(Fault::Evicted),
+        act: Act::Nothing,
+        retry_after_start: true,
+        faulted_pods: Some(1),
+        retried: 1,
+        status: "SUCCEEDED",
+        reason: "Evicted",
+        log: "started\nfinished\n",
+    },
+    Ending {
+        function: "lost-opted-in",
+        main: SHORT,
+        arguments: "{}",
+        fault: Some(Fault::LostWhileRunning),
+        act: Act::Nothing,
+        retry_after_start: true,
+        faulted_pods: Some(1),
+        retried: 1,
+        status: "SUCCEEDED",
+        reason: "disappeared",
+        log: "started\nfinished\n",
+    },
+    // Retries exhausted: final, with the last attempt's reason and the count.
+    Ending {
+        function: "evicted-always",
+        main: MAIN,
+        arguments: r#"{"n": 1}"#,
+        fault: Some(Fault::EvictedBeforeStart),
+        act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: None,
+        retried: 2,
+        status: "FAILED",
+        reason: "Evicted): The node was low on resource: ephemeral-storage. Threshold quantity: 1Gi, available: 512Mi. after 3 attempts",
+        log: "no log: the job's container never started (ContainerCreating",
+    },
+    // The job's own endings and stops are final, opt-in or not.
+    Ending {
+        function: "exit-opted-in",
+        main: MAIN,
+        arguments: r#"{"n": -1}"#,
+        fault: None,
+        act: Act::Nothing,
+        retry_after_start: true,
+        faulted_pods: None,
+        retried: 0,
+        status: "FAILED",
+        reason: "exited with code 3",
+        log: "doubling -1",
+    },
+    Ending {
+        function: "oom-opted-in",
+        main: SLEEPER,
+        arguments: "{}",
+        fault: Some(Fault::OutOfMemory),
+        act: Act::Nothing,
+        retry_after_start: true,
+        faulted_pods: None,
+        retried: 0,
+        status: "FAILED",
+        reason: "ran out of memory",
+        log: "started",
+    },
+    Ending {
+        function: "stopped-opted-in",
+        main: SLEEPER,
+        arguments: "{}",
+        fault: None,
+        act: Act::StopWhileRunning,
+        retry_after_start: true,
+        faulted_pods: None,
+        retried: 0,
+        status: "STOPPED",
+        reason: "stopped at the user's request",
+        log: "started",
     },
 ];
 
@@ -233,7 +414,7 @@ async fn act(cluster: &Cluster, id: &str, act: Act) {
             let stop = cluster.gateway.post_json(&format!("/api/v1/jobs/{id}/stop/"), "alice", json!({})).await;
             assert_eq!(stop.status, 200, "{}", stop.json);
         }
-        Act::DeletePodWhileRunning | Act::DeleteResourceWhileRunning => {
+        Act::DeletePodWhileRunning | Act::DeleteResourceWhileRunning | Act::StopWhileRunning => {
             let deadline = std::time::Instant::now() + Duration::from_secs(60);
             loop {
                 let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
@@ -243,10 +424,18 @@ async fn act(cluster: &Cluster, id: &str, act: Act) {
                 assert!(std::time::Instant::now() < deadline, "{id} never started: {logs}");
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
-            if act == Act::DeletePodWhileRunning {
-                pods.delete(&pod_name(id), &Default::default()).await.unwrap();
-            } else {
-                resources.delete(id, &Default::default()).await.unwrap();
+            match act {
+                Act::DeletePodWhileRunning => {
+                    pods.delete(&pod_name(id), &Default::default()).await.unwrap();
+                }
+                Act::StopWhileRunning => {
+                    let path = format!("/api/v1/jobs/{id}/stop/");
+                    let stop = cluster.gateway.post_json(&path, "alice", json!({})).await;
+                    assert_eq!(stop.status, 200, "{}", stop.json);
+                }
+                _ => {
+                    resources.delete(id, &Default::default()).await.unwrap();
+                }
             }
         }
     }
@@ -259,13 +448,16 @@ async fn check_ending(cluster: &Cluster, ending: &Ending, id: &str) {
     assert_eq!(job["status"], ending.status, "{name}: {job}");
     let collected = ending.act == Act::DeleteResourceWhileRunning;
     let resource = settled(cluster, id, collected).await;
-    if ending.act != Act::StopWhilePending {
+    if !matches!(ending.act, Act::StopWhilePending | Act::StopWhileRunning) {
         let events = cluster.gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
         assert!(events.to_string().contains(ending.reason), "{name}: the API's events say why: {events}");
     }
     if let Some(resource) = &resource {
         let message = resource["status"]["message"].as_str().unwrap_or_default();
-        assert!(message.contains(ending.reason), "{name}: the resource says why: {resource}");
+        // A job that succeeded on a later attempt says why in its retries alone.
+        if ending.retried == 0 || ending.status != "SUCCEEDED" {
+            assert!(message.contains(ending.reason), "{name}: the resource says why: {resource}");
+        }
         assert_eq!(resource["status"]["phase"], ending.status, "{name}: {resource}");
         let logs = condition(resource, "LogsArchived");
         let no_log = ending.log.starts_with("no log: ");
@@ -279,29 +471,93 @@ async fn check_ending(cluster: &Cluster, ending: &Ending, id: &str) {
     let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
     let text = logs["logs"].as_str().unwrap_or_default();
     assert!(text.contains(ending.log), "{name}: the log: {logs}");
+    check_retries(cluster, ending, id, resource.as_ref()).await;
 }
 
-/// The table: every ending at once on one cluster (a 4 s pending deadline), then the quiet
-/// after: nothing more is asked about any settled job.
+/// The column "retried or final": each retry recorded once with its reason on the FunctionJob,
+/// as a job event and as a Kubernetes Event; a retried job's log is its last attempt's alone.
+async fn check_retries(cluster: &Cluster, ending: &Ending, id: &str, resource: Option<&Value>) {
+    let name = ending.function;
+    if let Some(resource) = resource {
+        let retries = resource["status"]["retries"].as_array().cloned().unwrap_or_default();
+        assert_eq!(retries.len(), ending.retried, "{name}: the FunctionJob's retries: {resource}");
+        for (number, retry) in retries.iter().enumerate() {
+            assert_eq!(retry["attempt"], number + 1, "{name}: {retry}");
+            assert!(
+                retry["reason"].as_str().unwrap().contains(ending.reason.split(" after ").next().unwrap()),
+                "{name}: {retry}"
+            );
+            assert_eq!(retry["codeStarted"], ending.retry_after_start, "{name}: {retry}");
+        }
+    }
+    let events = cluster.gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
+    let retry_events: Vec<&Value> = events.as_array().unwrap().iter().filter(|e| e["event_type"] == "RETRY").collect();
+    assert_eq!(retry_events.len(), ending.retried, "{name}: RETRY job events: {events}");
+    for event in &retry_events {
+        assert!(event["data"]["reason"].as_str().unwrap_or_default().len() > 10, "{name}: {event}");
+    }
+    let retrying = events_about(&cluster.api, id)
+        .into_iter()
+        .filter(|(kind, reason, _)| kind == "Warning" && reason == "Retrying");
+    assert_eq!(retrying.count(), ending.retried, "{name}: Retrying Events: {:?}", events_about(&cluster.api, id));
+    let statuses = cluster.statuses(id).await;
+    assert_eq!(statuses.last().map(String::as_str), Some(ending.status), "{name}: {statuses:?}");
+    let finals = statuses.iter().filter(|s| matches!(s.as_str(), "SUCCEEDED" | "FAILED" | "STOPPED")).count();
+    assert_eq!(finals, 1, "{name}: one final move: {statuses:?}");
+    if ending.retried > 0 && ending.status == "SUCCEEDED" {
+        let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
+        let text = logs["logs"].as_str().unwrap_or_default();
+        let first_line = ending.log.lines().next().unwrap();
+        assert_eq!(text.matches(first_line).count(), 1, "{name}: the last attempt's log alone: {logs}");
+    }
+}
+
+/// Uploads `main` as `title`, opting in to reruns after the code started when asked.
+async fn upload(cluster: &Cluster, title: &str, main: &str, retry_after_start: bool) {
+    let artifact = crate::harness::tar_of(&[("main.py", main.as_bytes())]);
+    let opt_in = if retry_after_start { "true" } else { "false" };
+    let fields = [("title", title), ("entrypoint", "main.py"), ("retry_after_start", opt_in)];
+    let reply = cluster
+        .gateway
+        .post_multipart("/api/v1/programs/upload/", "alice", &fields, &[("artifact", "a.tar", &artifact)])
+        .await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+}
+
+/// The table: every ending at once on one cluster (a 4 s pending deadline, two infrastructure
+/// retries 0.5 s then 1 s apart), then the quiet after: nothing more is asked about any settled
+/// job.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_way_a_pod_ends_is_settled_and_leaves_nothing_behind() {
     let gateway = Gateway::start(Backend::PostgresS3).await;
     let cluster = Cluster::start_tuned(gateway, Duration::from_secs(4), Duration::from_secs(3600), |settings| {
         settings.limits.jobs_per_user = 32;
         settings.limits.cpu_slots = 32;
+        settings.infrastructure_retries = 2;
     })
     .await;
     let mut ids = Vec::new();
     for ending in ENDINGS {
-        cluster.upload(ending.function, ending.main).await;
-        if let Some(fault) = &ending.fault {
-            cluster.kubelet.inject(ending.function, fault.clone());
+        upload(&cluster, ending.function, ending.main, ending.retry_after_start).await;
+        match (&ending.fault, ending.faulted_pods) {
+            (Some(fault), Some(pods)) => cluster.kubelet.inject_times(ending.function, fault.clone(), pods),
+            (Some(fault), None) => cluster.kubelet.inject(ending.function, fault.clone()),
+            (None, _) => {}
         }
     }
     for ending in ENDINGS {
-        ids.push(cluster.run(ending.function, ending.arguments).await);
+        let id = cluster.run(ending.function, ending.arguments).await;
+        if ending.act == Act::StopWhilePending {
+            // At once: within the pending deadline of its pod, however long the other runs take.
+            act(&cluster, &id, ending.act).await;
+        }
+        ids.push(id);
     }
-    let acts = ENDINGS.iter().zip(&ids).map(|(ending, id)| act(&cluster, id, ending.act));
+    let acts = ENDINGS
+        .iter()
+        .zip(&ids)
+        .filter(|(ending, _)| ending.act != Act::StopWhilePending)
+        .map(|(ending, id)| act(&cluster, id, ending.act));
     futures::future::join_all(acts).await;
     for (ending, id) in ENDINGS.iter().zip(&ids) {
         check_ending(&cluster, ending, id).await;
@@ -327,11 +583,15 @@ async fn a_pod_past_its_deadline_is_settled_and_leaves_nothing_behind() {
         arguments: "{}",
         fault: None,
         act: Act::Nothing,
+        // Opted in to reruns: a timeout is the job's own ending all the same.
+        retry_after_start: true,
+        faulted_pods: None,
+        retried: 0,
         status: "STOPPED",
         reason: "PROGRAM_TIMEOUT",
         log: "started",
     };
-    cluster.upload(ending.function, ending.main).await;
+    upload(&cluster, ending.function, ending.main, ending.retry_after_start).await;
     let id = cluster.run(ending.function, ending.arguments).await;
     check_ending(&cluster, &ending, &id).await;
     let before = calls_about(&cluster.api, &id);
@@ -478,4 +738,47 @@ async fn a_log_settled_before_a_crash_is_read_back_not_settled_again() {
     assert!(requests.iter().all(|(_, path)| !path.ends_with(&format!("{}/log", pod_name(&id)))), "the log read again");
     let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
     assert_eq!(logs["logs"], note, "{logs}");
+}
+
+/// A controller restarted while a retry waits for its backoff goes on from the FunctionJob's
+/// status and the database: one retry recorded once, one more pod, the job SUCCEEDED with the
+/// second attempt's log, nothing left behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_controller_restarted_mid_retry_goes_on_where_the_last_one_was() {
+    let gateway = Gateway::start(Backend::PostgresS3).await;
+    let cluster = Cluster::start_tuned(gateway, Duration::from_secs(600), Duration::from_secs(3600), |settings| {
+        settings.retry_backoff = Duration::from_secs(3);
+    })
+    .await;
+    upload(&cluster, "fn", MAIN, false).await;
+    cluster.kubelet.inject_times("fn", Fault::EvictedBeforeStart, 1);
+    let id = cluster.run("fn", r#"{"n": 5}"#).await;
+    let waiting = cluster
+        .resource_until(&id, |r| r["status"]["retries"].as_array().is_some_and(|retries| retries.len() == 1))
+        .await;
+    assert_eq!(waiting["status"]["phase"], "PENDING", "{waiting}");
+    cluster.restart_controller();
+    let job = cluster.finished(&id).await;
+    assert_eq!(job["status"], "SUCCEEDED", "{job}");
+    let ending = Ending {
+        function: "fn",
+        main: MAIN,
+        arguments: r#"{"n": 5}"#,
+        fault: Some(Fault::EvictedBeforeStart),
+        act: Act::Nothing,
+        retry_after_start: false,
+        faulted_pods: Some(1),
+        retried: 1,
+        status: "SUCCEEDED",
+        reason: "Evicted",
+        log: "doubling 5",
+    };
+    check_ending(&cluster, &ending, &id).await;
+    let creates = cluster
+        .api
+        .requests()
+        .iter()
+        .filter(|(method, path)| method == "POST" && path.split('?').next().unwrap_or_default().ends_with("/pods"))
+        .count();
+    assert_eq!(creates, 2, "one pod per attempt");
 }

@@ -338,6 +338,9 @@ fn merge_upload(
         }
         program.gpu = gpu;
     }
+    if let Some(value) = fields.value("retry_after_start") {
+        program.retry_after_start = parse_bool("retry_after_start", value)?;
+    }
     if fields.has("arguments_schema") {
         let stored = match fields.value("arguments_schema") {
             None => None,

@@ -320,6 +320,7 @@ mod tests {
                 user: "alice@example.com".into(),
                 function_env: vec!["MY_SETTING".into()],
                 stop_requested: false,
+                retry_after_start: false,
                 secret_name: secret_name(JOB_ID),
             },
         );

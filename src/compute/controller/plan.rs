@@ -10,8 +10,9 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
+use super::retry::{self, Stage, Verdict};
 use super::status::{Known, LOST_LOG, LogState, condition_is, log_source, pod_trigger, resource_status};
-use crate::crd::{FunctionJob, FunctionJobStatus, pod_name};
+use crate::crd::{FunctionJob, FunctionJobStatus, Retry, pod_name};
 use crate::domain::lifecycle::{JobStatus, Trigger, decide};
 
 /// The job's row in the database, as far as the controller reads it.
@@ -22,6 +23,8 @@ pub struct Row {
     pub stop_requested: bool,
     /// A provider's function: its log is split in two.
     pub provider_function: bool,
+    /// Times the job was started again after the cluster ended its pod (the database's count).
+    pub retries: u32,
 }
 
 /// What object storage holds of a finished job's log.
@@ -66,6 +69,10 @@ pub struct Windows {
     pub keep_finished_jobs: Duration,
     /// How long reading a pod's log for archiving is retried before the log is given up.
     pub archive_give_up: Duration,
+    /// How many times a job whose pod the cluster ended is started again.
+    pub infrastructure_retries: u32,
+    /// The wait before the first retry (doubling for each next one).
+    pub retry_backoff: Duration,
 }
 
 /// A Kubernetes Event about the resource.
@@ -85,6 +92,15 @@ pub enum Step {
     Move { from: JobStatus, to: JobStatus, trigger: Trigger, note: Note },
     /// Create the job's pod (an existing one, made before a crash, is adopted instead).
     CreatePod,
+    /// Record that the cluster ended the job's attempt and it starts again: in the database (the
+    /// count of retries as a compare-and-set from `made`, a `RETRY` job event, and the move back
+    /// to PENDING of a RUNNING job) and as a Kubernetes Event.
+    RecordRetry { from: JobStatus, made: u32, retry: Retry, note: Note },
+    /// Delete the ended attempt's pod at once (nothing of it runs any more).
+    DeleteEndedPod,
+    /// Remove what the ended attempt's launcher shipped (its exit record, logs, result), so the
+    /// next attempt's are never confused with them.
+    ClearAttempt,
     /// Stop the running pod (a stop was requested): delete it with a short grace period.
     StopPod,
     /// Archive the pod's log into storage, split as the launcher splits it.
@@ -96,7 +112,7 @@ pub enum Step {
     /// Delete the job's pod.
     DeletePod,
     /// Write the resource's whole status (server-side apply).
-    WriteStatus(FunctionJobStatus),
+    WriteStatus(Box<FunctionJobStatus>),
     /// Delete the finished, settled resource after its keep window.
     Collect,
     /// Ask for an admission pass now.
@@ -235,6 +251,16 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
     let mut message = observed.moved.as_ref().and_then(describe).or(previous.message.clone());
     let pod_created = previous.pod_name.is_some() || pod.is_some();
     let mut pod_named = pod_created;
+    let mut retries = previous.retries.clone();
+    // Set while an ended attempt's pod goes or the next attempt waits for its backoff.
+    let mut retry_wake = None;
+    // Only an active job has attempts to come (a finished one's last pod is simply its pod).
+    let stage = if pod_created && status.is_active() { retry::stage(&previous, pod) } else { Stage::Current };
+    if !previous.retries.is_empty() && pod.is_some_and(|p| p.metadata.uid != previous.pod_uid) {
+        // The next attempt's pod, seen for the first time: the words of the retry are history
+        // (they stay in `retries`).
+        message = observed.moved.as_ref().and_then(describe);
+    }
 
     if !pod_created && row.stop_requested && status.is_active() {
         // Stopped before its pod existed: nothing to stop but the job itself.
@@ -247,16 +273,90 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
         // The status written below names it.
         steps.push(Step::CreatePod);
         pod_named = true;
-    } else if pod_created {
-        if row.stop_requested && !status.is_terminal() && pod.is_some_and(|p| p.metadata.deletion_timestamp.is_none()) {
-            steps.push(Step::StopPod);
-        }
-        if let Some(trigger) = pod_trigger(status, row.stop_requested, pod, now, windows.pending_deadline)
-            && let Some((step, to, words)) = move_by(status, trigger, message.clone())
-        {
+    } else if let (Stage::OldPodPresent { .. } | Stage::AwaitingNextPod { .. }, true) =
+        (&stage, row.stop_requested && status.is_active())
+    {
+        // Stopped between two attempts.
+        if let Some((step, to, words)) = move_by(status, Trigger::StopRequested, message.clone()) {
             steps.push(step);
             status = to;
             message = words;
+        }
+    } else if let Stage::OldPodPresent { deleting } = stage {
+        if !deleting {
+            steps.push(Step::DeleteEndedPod);
+        }
+        retry_wake = Some(Duration::from_secs(1));
+    } else if let Stage::AwaitingNextPod { at } = stage {
+        if now >= at {
+            steps.push(Step::ClearAttempt);
+            steps.push(Step::CreatePod);
+            message = None;
+        } else {
+            retry_wake = Some(between(now, at).max(Duration::from_millis(100)));
+        }
+    } else if pod_created {
+        let ran_before = previous.phase == Some(JobStatus::Running);
+        let fault = retry::infrastructure_fault(status, row.stop_requested, pod).map(|mut fault| {
+            fault.code_started |= ran_before;
+            fault
+        });
+        let made = retries.len() as u32;
+        let verdict = fault.map(|fault| {
+            let pod_uid = pod.and_then(|p| p.metadata.uid.clone()).or(previous.pod_uid.clone());
+            let verdict = retry::verdict(
+                &fault,
+                made,
+                windows.infrastructure_retries,
+                job.spec.retry_after_start,
+                pod_uid,
+                windows.retry_backoff,
+                now,
+            );
+            (fault, verdict)
+        });
+        if let Some((_, Verdict::Retry(record))) = &verdict {
+            let words = format!(
+                "attempt {} ended ({}); attempt {} starts in {} s (retry {} of {})",
+                record.attempt,
+                record.reason,
+                record.attempt + 1,
+                between(now, record.next_attempt_at.0).as_secs(),
+                record.attempt,
+                windows.infrastructure_retries
+            );
+            // Recorded in the database already when a crash came before the status write.
+            if row.retries <= made {
+                let note = Note { warning: true, reason: "Retrying".into(), message: Some(words.clone()) };
+                steps.push(Step::RecordRetry { from: status, made, retry: record.clone(), note });
+            }
+            if pod.is_some_and(|p| p.metadata.deletion_timestamp.is_none()) {
+                steps.push(Step::DeleteEndedPod);
+            }
+            retry_wake = Some(between(now, record.next_attempt_at.0).max(Duration::from_millis(100)));
+            retries.push(record.clone());
+            status = JobStatus::Pending;
+            message = Some(words);
+        } else if let Some((_, Verdict::Final(words))) = verdict {
+            if let Some((step, to, words)) = move_by(status, Trigger::Lost { reason: words }, message.clone()) {
+                steps.push(step);
+                status = to;
+                message = words;
+            }
+        } else {
+            if row.stop_requested
+                && !status.is_terminal()
+                && pod.is_some_and(|p| p.metadata.deletion_timestamp.is_none())
+            {
+                steps.push(Step::StopPod);
+            }
+            if let Some(trigger) = pod_trigger(status, row.stop_requested, pod, now, windows.pending_deadline)
+                && let Some((step, to, words)) = move_by(status, trigger, message.clone())
+            {
+                steps.push(step);
+                status = to;
+                message = words;
+            }
         }
     }
 
@@ -313,12 +413,17 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
         completed,
         previous: job.status.as_ref(),
         now,
+        pod_uid: match stage {
+            Stage::Current => pod.and_then(|p| p.metadata.uid.as_deref()).or(previous.pod_uid.as_deref()),
+            _ => previous.pod_uid.as_deref(),
+        },
+        retries: &retries,
     });
     if desired.pod_name.is_none() && pod_named {
         desired.pod_name = Some(pod_name(job_id));
     }
     if job.status.as_ref() != Some(&desired) {
-        steps.push(Step::WriteStatus(desired));
+        steps.push(Step::WriteStatus(Box::new(desired)));
     }
     let settled = status.is_terminal() && logs.settled() && secret_deleted && pod_deleted;
     if settled && since_end >= windows.keep_finished_jobs {
@@ -328,6 +433,9 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
         return Plan::then(steps, Next::AwaitChange);
     }
     let next = match status {
+        JobStatus::Pending | JobStatus::Running if retry_wake.is_some() => {
+            Next::Requeue(retry_wake.unwrap_or(Duration::from_secs(1)))
+        }
         JobStatus::Queued => {
             steps.push(Step::WakeAdmission);
             Next::AwaitChange

@@ -30,6 +30,7 @@ use crate::compute::{ADMISSION_WINDOW, admit_queued, move_job};
 use crate::crd::{FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus, pod_name, secret_name};
 use crate::db::{self, Db, jobs};
 use crate::domain::admission::{Capacity, Limits};
+use crate::domain::lifecycle::{JobStatus, Trigger};
 use crate::domain::logs::LogRouter;
 use crate::events::Publisher;
 use crate::ops::{ErrorLabels, Metrics, OutcomeLabels};
@@ -48,6 +49,10 @@ pub struct ControllerSettings {
     pub keep_finished_jobs: Duration,
     /// How long archiving a log is retried (with backoff) before the log is given up as lost.
     pub archive_give_up: Duration,
+    /// How many times a job whose pod the cluster ended is started again on a new pod.
+    pub infrastructure_retries: u32,
+    /// The wait before the first of those retries (doubling for each next one, at most 5 minutes).
+    pub retry_backoff: Duration,
     pub limits: Limits,
     /// How often queued jobs are considered for admission.
     pub admission_every: Duration,
@@ -69,6 +74,8 @@ impl ControllerSettings {
             keep_finished_pods: self.keep_finished_pods,
             keep_finished_jobs: self.keep_finished_jobs,
             archive_give_up: self.archive_give_up,
+            infrastructure_retries: self.infrastructure_retries,
+            retry_backoff: self.retry_backoff,
         }
     }
 }
@@ -346,6 +353,7 @@ async fn read_row(ctx: &Context, job_id: &str) -> Result<Option<Row>, Error> {
         sub_status: state.sub_status,
         stop_requested: state.stop_requested,
         provider_function: state.provider_function,
+        retries: u32::try_from(state.infrastructure_retries).unwrap_or(0),
     }))
 }
 
@@ -406,7 +414,28 @@ async fn carry_out(
                     return Ok(None);
                 }
                 record(ctx, job, false, "PodCreated", Some(format!("pod {} created", pod_name(job_id)))).await;
+                if !job.status.as_ref().is_none_or(|status| status.retries.is_empty()) {
+                    // A retry's pod: its uid goes in the status before anything else is planned,
+                    // so it is never taken for the ended attempt's.
+                    return Ok(None);
+                }
             }
+            Step::RecordRetry { from, made, retry, note } => {
+                if !record_retry(ctx, job_id, from, made, &retry).await? {
+                    // Moved or recorded by another reconcile (or before a crash): plan again.
+                    observed.row = read_row(ctx, job_id).await?;
+                    return Ok(None);
+                }
+                record(ctx, job, note.warning, &note.reason, note.message).await;
+            }
+            Step::DeleteEndedPod => {
+                let params = DeleteParams { grace_period_seconds: Some(0), ..Default::default() };
+                ctx.delete_pod(job_id, &params, "delete the ended attempt's pod").await?;
+                if let Some(pod) = observed.pod.as_mut() {
+                    pod.metadata.deletion_timestamp = Some(Time(observed.now));
+                }
+            }
+            Step::ClearAttempt => clear_attempt(ctx, job_id).await?,
             Step::StopPod => {
                 let params = DeleteParams { grace_period_seconds: Some(10), ..Default::default() };
                 ctx.delete_pod(job_id, &params, "stop the pod").await?;
@@ -458,6 +487,50 @@ async fn carry_out(
             retry_after,
         }),
     }
+}
+
+/// Records a retry in the database: a RUNNING job moves back to PENDING (a compare-and-set,
+/// with its status event), then the count of retries is raised from `made` with a `RETRY` job
+/// event. False when another mover got there first (or a crash came after): plan again.
+async fn record_retry(
+    ctx: &Context,
+    job_id: &str,
+    from: JobStatus,
+    made: u32,
+    retry: &crate::crd::Retry,
+) -> Result<bool, Error> {
+    if from == JobStatus::Running {
+        let trigger = Trigger::Retrying { reason: retry.reason.clone() };
+        if move_job(&ctx.db, &ctx.publisher, job_id, from, &trigger).await.map_err(database_error(job_id))?.is_none() {
+            return Ok(false);
+        }
+    }
+    let data = json!({
+        "attempt": retry.attempt,
+        "reason": retry.reason,
+        "code_started": retry.code_started,
+        "next_attempt": retry.attempt + 1,
+        "next_attempt_at": retry.next_attempt_at.0.to_string(),
+    });
+    let recorded = jobs::record_retry(&ctx.db, job_id, made, &data).await.map_err(database_error(job_id))?;
+    if recorded {
+        ctx.metrics.retries.inc();
+        ctx.publisher.recorded();
+    }
+    Ok(recorded)
+}
+
+/// Removes what an ended attempt's launcher shipped (on SIGTERM it ships the log and an exit
+/// record), so the next attempt's archive is its own: its pod is gone, so nothing writes them
+/// again.
+async fn clear_attempt(ctx: &Context, job_id: &str) -> Result<(), Error> {
+    let archive_error = |source| Error::Archive { job_id: job_id.to_string(), source };
+    for key in
+        [keys::job_exit(job_id), keys::job_user_log(job_id), keys::job_provider_log(job_id), keys::job_result(job_id)]
+    {
+        ctx.storage.delete(&key).await.map_err(archive_error)?;
+    }
+    Ok(())
 }
 
 /// Writes the resource's whole status by server-side apply under Gantry's field manager

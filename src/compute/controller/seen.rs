@@ -13,6 +13,8 @@ use kube::runtime::watcher::Event;
 /// What is kept of one pod.
 #[derive(Debug, Clone, PartialEq)]
 struct SeenPod {
+    /// Tells a retried job's new pod from the ended attempt's (they share the name).
+    uid: Option<String>,
     created: Option<Time>,
     deleting: Option<Time>,
     status: Option<Box<PodStatus>>,
@@ -39,6 +41,7 @@ impl SeenPod {
             Box::new(status)
         });
         SeenPod {
+            uid: pod.metadata.uid.clone(),
             created: pod.metadata.creation_timestamp.clone(),
             deleting: pod.metadata.deletion_timestamp.clone(),
             status,
@@ -49,6 +52,7 @@ impl SeenPod {
         Pod {
             metadata: ObjectMeta {
                 name: Some(name.to_string()),
+                uid: self.uid.clone(),
                 creation_timestamp: self.created.clone(),
                 deletion_timestamp: self.deleting.clone(),
                 ..Default::default()
@@ -96,7 +100,11 @@ impl PodsSeen {
             }
             Event::Delete(pod) => {
                 if let Some(name) = &pod.metadata.name {
-                    self.lock_pods().remove(name);
+                    let mut pods = self.lock_pods();
+                    // Not a retried job's next pod of the same name.
+                    if pods.get(name).is_none_or(|seen| seen.uid.is_none() || seen.uid == pod.metadata.uid) {
+                        pods.remove(name);
+                    }
                 }
             }
             Event::Init => *self.lock_relisting() = Some(HashMap::new()),
@@ -176,6 +184,7 @@ mod tests {
             let kept = seen.get("gantry-job-x").unwrap();
             assert!(kept.spec.is_none() && kept.metadata.labels.is_none(), "only what is read is kept");
             assert_eq!(kept.metadata.creation_timestamp, full.metadata.creation_timestamp);
+            assert_eq!(kept.metadata.uid.as_deref(), Some("u-1"), "the attempt's pod is told by its uid");
             for current in [JobStatus::Pending, JobStatus::Running] {
                 for stop in [false, true] {
                     assert_eq!(

@@ -273,6 +273,10 @@ pub struct Known<'a> {
     /// The status written before, so conditions keep their transition times.
     pub previous: Option<&'a FunctionJobStatus>,
     pub now: Timestamp,
+    /// The uid of the current attempt's pod.
+    pub pod_uid: Option<&'a str>,
+    /// The attempts the cluster ended and that were started again.
+    pub retries: &'a [crate::crd::Retry],
 }
 
 fn condition(
@@ -343,6 +347,8 @@ pub fn resource_status(observed: &Known<'_>) -> FunctionJobStatus {
         observed_generation: observed.generation,
         logs_archived: observed.logs.settled(),
         message: observed.message.map(str::to_string),
+        pod_uid: observed.pod_uid.map(str::to_string),
+        retries: observed.retries.to_vec(),
     }
 }
 
@@ -449,6 +455,8 @@ mod tests {
             completed: None,
             previous: None,
             now: now(),
+            pod_uid: None,
+            retries: &[],
         });
         assert_eq!(first.phase, Some(JobStatus::Running));
         assert_eq!(first.sub_status.as_deref(), Some("MAPPING"));
@@ -467,6 +475,8 @@ mod tests {
             completed: Some(later),
             previous: Some(&first),
             now: later,
+            pod_uid: None,
+            retries: &[],
         });
         let by_kind = |status: &FunctionJobStatus, kind: &str| {
             status.conditions.iter().find(|c| c.type_ == kind).cloned().unwrap()
@@ -592,6 +602,8 @@ mod tests {
                 completed: Some(now()),
                 previous: None,
                 now: now(),
+                pod_uid: None,
+                retries: &[],
             });
             assert_eq!(LogState::of(&status), state);
             assert!(condition_is(&status, "SecretDeleted") && !condition_is(&status, "PodDeleted"));

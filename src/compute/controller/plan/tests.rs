@@ -12,6 +12,8 @@ const WINDOWS: Windows = Windows {
     keep_finished_pods: Duration::from_secs(60),
     keep_finished_jobs: Duration::from_secs(3600),
     archive_give_up: Duration::from_secs(600),
+    infrastructure_retries: 2,
+    retry_backoff: Duration::from_secs(5),
 };
 
 fn now() -> Timestamp {
@@ -93,7 +95,7 @@ fn succeeded() -> Pod {
 }
 
 fn row(status: JobStatus, stop_requested: bool) -> Option<Row> {
-    Some(Row { status, sub_status: None, stop_requested, provider_function: false })
+    Some(Row { status, sub_status: None, stop_requested, provider_function: false, retries: 0 })
 }
 
 /// One way a job can be found.
@@ -155,6 +157,9 @@ fn step_words(step: &Step) -> String {
         Step::WriteStatus(status) => format!("write {}", status.phase.map(JobStatus::as_str).unwrap_or("-")),
         Step::Collect => "collect".into(),
         Step::WakeAdmission => "wake admission".into(),
+        Step::RecordRetry { from, retry, .. } => format!("record retry {} from {from}", retry.attempt),
+        Step::DeleteEndedPod => "delete ended pod".into(),
+        Step::ClearAttempt => "clear attempt".into(),
     }
 }
 
@@ -410,6 +415,156 @@ fn every_way_a_job_can_be_found_has_its_plan() {
         }
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+}
+
+/// A status of a job with `retries` recorded (attempt, ended pod's uid, next attempt `next_in`
+/// seconds from now), the current attempt's pod uid `pod_uid`.
+fn retried(phase: &str, retries: &[(u32, &str)], next_in: i64, pod_uid: &str) -> Value {
+    let mut status = written(phase, true, None, &[]);
+    status["podUid"] = json!(pod_uid);
+    let next = (now() + k8s_openapi::jiff::SignedDuration::from_secs(next_in)).to_string();
+    status["retries"] = retries
+        .iter()
+        .map(|(attempt, uid)| {
+            json!({"attempt": attempt, "reason": "the job's pod was ended by the cluster (Evicted): low", "codeStarted": false,
+                   "podUid": uid, "endedAt": ago(1), "nextAttemptAt": next})
+        })
+        .collect();
+    status
+}
+
+fn with_uid(mut pod: Pod, uid: &str) -> Pod {
+    pod.metadata.uid = Some(uid.into());
+    pod
+}
+
+fn opted_in(mut job: FunctionJob) -> FunctionJob {
+    job.spec.retry_after_start = true;
+    job
+}
+
+#[test]
+fn what_the_cluster_ended_is_retried_within_the_bound() {
+    let evicted_early = || {
+        let waiting = job_container(json!({"waiting": {"reason": "ContainerCreating"}}));
+        pod(json!({"phase": "Failed", "reason": "Evicted", "message": "low", "containerStatuses": waiting}), false)
+    };
+    let evicted_late = || ended("Failed", Some("Evicted"), 143, "Error");
+    let pending = || written("PENDING", true, None, &[]);
+    let running_status = || written("RUNNING", true, None, &[]);
+    let mut recorded_before_crash = row(Pending, false).unwrap();
+    recorded_before_crash.retries = 1;
+    let cases = [
+        case(
+            "evicted before its code started",
+            resource(pending(), false, None),
+            row(Pending, false),
+            Some(with_uid(evicted_early(), "u1")),
+        )
+        .gives(&["record retry 1 from PENDING", "delete ended pod", "write PENDING"], "requeue 5 s"),
+        case(
+            "evicted after its code started",
+            resource(running_status(), false, None),
+            row(Running, false),
+            Some(evicted_late()),
+        )
+        .gives(&["move RUNNING→FAILED (warning)"], "look at archive"),
+        case(
+            "evicted after its code started, opted in",
+            opted_in(resource(running_status(), false, None)),
+            row(Running, false),
+            Some(with_uid(evicted_late(), "u1")),
+        )
+        .gives(&["record retry 1 from RUNNING", "delete ended pod", "write PENDING"], "requeue 5 s"),
+        case("vanished before its code started", resource(pending(), false, None), row(Pending, false), None)
+            .gives(&["record retry 1 from PENDING", "write PENDING"], "requeue 5 s"),
+        case(
+            "recorded in the database before a crash",
+            resource(pending(), false, None),
+            Some(recorded_before_crash),
+            Some(with_uid(evicted_early(), "u1")),
+        )
+        .gives(&["delete ended pod", "write PENDING"], "requeue 5 s"),
+        case(
+            "the ended pod is still there",
+            resource(retried("PENDING", &[(1, "u1")], 5, "u1"), false, None),
+            row(Pending, false),
+            Some(with_uid(evicted_early(), "u1")),
+        )
+        .gives(&["delete ended pod", "write PENDING"], "requeue 1 s"),
+        case(
+            "the ended pod is going",
+            resource(retried("PENDING", &[(1, "u1")], 5, "u1"), false, None),
+            row(Pending, false),
+            Some(with_uid(pod(json!({"phase": "Failed", "reason": "Evicted"}), true), "u1")),
+        )
+        .gives(&["write PENDING"], "requeue 1 s"),
+        case(
+            "the next attempt waits for its backoff",
+            resource(retried("PENDING", &[(1, "u1")], 5, "u1"), false, None),
+            row(Pending, false),
+            None,
+        )
+        .gives(&["write PENDING"], "requeue 5 s"),
+        case(
+            "the next attempt is due",
+            resource(retried("PENDING", &[(1, "u1")], -1, "u1"), false, None),
+            row(Pending, false),
+            None,
+        )
+        .gives(&["clear attempt", "create pod", "write PENDING"], "requeue 60 s"),
+        case(
+            "the next attempt's pod runs",
+            resource(retried("PENDING", &[(1, "u1")], -1, "u1"), false, None),
+            row(Pending, false),
+            Some(with_uid(running(), "u2")),
+        )
+        .gives(&["move PENDING→RUNNING", "write RUNNING"], "requeue 60 s"),
+        case(
+            "the next attempt's pod vanished",
+            resource(retried("PENDING", &[(1, "u1")], -1, "u2"), false, None),
+            row(Pending, false),
+            None,
+        )
+        .gives(&["record retry 2 from PENDING", "write PENDING"], "requeue 10 s"),
+        case(
+            "retries exhausted",
+            resource(retried("PENDING", &[(1, "u1"), (2, "u2")], -1, "u3"), false, None),
+            Some(Row { retries: 2, ..row(Pending, false).unwrap() }),
+            Some(with_uid(evicted_early(), "u3")),
+        )
+        .gives(&["move PENDING→FAILED (warning)"], "look at archive"),
+        case(
+            "stopped between attempts, settled without a next pod",
+            resource(retried("STOPPED", &[(1, "u1")], -1, "u1"), true, None),
+            row(Stopped, true),
+            None,
+        )
+        .archive(Archive::Empty)
+        .gives(&["no log", "delete secret", "write STOPPED"], "requeue 3600 s"),
+        case(
+            "stopped between attempts",
+            resource(retried("PENDING", &[(1, "u1")], 5, "u1"), true, None),
+            row(Pending, true),
+            None,
+        )
+        .gives(&["move PENDING→STOPPED"], "look at archive"),
+    ];
+    let mut wrong = Vec::new();
+    for case in &cases {
+        let plan = plan(&case.observed(), &WINDOWS);
+        let steps: Vec<String> = plan.steps.iter().map(step_words).collect();
+        let next = next_words(plan.next);
+        if steps != case.steps || next != case.next {
+            wrong.push(format!("{}: {steps:?} then {next}, expected {:?} then {}", case.name, case.steps, case.next));
+        }
+    }
+    assert!(wrong.is_empty(), "{}", wrong.join("\n"));
+    // The exhausted job's words: the last attempt's reason and the count.
+    let exhausted = &cases[11];
+    let plan = plan(&exhausted.observed(), &WINDOWS);
+    let Step::Move { note, .. } = &plan.steps[0] else { panic!("{plan:?}") };
+    assert!(note.message.as_deref().unwrap().ends_with("(Evicted): low after 3 attempts"), "{note:?}");
 }
 
 #[test]
