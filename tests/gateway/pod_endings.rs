@@ -323,7 +323,7 @@ const ENDINGS: &[Ending] = &[
         faulted_pods: None,
         retried: 0,
         status: "FAILED",
-        reason: "ran out of memory",
+        reason: "out of memory: its container job was killed (OOMKilled",
         log: "started",
     },
     Ending {
