@@ -314,6 +314,8 @@ class OwnGateway:
             probe.bind(("127.0.0.1", 0))
             self.port = probe.getsockname()[1]
         self.base = f"http://127.0.0.1:{self.port}"
+        # A grace longer than any wait of the tests: what ends before it ended by itself.
+        self.grace = 60
         self.process = None
         self.start()
 
@@ -321,7 +323,7 @@ class OwnGateway:
         log = open(os.path.join(self.dir, "serve.log"), "ab")
         self.process = subprocess.Popen(
             [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", os.path.join(self.dir, "gantry"),
-             "--python", self.python],
+             "--python", self.python, "--shutdown-grace-seconds", str(self.grace)],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -337,10 +339,12 @@ class OwnGateway:
             time.sleep(0.1)
         raise AssertionError(f"gantry serve did not get ready: {self.log()}")
 
-    def stop(self):
-        """SIGTERM, then waits for the process to end (its shutdown is bounded by its grace)."""
+    def terminate(self):
+        """SIGTERM, as an orchestrator sends it; `wait_stopped` waits for the end."""
         self.process.send_signal(signal.SIGTERM)
-        self.process.wait(timeout=40)
+
+    def wait_stopped(self):
+        self.process.wait(timeout=self.grace + 10)
 
     def log(self) -> str:
         return pathlib.Path(self.dir, "serve.log").read_text(errors="replace")[-4000:]

@@ -50,9 +50,11 @@ def test_pages_show_the_outage_and_recover_by_themselves_when_the_gateway_restar
     expect(job_page.locator("#log")).to_contain_text("tick 2")
     expect(job_page.locator("#log-state")).to_have_attribute("data-state", "live")
 
-    # SIGTERM: the live streams end at once (a `restarting` event), not at the end of the grace.
-    own_gateway.stop()
+    # SIGTERM: the live streams end at once (a `restarting` event), long before the end of the
+    # server's 60 s grace, and the server, with nothing else in flight, ends soon after.
+    own_gateway.terminate()
     expect(job_page.locator("#log-state")).not_to_have_attribute("data-state", "live", timeout=5_000)
+    own_gateway.wait_stopped()
     # Every page says the gateway cannot be reached, since when, and that it retries; the data
     # it still shows is marked stale.
     for name, page in pages.items():

@@ -199,6 +199,23 @@ async fn a_live_stream_is_never_idle_and_shutdown_cuts_it() {
     })
     .await;
     let gateway = &served.gateway;
+    let job_id = queued_job(gateway).await;
+    // The job stays queued (no runner): its event stream stays open with nothing to send.
+    let request = format!(
+        "GET /api/v1/jobs/{job_id}/events/stream/ HTTP/1.1\r\nhost: gantry\r\nauthorization: Bearer alice\r\n\r\n"
+    );
+    let mut stream = open_stream(served.address, &request).await;
+    let mut buffer = [0u8; 4096];
+    // Twice the idle timeout without a byte either way: still open.
+    let quiet = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buffer)).await;
+    assert!(quiet.is_err() || quiet.as_ref().is_ok_and(|read| read.as_ref().is_ok_and(|n| *n > 0)), "{quiet:?}");
+    served.stop.take().unwrap().send(()).unwrap();
+    tokio::time::timeout(PATIENCE, &mut served.task).await.expect("shutdown ends the stream").unwrap().unwrap();
+    closed_by_server(&mut stream).await;
+}
+
+/// A job of Alice's that stays queued (the gateway has no runner), so its streams stay open.
+async fn queued_job(gateway: &Gateway) -> String {
     let artifact = crate::harness::tar_of(&[("main.py", b"print('hi')\n".as_slice())]);
     let reply = gateway
         .post_multipart(
@@ -213,27 +230,7 @@ async fn a_live_stream_is_never_idle_and_shutdown_cuts_it() {
         .post_json("/api/v1/programs/run/", "alice", serde_json::json!({"title": "quiet", "arguments": "{}"}))
         .await;
     assert_eq!(reply.status, 200, "{}", reply.json);
-    let job_id = reply.json["id"].as_str().unwrap().to_string();
-    // The job stays queued (no runner): its event stream stays open with nothing to send.
-    let mut stream = TcpStream::connect(served.address).await.unwrap();
-    let request = format!(
-        "GET /api/v1/jobs/{job_id}/events/stream/ HTTP/1.1\r\nhost: gantry\r\nauthorization: Bearer alice\r\n\r\n"
-    );
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    let mut buffer = [0u8; 4096];
-    while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-        let n = tokio::time::timeout(PATIENCE, stream.read(&mut buffer)).await.unwrap().unwrap();
-        assert!(n > 0, "the stream is answered");
-        head.extend_from_slice(&buffer[..n]);
-    }
-    assert!(head.starts_with(b"HTTP/1.1 200"), "{}", String::from_utf8_lossy(&head));
-    // Twice the idle timeout without a byte either way: still open.
-    let quiet = tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buffer)).await;
-    assert!(quiet.is_err() || quiet.as_ref().is_ok_and(|read| read.as_ref().is_ok_and(|n| *n > 0)), "{quiet:?}");
-    served.stop.take().unwrap().send(()).unwrap();
-    tokio::time::timeout(PATIENCE, &mut served.task).await.expect("shutdown ends the stream").unwrap().unwrap();
-    closed_by_server(&mut stream).await;
+    reply.json["id"].as_str().unwrap().to_string()
 }
 
 /// Sends `request` and reads the answer's head (the stream stays open after it).
@@ -257,21 +254,7 @@ async fn shutdown_ends_live_streams_at_once_with_a_restarting_event() {
     // says it is restarting, not because the grace ran out.
     let mut served = serve(ConnectionLimits { shutdown_grace: Duration::from_secs(120), ..limits() }).await;
     let gateway = &served.gateway;
-    let artifact = crate::harness::tar_of(&[("main.py", b"print('hi')\n".as_slice())]);
-    let reply = gateway
-        .post_multipart(
-            "/api/v1/programs/upload/",
-            "alice",
-            &[("title", "quiet"), ("entrypoint", "main.py")],
-            &[("artifact", "artifact.tar", &artifact)],
-        )
-        .await;
-    assert_eq!(reply.status, 200, "{}", reply.json);
-    let reply = gateway
-        .post_json("/api/v1/programs/run/", "alice", serde_json::json!({"title": "quiet", "arguments": "{}"}))
-        .await;
-    assert_eq!(reply.status, 200, "{}", reply.json);
-    let job_id = reply.json["id"].as_str().unwrap().to_string();
+    let job_id = queued_job(gateway).await;
     // The job stays queued (no runner): its streams stay open with nothing to send.
     let get = |path: &str, accept: &str| {
         format!(
