@@ -67,6 +67,9 @@ pub struct S3Settings {
     pub access_key_id: String,
     pub secret_access_key: String,
     pub path_style: bool,
+    /// Longest wait for a connection, and for the first byte of each answer: a store that
+    /// stops answering fails the request (retried by the SDK, then named) instead of holding it.
+    pub timeout: std::time::Duration,
 }
 
 impl std::fmt::Debug for S3Settings {
@@ -102,7 +105,13 @@ impl Storage {
             .behavior_version(aws_sdk_s3::config::BehaviorVersion::latest())
             .region(aws_sdk_s3::config::Region::new(settings.region.clone()))
             .credentials_provider(credentials)
-            .force_path_style(settings.path_style);
+            .force_path_style(settings.path_style)
+            .timeout_config(
+                aws_sdk_s3::config::timeout::TimeoutConfig::builder()
+                    .connect_timeout(settings.timeout)
+                    .read_timeout(settings.timeout)
+                    .build(),
+            );
         if let Some(endpoint) = &settings.endpoint {
             config = config.endpoint_url(endpoint);
         }
@@ -527,6 +536,10 @@ pub struct StorageArgs {
     /// Address buckets by path (`endpoint/bucket/key`) instead of virtual host; MinIO needs it.
     #[arg(long, env = "GANTRY_S3_PATH_STYLE")]
     pub s3_path_style: bool,
+    /// Seconds to wait for a connection to the S3 store, and for the first byte of each of its
+    /// answers (a large upload's parts included), before the request fails and is retried.
+    #[arg(long, env = "GANTRY_S3_TIMEOUT_SECONDS", default_value_t = 60)]
+    pub s3_timeout_seconds: u64,
 }
 
 impl StorageArgs {
@@ -549,6 +562,7 @@ impl StorageArgs {
                     access_key_id: access_key_id.clone(),
                     secret_access_key: secret_access_key.expose().to_string(),
                     path_style: self.s3_path_style,
+                    timeout: std::time::Duration::from_secs(self.s3_timeout_seconds.max(1)),
                 }))
             }
             Some(directory) => Ok(Storage::local(directory)),

@@ -149,6 +149,10 @@ pub struct ControllerArgs {
     /// Reconciles running at once (bounds memory and API load with many jobs).
     #[arg(long, env = "GANTRY_RECONCILE_CONCURRENCY", default_value_t = 64)]
     pub reconcile_concurrency: u16,
+    /// Seconds one reconcile may take before it is cut (as a crash at that point would) and
+    /// retried: a request that never answers cannot hold a reconcile slot for good.
+    #[arg(long, env = "GANTRY_RECONCILE_TIMEOUT_SECONDS", default_value_t = 120)]
+    pub reconcile_timeout_seconds: u64,
     /// Largest size in bytes of each log archived from a pod.
     #[arg(long, env = "FUNCTIONS_LOGS_SIZE_LIMIT", default_value_t = 52_428_800)]
     pub logs_size_limit: usize,
@@ -226,6 +230,7 @@ impl ControllerArgs {
             limits: self.limits.limits(),
             admission_every: Duration::from_millis(self.scheduler_tick_ms.max(10)),
             concurrency: self.reconcile_concurrency.max(1),
+            reconcile_timeout: Duration::from_secs(self.reconcile_timeout_seconds.max(1)),
             logs_size_limit: self.logs_size_limit,
             identity: self.identity.clone().unwrap_or_else(default_identity),
             leader: self.leader_election.then(|| LeaseSettings {

@@ -130,6 +130,7 @@ impl Cluster {
             limits: Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
             admission_every: Duration::from_millis(50),
             concurrency: 16,
+            reconcile_timeout: Duration::from_secs(120),
             logs_size_limit: 1024 * 1024,
             identity: "controller-test".into(),
             leader: None,
@@ -875,6 +876,24 @@ async fn a_stop_before_the_pod_exists_stops_the_job() {
     let job = cluster.finished(&id).await;
     assert_eq!(job["status"], "STOPPED", "{job}");
     assert!(cluster.api.get(Kind::POD, NAMESPACE, &pod_name(&id)).is_none());
+}
+
+/// A request the API server never answers (kube's own read timeout is almost 5 minutes) cuts
+/// its reconcile at the controller's reconcile timeout; the reconcile is retried and the job
+/// runs (the cut is counted as a failure of kind `timeout`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_never_answered_cuts_its_reconcile_which_is_retried() {
+    let gateway = Gateway::start(Backend::PostgresS3).await;
+    let cluster = Cluster::start_tuned(gateway, Duration::from_secs(600), Duration::from_secs(3600), |settings| {
+        settings.reconcile_timeout = Duration::from_secs(2);
+    })
+    .await;
+    cluster.api.hang_next("POST", "/pods", 1);
+    cluster.upload("fn", MAIN).await;
+    let id = cluster.run("fn", r#"{"n": 1}"#).await;
+    let job = cluster.finished(&id).await;
+    assert_eq!(job["status"], "SUCCEEDED", "{job}");
+    assert_eq!(cluster.api.fault_hits().get("POST /pods 0"), Some(&1), "the pod's first create was never answered");
 }
 
 /// Who reported the Kubernetes Events about the FunctionJob of `id`.

@@ -105,6 +105,7 @@ impl Gateway {
                     access_key_id: S3_KEY.into(),
                     secret_access_key: S3_SECRET.into(),
                     path_style: true,
+                    timeout: std::time::Duration::from_secs(60),
                 });
                 (db, storage, Some((admin_url, name)))
             }

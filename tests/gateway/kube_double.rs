@@ -223,6 +223,12 @@ impl ApiServer {
         });
     }
 
+    /// Never answers the next `times` requests matching as in [`ApiServer::fail_next`]: each
+    /// waits until its client gives up (a connection that went quiet, a stuck API server).
+    pub fn hang_next(&self, method: &str, path_contains: &str, times: usize) {
+        self.fail_next(method, path_contains, HANG, times);
+    }
+
     /// How many requests each injected fault answered so far, by `METHOD path_contains status`.
     pub fn fault_hits(&self) -> BTreeMap<String, usize> {
         self.lock().fault_hits.clone()
@@ -565,6 +571,9 @@ impl ObjectKey {
         }
     }
 }
+
+/// The fault status of a request never answered ([`ApiServer::hang_next`]).
+const HANG: u16 = 0;
 
 /// A request to fail instead of being handled (see [`ApiServer::fail_next`]).
 struct Fault {
@@ -1641,6 +1650,9 @@ async fn handle(State(server): State<ApiServer>, request: Request) -> Response {
         }
         store.take_fault(parts.method.as_str(), &path_and_query)
     };
+    if fault == Some(HANG) {
+        return std::future::pending().await;
+    }
     if let Some(code) = fault {
         return ApiError::injected(code).into_response();
     }

@@ -191,6 +191,11 @@ fn rss_mib(pid: u32) -> u64 {
         / 1024
 }
 
+/// Open file descriptors of a process (`self` for this one): connections and files it holds.
+fn open_fds(pid: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |entries| entries.count())
+}
+
 /// A `gantry` role as a child process, appending to `log` (warnings and errors only: a soak's
 /// info lines would fill a disk).
 fn spawn(args: &[String], env: &[(&str, String)], log: &Path) -> tokio::process::Child {
@@ -254,6 +259,8 @@ struct Mark {
     gateway_rss: u64,
     /// This process: the API server double, the kubelet double, the S3 server, the soak.
     doubles_cpu: f64,
+    /// Open file descriptors of the controller, the gateway and this process.
+    fds: (usize, usize, usize),
     lives: usize,
 }
 
@@ -514,6 +521,7 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
         gateway_cpu: cpu_seconds(&gateway_pid.to_string()),
         gateway_rss: rss_mib(gateway_pid),
         doubles_cpu: cpu_seconds("self"),
+        fds: (open_fds(&controller.pid.to_string()), open_fds(&gateway_pid.to_string()), open_fds("self")),
         lives: controller.lives,
     };
     let mut marks = vec![mark(0, &controller)];
@@ -592,14 +600,25 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
 
     // Final statuses against the expectations.
     let jobs = jobs.lock().unwrap().clone();
-    let rows: Vec<(String, String)> = sqlx::query_as("SELECT id, status FROM jobs").fetch_all(&pool).await.unwrap();
-    let statuses: HashMap<String, String> = rows.into_iter().collect();
+    let rows: Vec<(String, String, String)> =
+        sqlx::query_as("SELECT id, status, COALESCE(status_reason, '') FROM jobs").fetch_all(&pool).await.unwrap();
+    let statuses: HashMap<String, (String, String)> =
+        rows.into_iter().map(|(id, status, reason)| (id, (status, reason))).collect();
     let mut table: BTreeMap<(usize, String), usize> = BTreeMap::new();
+    // Jobs of a kind expected to be retried that ended FAILED because their pod went while no
+    // controller watched (a restart): whether their code started is not known, so they are not
+    // run again unasked, and their reason says so.
+    let mut unseen: BTreeMap<usize, usize> = BTreeMap::new();
     let mut mismatched = Vec::new();
     for (id, index) in &jobs {
-        let status = statuses.get(id).cloned().unwrap_or_else(|| "MISSING".into());
-        if !expected(sort(*index)).contains(&status.as_str()) {
-            mismatched.push(format!("{id} ({}): {status}", sort(*index).function));
+        let (status, reason) = statuses.get(id).cloned().unwrap_or_else(|| ("MISSING".into(), String::new()));
+        let excused = sort(*index).expect == Expect::Retried
+            && status == "FAILED"
+            && reason.ends_with("whether its code had started is not known");
+        if excused {
+            *unseen.entry(*index).or_default() += 1;
+        } else if !expected(sort(*index)).contains(&status.as_str()) {
+            mismatched.push(format!("{id} ({}): {status} {reason}", sort(*index).function));
         }
         *table.entry((*index, status)).or_default() += 1;
     }
@@ -615,11 +634,15 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
         let all: usize = table.iter().filter(|((i, _), _)| *i == index).map(|(_, n)| n).sum();
         let other = all - count("SUCCEEDED") - count("FAILED") - count("STOPPED");
         let expectation = expected(sort).join(" or ");
-        let wrong = all - expected(sort).iter().map(|status| count(status)).sum::<usize>();
+        let excused = unseen.get(&index).copied().unwrap_or(0);
+        let wrong = all - excused - expected(sort).iter().map(|status| count(status)).sum::<usize>();
         let note = match sort.expect {
-            Expect::Retried if retries => " (infrastructure failure before the code ran: retried)",
-            Expect::Retried => " (no infrastructure retries in this build)",
-            _ => "",
+            Expect::Retried if excused > 0 => {
+                format!(" (retried; {excused} FAILED: the pod went while no controller watched)")
+            }
+            Expect::Retried if retries => " (infrastructure failure before the code ran: retried)".into(),
+            Expect::Retried => " (no infrastructure retries in this build)".into(),
+            _ => String::new(),
         };
         println!(
             "SOAK   {:<20} {all:>9} {:>10} {:>8} {:>8} {other:>8}  {expectation}{note}{}",
@@ -702,7 +725,7 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
     // The controller's memory and CPU through the run, per tenth.
     println!("SOAK through the run (a line per tenth of the jobs):");
     println!(
-        "SOAK   {:>9} {:>8} {:>7} {:>26} {:>18} {:>23} {:>15} {:>23} {:>5}",
+        "SOAK   {:>9} {:>8} {:>7} {:>26} {:>18} {:>23} {:>15} {:>23} {:>14} {:>5}",
         "jobs done",
         "seconds",
         "pods/s",
@@ -711,6 +734,7 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
         "gateway CPU s/1,000 jobs",
         "gateway RSS MiB",
         "doubles CPU s/1,000 jobs",
+        "fds c/g/d",
         "life"
     );
     let per_thousand =
@@ -719,7 +743,7 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
     for pair in marks.windows(2) {
         let (a, b) = (&pair[0], &pair[1]);
         println!(
-            "SOAK   {:>9} {:>8.0} {:>7.0} {:>26.2} {:>18} {:>23.2} {:>15} {:>23.2} {:>5}",
+            "SOAK   {:>9} {:>8.0} {:>7.0} {:>26.2} {:>18} {:>23.2} {:>15} {:>23.2} {:>14} {:>5}",
             b.done,
             b.seconds,
             (b.pods - a.pods) as f64 / (b.seconds - a.seconds).max(0.001),
@@ -728,6 +752,7 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
             (b.gateway_cpu - a.gateway_cpu) / thousands(a, b),
             b.gateway_rss,
             (b.doubles_cpu - a.doubles_cpu) / thousands(a, b),
+            format!("{}/{}/{}", b.fds.0, b.fds.1, b.fds.2),
             b.lives
         );
     }

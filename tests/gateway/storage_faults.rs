@@ -202,7 +202,8 @@ async fn a_read_only_data_folder_answers_507_and_reads_go_on() {
     assert_eq!(listed_files(&gateway).await, json!(["data.txt"]));
 }
 
-/// An object store that cannot be reached, then one that refuses the server's credentials:
+/// An object store that cannot be reached, one that never answers, then one that refuses the
+/// server's credentials:
 /// 503 with `Retry-After` naming the store and why, readiness not ready while it cannot be
 /// reached; the store back, everything answers again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -220,6 +221,7 @@ async fn an_unreachable_or_refusing_object_store_answers_503_and_recovers() {
             access_key_id: crate::harness::S3_KEY.into(),
             secret_access_key: secret.into(),
             path_style: true,
+            timeout: std::time::Duration::from_secs(1),
         })
     };
 
@@ -235,6 +237,18 @@ async fn an_unreachable_or_refusing_object_store_answers_503_and_recovers() {
     assert!(reply.message().ends_with("); retry in a few seconds."), "{}", reply.message());
     let ready = gateway.get("/readiness/", "").await;
     assert_eq!((ready.status.as_u16(), ready.json), (503, json!({"status": "storage_unavailable"})));
+
+    // A store that takes the connection and never answers: cut at the S3 timeout, not held.
+    let silent = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    gateway.state.storage = store(format!("http://{}", silent.local_addr().unwrap()), crate::harness::S3_SECRET);
+    let started = std::time::Instant::now();
+    let reply = upload_file(&gateway, "data.txt", TEXT).await;
+    assert_eq!(reply.status, 503, "{}", reply.json);
+    assert!(started.elapsed() < std::time::Duration::from_secs(30), "held for {:?}", started.elapsed());
+    let message = reply.message();
+    assert!(message.starts_with("The object store s3://gantry/test is unavailable ("), "{message}");
+    assert!(message.ends_with("): the file data.txt was not stored; retry in a few seconds."), "{message}");
+    drop(silent);
 
     gateway.state.storage = store(gateway.s3_endpoint().unwrap(), "not-the-secret");
     let reply = upload_file(&gateway, "data.txt", TEXT).await;

@@ -50,6 +50,9 @@ pub struct Observed<'a> {
     pub row: Option<Row>,
     /// The job's pod, as the pod watch (or the API server) shows it.
     pub pod: Option<Pod>,
+    /// With no pod: whether the job's last pod, seen going, had started its code (`None`: its
+    /// going was not seen).
+    pub gone_pod_started: Option<bool>,
     pub archive: Archive,
     /// Why reading the pod's log failed in this reconcile, if it did.
     pub log_read_error: Option<String>,
@@ -297,10 +300,11 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
         }
     } else if pod_created {
         let ran_before = previous.phase == Some(JobStatus::Running);
-        let fault = retry::infrastructure_fault(status, row.stop_requested, pod).map(|mut fault| {
-            fault.code_started |= ran_before;
-            fault
-        });
+        let fault =
+            retry::infrastructure_fault(status, row.stop_requested, pod, observed.gone_pod_started).map(|mut fault| {
+                fault.code_started |= ran_before;
+                fault
+            });
         let made = retries.len() as u32;
         let verdict = fault.map(|fault| {
             let pod_uid = pod.and_then(|p| p.metadata.uid.clone()).or(previous.pod_uid.clone());

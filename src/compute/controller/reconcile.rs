@@ -58,6 +58,10 @@ pub struct ControllerSettings {
     pub admission_every: Duration,
     /// Reconciles running at once (bounds memory and API load with many jobs).
     pub concurrency: u16,
+    /// Longest one reconcile may take: one that waits longer on the API server, the database or
+    /// storage is cut there (as a crash at that point would) and retried, so it never holds one
+    /// of the `concurrency` slots for good.
+    pub reconcile_timeout: Duration,
     /// `FUNCTIONS_LOGS_SIZE_LIMIT`, for logs archived from the pod.
     pub logs_size_limit: usize,
     /// Who this replica is (its pod name): the Lease holder and the Events' reporting instance.
@@ -194,6 +198,8 @@ pub enum Error {
     ArchivePending { job_id: String, reason: String, retry_after: Duration },
     #[error("finalizer of job {job_id} failed")]
     Finalizer { job_id: String, source: Box<kube::runtime::finalizer::Error<Error>> },
+    #[error("the reconcile of job {job_id} did not finish within {} s; cut and retried", after.as_secs())]
+    TimedOut { job_id: String, after: Duration },
 }
 
 impl Error {
@@ -206,6 +212,7 @@ impl Error {
             Error::Archive { .. } => "storage",
             Error::PodLog { .. } => "pod_log",
             Error::ArchivePending { .. } => "archive_pending",
+            Error::TimedOut { .. } => "timeout",
             Error::Finalizer { source, .. } => match source.as_ref() {
                 FinalizerError::ApplyFailed(error) | FinalizerError::CleanupFailed(error) => error.kind(),
                 FinalizerError::AddFinalizer(_) | FinalizerError::RemoveFinalizer(_) => "kube",
@@ -229,14 +236,18 @@ pub async fn reconcile(job: Arc<FunctionJob>, ctx: Arc<Context>) -> Result<Actio
     let job_id = job.spec.job_id.clone();
     let name = job.name_any();
     let started = std::time::Instant::now();
-    let outcome = finalizer(&ctx.jobs(), FINALIZER, job, |event| async {
+    let jobs = ctx.jobs();
+    let work = finalizer(&jobs, FINALIZER, job, |event| async {
         match event {
             Finalizer::Apply(job) => drive(&job, &ctx, false).await,
             Finalizer::Cleanup(job) => drive(&job, &ctx, true).await,
         }
-    })
-    .await
-    .map_err(|source| Error::Finalizer { job_id, source: Box::new(source) });
+    });
+    let after = ctx.settings.reconcile_timeout;
+    let outcome = match tokio::time::timeout(after, work).await {
+        Ok(outcome) => outcome.map_err(|source| Error::Finalizer { job_id, source: Box::new(source) }),
+        Err(_) => Err(Error::TimedOut { job_id, after }),
+    };
     if outcome.is_ok() {
         ctx.failures.lock().unwrap_or_else(|p| p.into_inner()).remove(&name);
     }
@@ -334,11 +345,17 @@ async fn observe<'a>(ctx: &Context, job: &'a FunctionJob, deleting: bool) -> Res
     let row = read_row(ctx, job_id).await?;
     let ask = ask_for_pod(job.status.as_ref(), row.as_ref(), deleting);
     let pod = if row.is_some() || deleting { ctx.observe_pod(job_id, ask).await? } else { None };
+    let last_uid = job.status.as_ref().and_then(|status| status.pod_uid.as_deref());
+    let gone_pod_started = match (&pod, ctx.pods_seen()) {
+        (None, Some(seen)) => seen.gone_started(&pod_name(job_id), last_uid),
+        _ => None,
+    };
     Ok(Observed {
         job,
         deleting,
         row,
         pod,
+        gone_pod_started,
         archive: Archive::Unknown,
         log_read_error: None,
         moved: None,

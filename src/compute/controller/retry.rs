@@ -62,16 +62,26 @@ fn disruption(pod: &Pod) -> Option<(String, String)> {
 }
 
 /// The fault of the cluster that ended (or is ending) the job's current attempt, if that is
-/// what happened. `pod` is `None` when the pod is gone; `current` is the job's status.
-pub fn infrastructure_fault(current: JobStatus, stop_requested: bool, pod: Option<&Pod>) -> Option<Fault> {
+/// what happened. `pod` is `None` when the pod is gone; `current` is the job's status;
+/// `gone_started` whether a pod seen going had started its code (`None`: its going was not
+/// seen, so whether its code started is not known and it counts as started).
+pub fn infrastructure_fault(
+    current: JobStatus,
+    stop_requested: bool,
+    pod: Option<&Pod>,
+    gone_started: Option<bool>,
+) -> Option<Fault> {
     if stop_requested || !matches!(current, JobStatus::Pending | JobStatus::Running) {
         return None;
     }
     let ran = current == JobStatus::Running;
     let Some(pod) = pod else {
-        return Some(Fault {
-            reason: "the job's pod disappeared (deleted, or its node was lost)".into(),
-            code_started: ran,
+        let reason = "the job's pod disappeared (deleted, or its node was lost)";
+        return Some(match gone_started {
+            Some(started) => Fault { reason: reason.into(), code_started: ran || started },
+            None => {
+                Fault { reason: format!("{reason}; whether its code had started is not known"), code_started: true }
+            }
         });
     };
     let code_started = ran || container_started(pod);
@@ -206,50 +216,60 @@ mod tests {
             json!({}),
             json!({"phase": "Failed", "reason": "Evicted", "message": "low on memory", "containerStatuses": waiting()}),
         );
-        let fault = infrastructure_fault(Pending, false, Some(&evicted)).unwrap();
+        let fault = infrastructure_fault(Pending, false, Some(&evicted), None).unwrap();
         assert!(fault.reason.contains("Evicted") && fault.reason.contains("low on memory"), "{fault:?}");
         assert!(!fault.code_started);
         let evicted_late = pod(json!({}), json!({"phase": "Failed", "reason": "Evicted", "containerStatuses": ran()}));
-        assert!(infrastructure_fault(Pending, false, Some(&evicted_late)).unwrap().code_started, "its container ran");
-        assert!(infrastructure_fault(Running, false, Some(&evicted)).unwrap().code_started, "seen running");
+        assert!(
+            infrastructure_fault(Pending, false, Some(&evicted_late), None).unwrap().code_started,
+            "its container ran"
+        );
+        assert!(infrastructure_fault(Running, false, Some(&evicted), None).unwrap().code_started, "seen running");
 
         let preempted = pod(
             json!({"deletionTimestamp": "2026-01-01T00:59:00Z"}),
             json!({"phase": "Pending", "conditions": [{"type": "DisruptionTarget", "status": "True", "reason": "PreemptionByScheduler", "message": "preempted by a higher priority pod"}]}),
         );
-        let fault = infrastructure_fault(Pending, false, Some(&preempted)).unwrap();
+        let fault = infrastructure_fault(Pending, false, Some(&preempted), None).unwrap();
         assert!(fault.reason.contains("PreemptionByScheduler") && !fault.code_started, "{fault:?}");
 
         let unknown = pod(
             json!({}),
             json!({"phase": "Unknown", "reason": "NodeLost", "message": "node n1 which was running pod is unresponsive"}),
         );
-        let fault = infrastructure_fault(Pending, false, Some(&unknown)).unwrap();
+        let fault = infrastructure_fault(Pending, false, Some(&unknown), None).unwrap();
         assert!(fault.reason.contains("lost with its node (NodeLost)"), "{fault:?}");
 
-        let gone = infrastructure_fault(Pending, false, None).unwrap();
+        // A pod that vanished: whether its code started is what was seen of it going.
+        let gone = infrastructure_fault(Pending, false, None, Some(false)).unwrap();
         assert!(gone.reason.contains("disappeared") && !gone.code_started);
-        assert!(infrastructure_fault(Running, false, None).unwrap().code_started);
+        assert!(infrastructure_fault(Pending, false, None, Some(true)).unwrap().code_started, "seen running");
+        assert!(infrastructure_fault(Running, false, None, Some(false)).unwrap().code_started);
+        let unseen = infrastructure_fault(Pending, false, None, None).unwrap();
+        assert!(unseen.code_started, "not known: counted as started, never run twice unasked");
+        assert!(unseen.reason.ends_with("whether its code had started is not known"), "{unseen:?}");
 
         let deleted = pod(json!({"deletionTimestamp": "2026-01-01T00:59:00Z"}), json!({"phase": "Pending"}));
-        assert!(infrastructure_fault(Pending, false, Some(&deleted)).unwrap().reason.contains("before it started"));
+        assert!(
+            infrastructure_fault(Pending, false, Some(&deleted), None).unwrap().reason.contains("before it started")
+        );
     }
 
     #[test]
     fn the_jobs_own_endings_and_stops_are_not_faults() {
         use JobStatus::*;
         let exit = pod(json!({}), json!({"phase": "Failed", "containerStatuses": ran()}));
-        assert_eq!(infrastructure_fault(Running, false, Some(&exit)), None, "a non-zero exit");
+        assert_eq!(infrastructure_fault(Running, false, Some(&exit), None), None, "a non-zero exit");
         let timeout = pod(json!({}), json!({"phase": "Failed", "reason": "DeadlineExceeded"}));
-        assert_eq!(infrastructure_fault(Running, false, Some(&timeout)), None);
+        assert_eq!(infrastructure_fault(Running, false, Some(&timeout), None), None);
         let evicted = pod(json!({}), json!({"phase": "Failed", "reason": "Evicted"}));
-        assert_eq!(infrastructure_fault(Running, true, Some(&evicted)), None, "stopped");
-        assert_eq!(infrastructure_fault(Failed, false, None), None, "finished");
-        assert_eq!(infrastructure_fault(Queued, false, None), None, "no pod yet");
+        assert_eq!(infrastructure_fault(Running, true, Some(&evicted), None), None, "stopped");
+        assert_eq!(infrastructure_fault(Failed, false, None, None), None, "finished");
+        assert_eq!(infrastructure_fault(Queued, false, None, None), None, "no pod yet");
         let running = pod(json!({}), json!({"phase": "Running"}));
-        assert_eq!(infrastructure_fault(Running, false, Some(&running)), None);
+        assert_eq!(infrastructure_fault(Running, false, Some(&running), None), None);
         let done = pod(json!({}), json!({"phase": "Succeeded"}));
-        assert_eq!(infrastructure_fault(Running, false, Some(&done)), None);
+        assert_eq!(infrastructure_fault(Running, false, Some(&done), None), None);
     }
 
     #[test]

@@ -3,12 +3,14 @@
 //! reconcile has to ask the API server for its pod. A relisted watch replaces the whole set at
 //! once, so a pod deleted while the watch was down does not linger.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::runtime::watcher::Event;
+
+use super::retry::container_started;
 
 /// What is kept of one pod.
 #[derive(Debug, Clone, PartialEq)]
@@ -70,6 +72,32 @@ pub struct PodsSeen {
     relisting: Mutex<Option<HashMap<String, Arc<SeenPod>>>>,
     /// Pods this controller made, by name, with the version its create returned.
     made: Mutex<HashMap<String, String>>,
+    /// Pods seen going (deleted, or missing from a relist): whether their code had started.
+    gone: Mutex<Gone>,
+}
+
+/// The most pods whose going is remembered; the oldest are forgotten first. A reconcile reads
+/// the note within moments of the going (which wakes it), so this only bounds memory.
+const GONE_KEPT: usize = 50_000;
+
+/// Whether pods that went had started their code, by name, oldest first.
+#[derive(Debug, Default)]
+struct Gone {
+    started: HashMap<String, (Option<String>, bool)>,
+    order: VecDeque<String>,
+}
+
+impl Gone {
+    fn note(&mut self, name: &str, uid: Option<String>, started: bool) {
+        if self.started.insert(name.to_string(), (uid, started)).is_none() {
+            self.order.push_back(name.to_string());
+        }
+        while self.order.len() > GONE_KEPT {
+            if let Some(oldest) = self.order.pop_front() {
+                self.started.remove(&oldest);
+            }
+        }
+    }
 }
 
 impl PodsSeen {
@@ -103,7 +131,10 @@ impl PodsSeen {
                     let mut pods = self.lock_pods();
                     // Not a retried job's next pod of the same name.
                     if pods.get(name).is_none_or(|seen| seen.uid.is_none() || seen.uid == pod.metadata.uid) {
-                        pods.remove(name);
+                        // Its last state as the deletion reports it, or as seen before.
+                        let before = pods.remove(name).map(|seen| seen.to_pod(name));
+                        let started = container_started(pod) || before.as_ref().is_some_and(container_started);
+                        self.lock_gone().note(name, pod.metadata.uid.clone(), started);
                     }
                 }
             }
@@ -115,7 +146,14 @@ impl PodsSeen {
             }
             Event::InitDone => {
                 if let Some(listed) = self.lock_relisting().take() {
-                    *self.lock_pods() = listed;
+                    let before = std::mem::replace(&mut *self.lock_pods(), listed);
+                    let pods = self.lock_pods();
+                    let mut gone = self.lock_gone();
+                    for (name, seen) in before {
+                        if pods.get(&name).is_none_or(|now| now.uid != seen.uid) {
+                            gone.note(&name, seen.uid.clone(), container_started(&seen.to_pod(&name)));
+                        }
+                    }
                 }
             }
         }
@@ -125,6 +163,18 @@ impl PodsSeen {
     pub fn get(&self, name: &str) -> Option<Pod> {
         let seen = self.lock_pods().get(name).cloned();
         seen.map(|seen| seen.to_pod(name))
+    }
+
+    /// Whether the pod `name` of uid `uid` (any uid when `None`), seen going, had started its
+    /// code; `None` when its going was not seen (this controller started after it).
+    pub fn gone_started(&self, name: &str, uid: Option<&str>) -> Option<bool> {
+        let gone = self.lock_gone();
+        let (gone_uid, started) = gone.started.get(name)?;
+        (uid.is_none() || gone_uid.is_none() || gone_uid.as_deref() == uid).then_some(*started)
+    }
+
+    fn lock_gone(&self) -> std::sync::MutexGuard<'_, Gone> {
+        self.gone.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn len(&self) -> usize {
@@ -220,6 +270,29 @@ mod tests {
             other.metadata.resource_version = Some(version.into());
             self.is_news(&other)
         }
+    }
+
+    #[test]
+    fn pods_seen_going_say_whether_their_code_started() {
+        let seen = PodsSeen::default();
+        let waiting = json!({"phase": "Pending"});
+        let running = json!({"phase": "Running", "containerStatuses": [{"name": "job", "image": "runner:1",
+            "imageID": "", "ready": true, "restartCount": 0, "state": {"running": {"startedAt": "2026-01-01T00:51:00Z"}}}]});
+        // Deleted while pending: its code never started.
+        seen.observe(&Event::Apply(pod("a", waiting.clone())));
+        seen.observe(&Event::Delete(pod("a", waiting.clone())));
+        assert_eq!(seen.gone_started("a", Some("u-1")), Some(false));
+        // Seen running, then deleted with a copy that no longer says so: it started.
+        seen.observe(&Event::Apply(pod("b", running.clone())));
+        seen.observe(&Event::Delete(pod("b", json!({}))));
+        assert_eq!(seen.gone_started("b", None), Some(true));
+        // Gone from a relist while running: it started. Another attempt's uid is not this one.
+        seen.observe(&Event::Apply(pod("c", running)));
+        seen.observe(&Event::Init);
+        seen.observe(&Event::InitDone);
+        assert_eq!(seen.gone_started("c", Some("u-1")), Some(true));
+        assert_eq!(seen.gone_started("c", Some("u-2")), None, "another attempt's pod");
+        assert_eq!(seen.gone_started("d", None), None, "never seen going");
     }
 
     #[test]

@@ -104,6 +104,9 @@ struct Case {
     job: FunctionJob,
     row: Option<Row>,
     pod: Option<Pod>,
+    /// With no pod: whether the pod watch saw it go before its code started (`Some(false)`,
+    /// the default), after (`Some(true)`), or never saw it go (`None`).
+    gone_started: Option<bool>,
     archive: Archive,
     log_read_error: bool,
     steps: &'static [&'static str],
@@ -111,10 +114,15 @@ struct Case {
 }
 
 fn case(name: &'static str, job: FunctionJob, row: Option<Row>, pod: Option<Pod>) -> Case {
-    Case { name, job, row, pod, archive: Archive::Unknown, log_read_error: false, steps: &[], next: "" }
+    let gone_started = Some(false);
+    Case { name, job, row, pod, gone_started, archive: Archive::Unknown, log_read_error: false, steps: &[], next: "" }
 }
 
 impl Case {
+    fn gone(self, gone_started: Option<bool>) -> Case {
+        Case { gone_started, ..self }
+    }
+
     fn archive(self, archive: Archive) -> Case {
         Case { archive, ..self }
     }
@@ -133,6 +141,7 @@ impl Case {
             deleting: self.job.metadata.deletion_timestamp.is_some(),
             row: self.row.clone(),
             pod: self.pod.clone(),
+            gone_pod_started: self.gone_started,
             archive: self.archive.clone(),
             log_read_error: self.log_read_error.then(|| "the log request was refused".into()),
             moved: None,
@@ -478,6 +487,27 @@ fn what_the_cluster_ended_is_retried_within_the_bound() {
         .gives(&["record retry 1 from RUNNING", "delete ended pod", "write PENDING"], "requeue 5 s"),
         case("vanished before its code started", resource(pending(), false, None), row(Pending, false), None)
             .gives(&["record retry 1 from PENDING", "write PENDING"], "requeue 5 s"),
+        // Seen running by the watch as it went, before RUNNING was recorded: its code may have
+        // run, so it is not run again unasked.
+        case(
+            "vanished after its code started, before RUNNING",
+            resource(pending(), false, None),
+            row(Pending, false),
+            None,
+        )
+        .gone(Some(true))
+        .gives(&["move PENDING→FAILED (warning)"], "look at archive"),
+        case(
+            "vanished after its code started, opted in",
+            opted_in(resource(pending(), false, None)),
+            row(Pending, false),
+            None,
+        )
+        .gone(Some(true))
+        .gives(&["record retry 1 from PENDING", "write PENDING"], "requeue 5 s"),
+        case("vanished while no controller watched", resource(pending(), false, None), row(Pending, false), None)
+            .gone(None)
+            .gives(&["move PENDING→FAILED (warning)"], "look at archive"),
         case(
             "recorded in the database before a crash",
             resource(pending(), false, None),
@@ -561,7 +591,7 @@ fn what_the_cluster_ended_is_retried_within_the_bound() {
     }
     assert!(wrong.is_empty(), "{}", wrong.join("\n"));
     // The exhausted job's words: the last attempt's reason and the count.
-    let exhausted = &cases[11];
+    let exhausted = cases.iter().find(|case| case.name == "retries exhausted").unwrap();
     let plan = plan(&exhausted.observed(), &WINDOWS);
     let Step::Move { note, .. } = &plan.steps[0] else { panic!("{plan:?}") };
     assert!(note.message.as_deref().unwrap().ends_with("(Evicted): low after 3 attempts"), "{note:?}");
