@@ -670,6 +670,14 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
         at_end.0, at_end.1, at_end.2, at_end.3
     );
     println!("SOAK objects left after the keep window: pods={} secrets={} functionjobs={}", after.0, after.1, after.2);
+    let jobs_by_id: HashMap<&str, usize> = jobs.iter().map(|(id, index)| (id.as_str(), *index)).collect();
+    for kind in [Kind::POD, Kind::SECRET, Kind::FUNCTION_JOB] {
+        for object in api.list(kind, NAMESPACE) {
+            let job = &object["metadata"]["labels"][gantry::crd::LABEL_JOB_ID];
+            let kind_of = jobs_by_id.get(job.as_str().unwrap_or_default()).map_or("?", |index| sort(*index).function);
+            println!("SOAK   left {} of job {job} ({kind_of}): {}", object["kind"], object["metadata"]);
+        }
+    }
 
     // Logs: every job has its log, or an explicit reason it has none; a log given up is lost.
     let storage = resources.state.storage.clone();

@@ -252,7 +252,8 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
     let mut steps = Vec::new();
     let mut status = row.status;
     let mut message = observed.moved.as_ref().and_then(describe).or(previous.message.clone());
-    let pod_created = previous.pod_name.is_some() || pod.is_some();
+    // A pod seen going was made, even when the status write that would name it failed.
+    let pod_created = previous.pod_name.is_some() || pod.is_some() || observed.gone_pod_started.is_some();
     let mut pod_named = pod_created;
     let mut retries = previous.retries.clone();
     // Set while an ended attempt's pod goes or the next attempt waits for its backoff.

@@ -105,7 +105,8 @@ struct Case {
     row: Option<Row>,
     pod: Option<Pod>,
     /// With no pod: whether the pod watch saw it go before its code started (`Some(false)`,
-    /// the default), after (`Some(true)`), or never saw it go (`None`).
+    /// the default when the status names a pod), after (`Some(true)`), or never saw it go
+    /// (`None`, the default when it names none).
     gone_started: Option<bool>,
     archive: Archive,
     log_read_error: bool,
@@ -114,7 +115,9 @@ struct Case {
 }
 
 fn case(name: &'static str, job: FunctionJob, row: Option<Row>, pod: Option<Pod>) -> Case {
-    let gone_started = Some(false);
+    // A pod the status names was seen going before its code started; one it does not name was
+    // never seen.
+    let gone_started = job.status.as_ref().and_then(|status| status.pod_name.as_ref()).map(|_| false);
     Case { name, job, row, pod, gone_started, archive: Archive::Unknown, log_read_error: false, steps: &[], next: "" }
 }
 
@@ -504,6 +507,23 @@ fn what_the_cluster_ended_is_retried_within_the_bound() {
             None,
         )
         .gone(Some(true))
+        .gives(&["record retry 1 from PENDING", "write PENDING"], "requeue 5 s"),
+        // Made by a reconcile whose status write failed, then seen going: it was made.
+        case(
+            "made, unrecorded, vanished after its code started",
+            resource(written("PENDING", false, None, &[]), false, None),
+            row(Pending, false),
+            None,
+        )
+        .gone(Some(true))
+        .gives(&["move PENDING→FAILED (warning)"], "look at archive"),
+        case(
+            "made, unrecorded, vanished before its code started",
+            resource(written("PENDING", false, None, &[]), false, None),
+            row(Pending, false),
+            None,
+        )
+        .gone(Some(false))
         .gives(&["record retry 1 from PENDING", "write PENDING"], "requeue 5 s"),
         case("vanished while no controller watched", resource(pending(), false, None), row(Pending, false), None)
             .gone(None)
