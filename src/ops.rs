@@ -76,6 +76,9 @@ pub struct Metrics {
     pub retries: Counter,
     /// 1 while this replica holds the leader Lease (or runs without election).
     pub leader: Gauge,
+    /// Reconciles running now (at most `--reconcile-concurrency`): all of them held with none
+    /// finishing is a stall.
+    pub reconciling: Gauge,
     /// API requests by method and answer code.
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_seconds: Histogram,
@@ -97,6 +100,7 @@ impl Metrics {
             collected: Counter::default(),
             retries: Counter::default(),
             leader: Gauge::default(),
+            reconciling: Gauge::default(),
             http_requests: Family::default(),
             http_seconds: seconds_histogram(),
             jobs: Family::default(),
@@ -142,6 +146,7 @@ impl Metrics {
             metrics.retries.clone(),
         );
         registry.register("controller_leader", "1 while this replica is the acting leader", metrics.leader.clone());
+        registry.register("controller_reconciling", "Reconciles running now", metrics.reconciling.clone());
         metrics.register_jobs();
         metrics
     }

@@ -191,6 +191,27 @@ fn rss_mib(pid: u32) -> u64 {
         / 1024
 }
 
+/// The controller's reconcile samples from its admin port's `/metrics`, on one line.
+fn controller_metrics(port: u16) -> String {
+    use std::io::{Read, Write};
+    let read = || -> std::io::Result<String> {
+        let mut stream = std::net::TcpStream::connect(("127.0.0.1", port))?;
+        stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+        stream.write_all(b"GET /metrics HTTP/1.1\r\nHost: soak\r\nConnection: close\r\n\r\n")?;
+        let mut page = String::new();
+        stream.read_to_string(&mut page)?;
+        Ok(page)
+    };
+    match read() {
+        Ok(page) => page
+            .lines()
+            .filter(|line| line.starts_with("gantry_controller_reconcil") && !line.contains("_bucket"))
+            .collect::<Vec<_>>()
+            .join("; "),
+        Err(error) => format!("the admin port did not answer: {error}"),
+    }
+}
+
 /// Open file descriptors of a process (`self` for this one): connections and files it holds.
 fn open_fds(pid: &str) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/fd")).map_or(0, |entries| entries.count())
@@ -337,10 +358,12 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
     let mut controller_args = vec!["controller".to_string()];
     controller_args.extend(shared.iter().cloned());
     let keep = KEEP_SECONDS.to_string();
+    let admin_port = crate::e2e_kubernetes::free_port();
+    let admin = format!("127.0.0.1:{admin_port}");
     controller_args.extend(
         [
             "--admin-listen",
-            "127.0.0.1:0",
+            &admin,
             "--leader-election",
             "false",
             "--public-url",
@@ -564,6 +587,9 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
             break true;
         }
     };
+    // The controller's own view of its reconciles (a stall: all slots held, none finishing).
+    let reconciles = controller_metrics(admin_port);
+    println!("SOAK controller reconciles at the end of the run: {reconciles}");
     let elapsed = started.elapsed().as_secs_f64();
     let final_done = done.load(Ordering::SeqCst);
     // The jobs after the last tenth, unless so few that their figures would be noise.

@@ -236,6 +236,8 @@ pub async fn reconcile(job: Arc<FunctionJob>, ctx: Arc<Context>) -> Result<Actio
     let job_id = job.spec.job_id.clone();
     let name = job.name_any();
     let started = std::time::Instant::now();
+    ctx.metrics.reconciling.inc();
+    let _running = DecOnDrop(&ctx.metrics.reconciling);
     let jobs = ctx.jobs();
     let work = finalizer(&jobs, FINALIZER, job, |event| async {
         match event {
@@ -742,6 +744,15 @@ struct Leading(Arc<Metrics>);
 impl Drop for Leading {
     fn drop(&mut self) {
         self.0.leader.set(0);
+    }
+}
+
+/// Lowers a gauge however the work it counts ends (cut by the timeout included).
+struct DecOnDrop<'a>(&'a prometheus_client::metrics::gauge::Gauge);
+
+impl Drop for DecOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.dec();
     }
 }
 
