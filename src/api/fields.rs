@@ -3,10 +3,12 @@
 
 use std::collections::HashMap;
 use std::io::Write;
+use std::sync::Arc;
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Multipart, Request};
 use axum::http::{StatusCode, header};
+use bytes::Bytes;
 use serde_json::{Map, Value};
 
 use super::error::ApiError;
@@ -141,7 +143,7 @@ async fn read_multipart(request: Request, state: &AppState) -> Result<RequestFie
                 tokio::fs::create_dir_all(spool_dir).await.map_err(refused)?;
                 let spool = tempfile::NamedTempFile::new_in(spool_dir).map_err(refused)?;
                 let (file, path) = spool.into_parts();
-                let mut writer = tokio::fs::File::from_std(file);
+                let mut writer = SpoolWriter::new(file);
                 let mut size = 0u64;
                 let mut head = Vec::new();
                 while let Some(chunk) = field.chunk().await.map_err(multipart_error)? {
@@ -150,16 +152,79 @@ async fn read_multipart(request: Request, state: &AppState) -> Result<RequestFie
                         head.extend_from_slice(&chunk[..take]);
                     }
                     size += chunk.len() as u64;
-                    tokio::io::AsyncWriteExt::write_all(&mut writer, &chunk).await.map_err(refused)?;
+                    writer.write(chunk).await.map_err(refused)?;
                 }
-                tokio::io::AsyncWriteExt::flush(&mut writer).await.map_err(refused)?;
-                let mut file = writer.into_std().await;
-                file.flush().map_err(refused)?;
+                writer.finish().await.map_err(refused)?;
                 fields.files.insert(name, UploadedFile { file_name: Some(file_name), path, size, head });
             }
         }
     }
     Ok(fields)
+}
+
+/// Bytes gathered before one write to a spool file: an upload costs few hand-overs to the
+/// blocking pool, and holds at most two batches in memory.
+const SPOOL_BATCH_BYTES: usize = 1024 * 1024;
+
+/// Age past which a gathered batch is written whatever its size, so a slow upload's spool file
+/// still changes whenever bytes arrive (see `SPOOL_LEFTOVER_AGE`).
+const SPOOL_BATCH_AGE: std::time::Duration = std::time::Duration::from_secs(1);
+
+/// Writes an upload's chunks to its spool file on the blocking pool, a batch at a time, the next
+/// batch gathered from the socket while the previous one is written.
+struct SpoolWriter {
+    file: Arc<std::fs::File>,
+    batch: Vec<Bytes>,
+    batched: usize,
+    since: std::time::Instant,
+    writing: Option<tokio::task::JoinHandle<std::io::Result<()>>>,
+}
+
+impl SpoolWriter {
+    fn new(file: std::fs::File) -> SpoolWriter {
+        SpoolWriter {
+            file: Arc::new(file),
+            batch: Vec::new(),
+            batched: 0,
+            since: std::time::Instant::now(),
+            writing: None,
+        }
+    }
+
+    async fn write(&mut self, chunk: Bytes) -> std::io::Result<()> {
+        if self.batch.is_empty() {
+            self.since = std::time::Instant::now();
+        }
+        self.batched += chunk.len();
+        self.batch.push(chunk);
+        if self.batched >= SPOOL_BATCH_BYTES || self.since.elapsed() >= SPOOL_BATCH_AGE {
+            self.send().await?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the batch being written, then hands the gathered one to the blocking pool.
+    async fn send(&mut self) -> std::io::Result<()> {
+        self.wait().await?;
+        let batch = std::mem::take(&mut self.batch);
+        self.batched = 0;
+        let file = Arc::clone(&self.file);
+        self.writing =
+            Some(tokio::task::spawn_blocking(move || batch.iter().try_for_each(|chunk| (&*file).write_all(chunk))));
+        Ok(())
+    }
+
+    async fn wait(&mut self) -> std::io::Result<()> {
+        match self.writing.take() {
+            Some(writing) => writing.await.map_err(std::io::Error::other)?,
+            None => Ok(()),
+        }
+    }
+
+    async fn finish(mut self) -> std::io::Result<()> {
+        self.send().await?;
+        self.wait().await
+    }
 }
 
 /// A streamed body from storage.
