@@ -1,8 +1,8 @@
-//! Moving file contents in and out of storage at the disk's speed (docs/benchmarks.md, "Files"):
-//! local objects are read in large chunks with the next one read while the previous is sent,
-//! S3 objects pass on the chunks the connection delivers, and a finished upload is moved into a
-//! local directory rather than copied, or sent to S3 in parts when it is large. Each way holds
-//! a few chunks in memory, whatever the object's size.
+//! Moving file contents in and out of storage at the disk's speed (docs/benchmarks.md, "Files at
+//! the disk's speed"): local objects are read in large chunks, the next one read while the
+//! previous is sent; S3 objects pass on the chunks the connection delivers; a finished upload is
+//! moved into a local directory rather than copied, or sent to S3 in parts when it is large.
+//! Each way holds a few chunks in memory, whatever the object's size.
 
 use std::io;
 use std::os::fd::AsRawFd;
