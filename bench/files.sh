@@ -5,7 +5,8 @@
 # For each size and storage it prints the median and range of MiB/s, whether every downloaded
 # copy has the uploaded content (SHA-256), and the server's peak RSS over that size's transfers
 # (VmHWM of /proc/<pid>/status, reset before each size through /proc/<pid>/clear_refs), with
-# the machine's load average beside. Not a test: figures vary by machine.
+# the machine's load average beside, and the server's CPU time per transfer (utime + stime of
+# /proc/<pid>/stat over the timed repetitions). Not a test: figures vary by machine.
 #
 # usage: bench/files.sh
 # env:   FILE_SIZES="10 1024" (MiB), REPS_SMALL=7 (sizes under 100 MiB), REPS_LARGE=2,
@@ -55,6 +56,9 @@ start_server() { # DATA_DIR [flags...]
 
 vmhwm_kib() { awk '/^VmHWM/ {print $2}' "/proc/$1/status"; }
 vmrss_kib() { awk '/^VmRSS/ {print $2}' "/proc/$1/status"; }
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat"; }
+# cpu_ms TICKS_BEFORE TICKS_AFTER TRANSFERS -> the server's CPU ms per transfer
+cpu_ms() { awk -v d="$(($2 - $1))" -v n="$3" -v hz="$(getconf CLK_TCK)" 'BEGIN {printf "%.1f", d * 1000 / hz / n}'; }
 
 # stats FILE_OF_SECONDS SIZE_MIB -> "median min–max" MiB/s
 stats() {
@@ -77,37 +81,42 @@ measure() {
   rss0=$(vmrss_kib "$SERVER")
   echo 5 >"/proc/$SERVER/clear_refs" # resets VmHWM to the current RSS
   load=$(cut -d' ' -f1-3 /proc/loadavg)
+  local c0 c1 c2
   for i in $(seq 0 "$reps"); do # rep 0 warms up
+    [ "$i" = 1 ] && c0=$(cpu_ticks "$SERVER")
     read -r code t < <(curl -s -o "$WORK/up.body" -w '%{http_code} %{time_total}\n' -H "Authorization: Bearer $TOKEN" \
       -F "file=@$file;filename=$name;type=application/octet-stream" "http://127.0.0.1:$PORT/api/v1/files/upload/?$q" || echo "000 0")
     if [ "$code" != 200 ]; then echo "warning: upload answered $code: $(head -c 300 "$WORK/up.body")" >&2; sums=FAILED; continue; fi
     [ "$i" -gt 0 ] && echo "$t" >>"$WORK/up.times"
   done
+  c1=$(cpu_ticks "$SERVER")
   local sink="$WORK/down.bin"
   [ "${DOWNLOAD_TO:-file}" = null ] && sink=/dev/null
   for i in $(seq 0 "$reps"); do # rep 0 (to a file) checks the content
     read -r code t < <(curl -s -o "$([ "$i" = 0 ] && echo "$WORK/down.bin" || echo "$sink")" -w '%{http_code} %{time_total}\n' \
       -H "Authorization: Bearer $TOKEN" "http://127.0.0.1:$PORT/api/v1/files/download/?file=$name&$q" || echo "000 0")
     if [ "$code" != 200 ]; then echo "warning: download answered $code" >&2; sums=FAILED; continue; fi
+    [ "$i" = 0 ] && c2=$(cpu_ticks "$SERVER")
     [ "$i" -gt 0 ] && echo "$t" >>"$WORK/down.times"
     if [ "$i" = 0 ] || { [ "$i" = "$reps" ] && [ "$sink" != /dev/null ]; }; then
       [ "$(sha256sum "$WORK/down.bin" | cut -d' ' -f1)" = "$want" ] || { echo "warning: downloaded content differs" >&2; sums=DIFFER; }
     fi
   done
+  local c3; c3=$(cpu_ticks "$SERVER")
   rm -f "$WORK/down.bin"
   hwm=$(vmhwm_kib "$SERVER")
   up=$(stats "$WORK/up.times" "$size"); down=$(stats "$WORK/down.times" "$size")
   local peak; peak=$(awk -v a="$rss0" -v b="$hwm" 'BEGIN {printf "%.0f → %.0f", a/1024, b/1024}')
   # shellcheck disable=SC2086
-  set -- $up; echo "| $storage | upload $size MiB | $1 | $2 | $reps | $sums | $peak | $load |"
+  set -- $up; echo "| $storage | upload $size MiB | $1 | $2 | $(cpu_ms "$c0" "$c1" "$reps") | $reps | $sums | $peak | $load |"
   # shellcheck disable=SC2086
-  set -- $down; echo "| $storage | download $size MiB | $1 | $2 | $reps | $sums | $peak | $load |"
+  set -- $down; echo "| $storage | download $size MiB | $1 | $2 | $(cpu_ms "$c2" "$c3" "$reps") | $reps | $sums | $peak | $load |"
 }
 
 echo "- $(date -u +%Y-%m-%dT%H:%M:%SZ); $(nproc) CPUs ($(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)); $GANTRY"
 echo
-echo "| storage | transfer | median MiB/s | range MiB/s | reps | SHA-256 | server RSS MiB: before → peak | load average |"
-echo "|---|---|---:|---:|---:|---|---:|---|"
+echo "| storage | transfer | median MiB/s | range MiB/s | server CPU ms each | reps | SHA-256 | server RSS MiB: before → peak | load average |"
+echo "|---|---|---:|---:|---:|---:|---|---:|---|"
 for storage in $STORAGES; do
   case $storage in
     local) start_server "$WORK/local" ;;
