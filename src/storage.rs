@@ -1,12 +1,15 @@
 //! Object storage for artifacts, user files, provider files (and, later, job arguments, results
 //! and logs): a local directory (embedded default) or an S3-compatible bucket. Object keys come
 //! from the pure functions in `keys`, which only ever see sanitized names. Transfers stream: an
-//! upload is first spooled to a temporary file by the API layer and then moved in; a download is
-//! read in 64 KiB chunks.
+//! upload is first spooled to a temporary file by the API layer and then moved in (renamed into
+//! a local directory, sent to S3 in parts when large); a download is read in large chunks (see
+//! `transfer`).
 
 pub mod access;
+pub mod keys;
 pub mod migrate;
 pub mod refusal;
+pub mod transfer;
 
 use std::io;
 use std::path::{Component, Path, PathBuf};
@@ -14,8 +17,7 @@ use std::pin::Pin;
 
 use aws_sdk_s3::primitives::ByteStream;
 use bytes::Bytes;
-use futures::{Stream, StreamExt, TryStreamExt};
-use tokio_util::io::ReaderStream;
+use futures::{Stream, TryStreamExt};
 
 use self::refusal::s3_sdk_error;
 
@@ -84,10 +86,12 @@ impl std::fmt::Debug for S3Settings {
     }
 }
 
+/// Where objects are kept. On S3, objects larger than `part_bytes` go up as multipart uploads
+/// in parts of that size.
 #[derive(Clone, Debug)]
 pub enum Storage {
     Local { root: PathBuf },
-    S3 { client: aws_sdk_s3::Client, bucket: String, prefix: String },
+    S3 { client: aws_sdk_s3::Client, bucket: String, prefix: String, part_bytes: u64 },
 }
 
 impl Storage {
@@ -120,7 +124,17 @@ impl Storage {
             client: aws_sdk_s3::Client::from_conf(config.build()),
             bucket: settings.bucket.clone(),
             prefix: if prefix.is_empty() { String::new() } else { format!("{prefix}/") },
+            part_bytes: transfer::DEFAULT_PART_BYTES,
         }
+    }
+
+    /// Sets the part size of S3 multipart uploads (at least S3's 5 MiB); no effect on local
+    /// storage.
+    pub fn with_part_size(mut self, bytes: u64) -> Storage {
+        if let Storage::S3 { part_bytes, .. } = &mut self {
+            *part_bytes = bytes.max(transfer::MIN_PART_BYTES);
+        }
+        self
     }
 
     /// Splits `s3://bucket/prefix` into bucket and prefix.
@@ -180,9 +194,27 @@ impl Storage {
                     .await
                     .map_err(|e| local_error("store", e))
             }
-            Storage::S3 { client, bucket, prefix } => {
-                let body =
-                    ByteStream::from_path(file).await.map_err(|e| s3_error("read upload for", bucket, key, e))?;
+            Storage::S3 { client, bucket, prefix, part_bytes } => {
+                let size =
+                    tokio::fs::metadata(file).await.map_err(|e| s3_error("read upload for", bucket, key, e))?.len();
+                if size > *part_bytes {
+                    let upload = transfer::MultipartUpload {
+                        client: client.clone(),
+                        bucket: bucket.clone(),
+                        full_key: format!("{prefix}{key}"),
+                        key: key.to_string(),
+                        path: file.to_path_buf(),
+                        size,
+                        part_bytes: *part_bytes,
+                    };
+                    return upload.send().await;
+                }
+                let body = ByteStream::read_from()
+                    .path(file)
+                    .buffer_size(transfer::READ_CHUNK_BYTES)
+                    .build()
+                    .await
+                    .map_err(|e| s3_error("read upload for", bucket, key, e))?;
                 client
                     .put_object()
                     .bucket(bucket)
@@ -194,6 +226,24 @@ impl Storage {
                     .map_err(|e| s3_sdk_error("write", bucket, key, e))
             }
         }
+    }
+
+    /// Moves a spooled upload into the object `key`, replacing it: renamed into place on local
+    /// storage (copied when the spool lies on another file system), sent on S3. The object
+    /// appears whole or not at all.
+    pub async fn put_spooled(&self, key: &str, spool: tempfile::TempPath) -> Result<(), Error> {
+        let Storage::Local { root } = self else { return self.put_file(key, &spool).await };
+        let local_error = |operation, source| Error::Local { operation, key: key.to_string(), source };
+        let destination = Self::local_path(root, key)?;
+        let parent = destination.parent().expect("object paths have a parent");
+        tokio::fs::create_dir_all(parent).await.map_err(|e| local_error("create folder for", e))?;
+        if transfer::move_local(&spool, &destination).await.map_err(|e| local_error("store", e))? {
+            // Renamed: nothing is left to remove, and a later spool file of the same name is
+            // another upload's.
+            let _ = spool.keep();
+            return Ok(());
+        }
+        self.put_file(key, &spool).await
     }
 
     /// Stores a small object from memory.
@@ -208,7 +258,7 @@ impl Storage {
                     .await
                     .map_err(|e| local_error("store", e))
             }
-            Storage::S3 { client, bucket, prefix } => client
+            Storage::S3 { client, bucket, prefix, .. } => client
                 .put_object()
                 .bucket(bucket)
                 .key(format!("{prefix}{key}"))
@@ -240,15 +290,15 @@ impl Storage {
                 if !metadata.is_file() {
                     return Ok(None);
                 }
-                Ok(Some(Object { size: metadata.len(), body: ReaderStream::with_capacity(file, CHUNK_BYTES).boxed() }))
+                let size = metadata.len();
+                Ok(Some(Object { size, body: transfer::local_file_stream(file.into_std().await, size) }))
             }
-            Storage::S3 { client, bucket, prefix } => {
+            Storage::S3 { client, bucket, prefix, .. } => {
                 let response = client.get_object().bucket(bucket).key(format!("{prefix}{key}")).send().await;
                 match response {
                     Ok(output) => {
                         let size = output.content_length().unwrap_or_default().max(0) as u64;
-                        let reader = output.body.into_async_read();
-                        Ok(Some(Object { size, body: ReaderStream::with_capacity(reader, CHUNK_BYTES).boxed() }))
+                        Ok(Some(Object { size, body: transfer::s3_body_stream(output.body) }))
                     }
                     Err(error) if error.as_service_error().is_some_and(|e| e.is_no_such_key()) => Ok(None),
                     Err(error) => Err(s3_sdk_error("read", bucket, key, error)),
@@ -296,7 +346,7 @@ impl Storage {
                     }
                 }
             }
-            Storage::S3 { client, bucket, prefix: root } => {
+            Storage::S3 { client, bucket, prefix: root, .. } => {
                 let full = format!("{root}{prefix}");
                 let mut pages =
                     client.list_objects_v2().bucket(bucket).prefix(&full).delimiter("/").into_paginator().send();
@@ -336,7 +386,7 @@ impl Storage {
                     source,
                 })
             }
-            Storage::S3 { client, bucket, prefix } => {
+            Storage::S3 { client, bucket, prefix, .. } => {
                 let full = format!("{prefix}{key}");
                 match client.head_object().bucket(bucket).key(&full).send().await {
                     Ok(_) => {}
@@ -363,7 +413,7 @@ impl Storage {
     /// true) the one object `key` until `expires_in` has passed: how a job pod reaches its own
     /// objects without storage credentials. S3 only.
     pub async fn presign(&self, key: &str, write: bool, expires_in: std::time::Duration) -> Result<String, Error> {
-        let Storage::S3 { client, bucket, prefix } = self else {
+        let Storage::S3 { client, bucket, prefix, .. } = self else {
             return Err(Error::Location { location: "presigned URLs need S3 storage".into() });
         };
         let config = aws_sdk_s3::presigning::PresigningConfig::expires_in(expires_in)
@@ -401,7 +451,7 @@ impl Storage {
                     .map_err(|e| Error::Local { operation: "list", key: prefix.clone(), source: io::Error::other(e) })?
                     .map_err(|source| Error::Local { operation: "list", key: prefix, source })
             }
-            Storage::S3 { client, bucket, prefix: root } => {
+            Storage::S3 { client, bucket, prefix: root, .. } => {
                 let full = format!("{root}{prefix}");
                 let mut objects = Vec::new();
                 let mut pages = client.list_objects_v2().bucket(bucket).prefix(&full).into_paginator().send();
@@ -433,7 +483,7 @@ impl Storage {
                     Err(source) => return Err(Error::Local { operation: "delete", key: prefix.into(), source }),
                 }
             }
-            Storage::S3 { client, bucket, prefix: root } => {
+            Storage::S3 { client, bucket, prefix: root, .. } => {
                 use aws_sdk_s3::types::{Delete, ObjectIdentifier};
                 // One request deletes at most 1,000 keys.
                 for chunk in objects.chunks(1000) {
@@ -480,7 +530,7 @@ impl Storage {
                 tokio::fs::create_dir_all(parent).await.map_err(|e| local_error("create folder for", e))?;
                 tokio::fs::rename(&source, &destination).await.map_err(|e| local_error("move", e))
             }
-            Storage::S3 { client, bucket, prefix } => {
+            Storage::S3 { client, bucket, prefix, .. } => {
                 client
                     .copy_object()
                     .bucket(bucket)
@@ -540,6 +590,11 @@ pub struct StorageArgs {
     /// answers (a large upload's parts included), before the request fails and is retried.
     #[arg(long, env = "GANTRY_S3_TIMEOUT_SECONDS", default_value_t = 60)]
     pub s3_timeout_seconds: u64,
+    /// Files larger than this (MiB) go to S3 as multipart uploads in parts of this size, a few
+    /// parts at once (at least 5, the S3 minimum; larger parts where a file would need more than
+    /// 10,000).
+    #[arg(long, env = "GANTRY_S3_PART_SIZE_MB", default_value_t = 16)]
+    pub s3_part_size_mb: u64,
 }
 
 impl StorageArgs {
@@ -563,7 +618,8 @@ impl StorageArgs {
                     secret_access_key: secret_access_key.expose().to_string(),
                     path_style: self.s3_path_style,
                     timeout: std::time::Duration::from_secs(self.s3_timeout_seconds.max(1)),
-                }))
+                })
+                .with_part_size(self.s3_part_size_mb * 1024 * 1024))
             }
             Some(directory) => Ok(Storage::local(directory)),
             None => Ok(Storage::local(data_dir.join("objects"))),
@@ -625,123 +681,6 @@ fn s3_error(
     error: impl std::error::Error + Send + Sync + 'static,
 ) -> Error {
     Error::S3 { operation, bucket: bucket.into(), key: key.into(), failure: None, source: Box::new(error) }
-}
-
-/// Object keys. Every argument is a sanitized name (see `domain::names`), so none contains `/`
-/// or `..`.
-pub mod keys {
-    /// The current artifact of a function; each upload gets a new key so a running job keeps
-    /// the artifact it started with.
-    pub fn artifact(program_id: &str, upload_id: &str) -> String {
-        format!("artifacts/{program_id}/{upload_id}.tar")
-    }
-
-    /// Folder (ending with `/`) of a user's own files (the files API and a job's `DATA_PATH`):
-    /// one area shared by all the user's custom functions, and one per provider function given
-    /// as `(provider, title)` (reference-contract §1.19).
-    pub fn user_files(username: &str, provider_function: Option<(&str, &str)>) -> String {
-        match provider_function {
-            None => format!("users/{username}/data/"),
-            Some((provider, title)) => format!("users/{username}/providers/{provider}/{title}/data/"),
-        }
-    }
-
-    /// Where earlier versions kept a user's files per custom function:
-    /// `users/<user>/functions/<title>/data/…`. Given such a key, the key the object has in the
-    /// user's shared area; `None` for any other key.
-    pub fn legacy_custom_user_file(key: &str) -> Option<String> {
-        let rest = key.strip_prefix("users/")?;
-        let (username, rest) = rest.split_once('/')?;
-        let rest = rest.strip_prefix("functions/")?;
-        let (title, rest) = rest.split_once('/')?;
-        let name = rest.strip_prefix("data/")?;
-        (!username.is_empty() && !title.is_empty() && !name.is_empty())
-            .then(|| format!("{}{name}", user_files(username, None)))
-    }
-
-    /// The arguments of a job run as a pod (read through a presigned URL).
-    pub fn job_arguments(job_id: &str) -> String {
-        format!("jobs/{job_id}/arguments.json")
-    }
-
-    /// The result a job saved (`RESULTS_PATH`), shipped by the launcher at exit.
-    pub fn job_result(job_id: &str) -> String {
-        format!("jobs/{job_id}/result.json")
-    }
-
-    /// The user (public) log of a finished job.
-    pub fn job_user_log(job_id: &str) -> String {
-        format!("jobs/{job_id}/user.log")
-    }
-
-    /// The provider (private) log of a finished provider-function job.
-    pub fn job_provider_log(job_id: &str) -> String {
-        format!("jobs/{job_id}/provider.log")
-    }
-
-    /// How the job's process ended, written by the launcher last: `{"exit_code", "signal", "error",
-    /// "limit"}`.
-    pub fn job_exit(job_id: &str) -> String {
-        format!("jobs/{job_id}/exit.json")
-    }
-
-    /// Folder (ending with `/`) holding every object of one job: the keys above and anything a
-    /// later version adds for the job. Deleting a job deletes this folder.
-    pub fn job_objects(job_id: &str) -> String {
-        format!("jobs/{job_id}/")
-    }
-
-    /// Folder (ending with `/`) of a provider's files for one of its functions.
-    pub fn provider_files(provider: &str, title: &str) -> String {
-        format!("providers/{provider}/{title}/data/")
-    }
-
-    #[cfg(test)]
-    mod tests {
-        use super::*;
-
-        #[test]
-        fn keys_separate_users_providers_and_functions() {
-            assert_eq!(user_files("alice", None), "users/alice/data/");
-            assert_eq!(user_files("alice", Some(("ibm", "fn"))), "users/alice/providers/ibm/fn/data/");
-            assert_eq!(provider_files("ibm", "fn"), "providers/ibm/fn/data/");
-            assert_eq!(artifact("p", "u"), "artifacts/p/u.tar");
-        }
-
-        #[test]
-        fn every_job_object_lies_in_the_jobs_folder() {
-            let folder = job_objects("j1");
-            assert_eq!(folder, "jobs/j1/");
-            for key in
-                [job_arguments("j1"), job_result("j1"), job_user_log("j1"), job_provider_log("j1"), job_exit("j1")]
-            {
-                assert!(key.starts_with(&folder), "{key}");
-            }
-            // One job's folder is never a prefix of another's.
-            assert!(!job_objects("j10").starts_with(&folder));
-        }
-
-        #[test]
-        fn legacy_per_function_keys_map_into_the_users_area() {
-            assert_eq!(
-                legacy_custom_user_file("users/alice/functions/fn/data/out.tar").as_deref(),
-                Some("users/alice/data/out.tar")
-            );
-            assert_eq!(
-                legacy_custom_user_file("users/alice/functions/fn/data/results/j.json").as_deref(),
-                Some("users/alice/data/results/j.json")
-            );
-            for other in [
-                "users/alice/data/out.tar",
-                "users/alice/providers/ibm/fn/data/x",
-                "users/alice/functions/fn/data/",
-                "users/alice/functions/fn/other/x",
-                "providers/ibm/fn/data/x",
-            ] {
-                assert_eq!(legacy_custom_user_file(other), None, "{other}");
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -41,7 +41,7 @@ pub async fn list_user_files_spec(
     Ok(Json(SpecFileList { files }))
 }
 
-/// Download a file (streamed in 64 KB chunks)
+/// Download a file (streamed)
 #[utoipa::path(get, path = "/files/download/", tag = "files", params(UserFileQuery),
     responses((status = 200, description = "the file", content_type = "application/octet-stream", body = Vec<u8>)),
     security(("bearer" = [])))]

@@ -163,10 +163,12 @@ async fn user_files_round_trip(backend: Backend) {
 }
 
 async fn large_files_stream_both_ways(backend: Backend) {
-    let gateway = Gateway::start(backend).await;
+    let mut gateway = Gateway::start(backend).await;
+    // Parts of S3's smallest size, so that this file goes up in three of them.
+    gateway.state.storage = gateway.state.storage.clone().with_part_size(5 * 1024 * 1024);
     gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
-    // 3 MiB of non-text bytes: many 64 KiB chunks on the way out.
-    let content: Vec<u8> = (0..3 * 1024 * 1024).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
+    // 12 MiB of non-text bytes: many chunks each way, three S3 parts.
+    let content: Vec<u8> = (0..12 * 1024 * 1024).map(|i: u32| (i.wrapping_mul(2_654_435_761) >> 24) as u8).collect();
     let upload = gateway
         .post_multipart("/api/v1/files/upload/?function=fn", "alice", &[], &[("file", "blob.bin", &content)])
         .await;
@@ -175,6 +177,9 @@ async fn large_files_stream_both_ways(backend: Backend) {
     assert_eq!(download.status, 200);
     assert_eq!(download.headers["content-length"], content.len().to_string());
     assert!(download.bytes == content, "downloaded bytes differ");
+    // The spooled upload was moved into storage (local) or removed once sent (S3).
+    let spool: Vec<_> = std::fs::read_dir(gateway.data_dir().join("spool")).unwrap().collect();
+    assert!(spool.is_empty(), "{spool:?}");
 }
 
 async fn uploads_outside_the_allow_list_are_refused(backend: Backend) {

@@ -228,10 +228,11 @@ async fn readiness_reports_unreachable_storage(backend: Backend) {
             std::fs::write(&file, b"x").unwrap();
             gantry::storage::Storage::local(file)
         }
-        gantry::storage::Storage::S3 { client, prefix, .. } => gantry::storage::Storage::S3 {
+        gantry::storage::Storage::S3 { client, prefix, part_bytes, .. } => gantry::storage::Storage::S3 {
             client: client.clone(),
             bucket: "missing-bucket".into(),
             prefix: prefix.clone(),
+            part_bytes: *part_bytes,
         },
     };
     gateway.state.storage = broken;

@@ -164,7 +164,8 @@ pub async fn upload(
         .ok_or_else(|| ApiError::BadRequest("The uploaded file has no usable name.".into()))?;
     let key = format!("{folder}{name}");
     let not_stored = || Some(format!("the file {name} was not stored"));
-    state.storage.put_file(&key, &file.path).await.map_err(|e| ApiError::storage(&state.storage, e, not_stored()))?;
+    let stored = state.storage.put_spooled(&key, file.path).await;
+    stored.map_err(|e| ApiError::storage(&state.storage, e, not_stored()))?;
     Ok(Message::new(key))
 }
 
