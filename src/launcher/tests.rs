@@ -57,6 +57,7 @@ impl Fixture {
                 logs_size_limit: 4096,
                 max_unpacked_mib: crate::artifact::DEFAULT_MAX_UNPACKED_MIB,
                 data_key: None,
+                termination_log: None,
                 data_function: None,
                 data_provider: None,
             },
@@ -185,7 +186,7 @@ async fn a_user_function_runs_and_ships_result_logs_and_exit_record() {
     assert_eq!(fixture.object(&keys::job_provider_log(JOB_ID)).await, None);
     assert_eq!(
         fixture.exit_record().await,
-        serde_json::json!({"exit_code": 0, "signal": null, "error": null, "limit": null})
+        serde_json::json!({"exit_code": 0, "signal": null, "error": null, "limit": null, "exception": null})
     );
 }
 
@@ -263,7 +264,7 @@ async fn a_failing_function_records_its_exit_code_and_no_stale_result() {
     assert_eq!(code, 3);
     assert_eq!(
         fixture.exit_record().await,
-        serde_json::json!({"exit_code": 3, "signal": null, "error": null, "limit": null})
+        serde_json::json!({"exit_code": 3, "signal": null, "error": null, "limit": null, "exception": null})
     );
     assert_eq!(fixture.object(&keys::job_user_log(JOB_ID)).await.unwrap(), "giving up\n");
     assert_eq!(fixture.object(&keys::job_result(JOB_ID)).await, None);
@@ -437,7 +438,7 @@ async fn a_stop_kills_the_process_group_and_archives_the_logs() {
     assert!(group_disappears(pid).await);
     assert_eq!(
         fixture.exit_record().await,
-        serde_json::json!({"exit_code": null, "signal": libc::SIGTERM, "error": null, "limit": null})
+        serde_json::json!({"exit_code": null, "signal": libc::SIGTERM, "error": null, "limit": null, "exception": null})
     );
     assert_eq!(fixture.object(&keys::job_user_log(JOB_ID)).await.unwrap(), format!("pid {pid}\n"));
 }

@@ -354,6 +354,7 @@ async fn read_row(ctx: &Context, job_id: &str) -> Result<Option<Row>, Error> {
         stop_requested: state.stop_requested,
         provider_function: state.provider_function,
         retries: u32::try_from(state.infrastructure_retries).unwrap_or(0),
+        status_reason: state.status_reason,
     }))
 }
 
