@@ -458,7 +458,10 @@ async fn check_ending(cluster: &Cluster, ending: &Ending, id: &str) {
     assert!(if ended { why.is_some_and(|w| w.contains(ending.reason)) } else { why.is_none() }, "{name}: {job}");
     if let Some(resource) = &resource {
         let why = resource["status"].get("reason").and_then(Value::as_str);
-        assert!(if ended { why.is_some_and(|w| w.contains(ending.reason)) } else { why.is_none() }, "{name}");
+        assert!(
+            if ended { why.is_some_and(|w| w.contains(ending.reason)) } else { why.is_none() },
+            "{name}: {resource}"
+        );
         let message = resource["status"]["message"].as_str().unwrap_or_default();
         // A job that succeeded on a later attempt says why in its retries alone.
         if ending.retried == 0 || ending.status != "SUCCEEDED" {

@@ -30,7 +30,7 @@ use crate::compute::{ADMISSION_WINDOW, admit_queued, move_job};
 use crate::crd::{FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus, pod_name, secret_name};
 use crate::db::{self, Db, jobs};
 use crate::domain::admission::{Capacity, Limits};
-use crate::domain::lifecycle::{JobStatus, Trigger};
+use crate::domain::lifecycle::{JobStatus, Trigger, decide};
 use crate::domain::logs::LogRouter;
 use crate::events::Publisher;
 use crate::ops::{ErrorLabels, Metrics, OutcomeLabels};
@@ -397,6 +397,7 @@ async fn carry_out(
                         record(ctx, job, note.warning, &note.reason, note.message).await;
                         if let Some(row) = observed.row.as_mut() {
                             row.status = moved;
+                            row.status_reason = decide(from, &trigger).and_then(|m| m.reason().map(str::to_string));
                         }
                         observed.moved = Some(trigger);
                     }
