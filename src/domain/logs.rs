@@ -266,8 +266,9 @@ pub fn bounded(text: &str, chars: usize) -> String {
 pub fn relative_to(line: &str, folders: &[String]) -> String {
     folders
         .iter()
+        .map(|folder| folder.trim_end_matches('/'))
         .filter(|folder| !folder.is_empty())
-        .fold(line.to_string(), |line, folder| line.replace(&format!("{}/", folder.trim_end_matches('/')), ""))
+        .fold(line.to_string(), |line, folder| line.replace(&format!("{folder}/"), ""))
 }
 
 #[cfg(test)]
@@ -447,5 +448,6 @@ mod tests {
         );
         assert_eq!(relative_to("/real/jobs/j1/code/lib/x.py", &folders), "lib/x.py");
         assert_eq!(relative_to("/data/jobs/j1/codex/y.py", &folders), "/data/jobs/j1/codex/y.py");
+        assert_eq!(relative_to("/a/b.py", &["/".to_string()]), "/a/b.py", "never every slash");
     }
 }

@@ -173,15 +173,18 @@ pub(super) async fn supervise<F: Future<Output = ()>>(
 }
 
 /// `code` as a job's paths may name it: as given and, when it differs, resolved (Python names
-/// its main script by the resolved working folder).
+/// its main script by the resolved working folder); absolute paths only, longest first, so no
+/// shorter one cuts into a longer one.
 fn code_folders(code: &Path) -> Vec<String> {
-    let mut folders = vec![code.to_string_lossy().into_owned()];
-    if let Ok(resolved) = std::fs::canonicalize(code) {
-        let resolved = resolved.to_string_lossy().into_owned();
-        if !folders.contains(&resolved) {
-            folders.push(resolved);
-        }
-    }
+    let mut folders: Vec<String> = [Some(code.to_path_buf()), std::fs::canonicalize(code).ok()]
+        .into_iter()
+        .flatten()
+        .filter(|path| path.is_absolute())
+        .map(|path| path.to_string_lossy().trim_end_matches('/').to_string())
+        .filter(|path| !path.is_empty())
+        .collect();
+    folders.sort_by_key(|path| std::cmp::Reverse(path.len()));
+    folders.dedup();
     folders
 }
 
