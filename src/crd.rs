@@ -203,6 +203,10 @@ pub struct FunctionJobStatus {
     /// Whether the job's result and logs are in object storage.
     #[serde(default)]
     pub logs_archived: bool,
+    /// Why the job ended, once it has: the job's `status_reason` (an exit code and the last
+    /// exception line, out of memory with the limit, timed out, stopped by whom, lost with why).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
     /// Why the job is where it is, in words (a pull error, a vanished pod, ...).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message: Option<String>,

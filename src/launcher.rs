@@ -155,6 +155,10 @@ pub struct JobSettings {
     /// at the end. Only files directly in the folder, as the files API lists them.
     #[arg(long, env = "GANTRY_DATA_KEY")]
     pub data_key: Option<String>,
+    /// A file the failed function's last exception line is written to (a pod's
+    /// `/dev/termination-log`), so the cluster's record of the ended container carries it.
+    #[arg(long, env = "GANTRY_TERMINATION_LOG")]
+    pub termination_log: Option<PathBuf>,
     /// In a pod: the function whose file area `DATA_PATH` mirrors through the gateway's files
     /// API, with the job's token (`ENV_JOB_GATEWAY_HOST`, `ENV_JOB_GATEWAY_TOKEN`).
     #[arg(long, env = "GANTRY_DATA_FUNCTION")]

@@ -131,7 +131,7 @@ export async function jobsView(root, { query, scope }) {
       for (const job of page.results) {
         const cells = rows.get(job.id);
         if (cells.status.dataset.value !== `${job.status}/${job.sub_status}`) {
-          fill(cells.status, statusBadge(job.status, job.sub_status));
+          fill(cells.status, statusCellContent(job));
           cells.status.dataset.value = `${job.status}/${job.sub_status}`;
           live.textContent = `Job ${job.id.slice(0, 8)} is ${job.status}.`;
         }
@@ -176,8 +176,14 @@ export async function jobsView(root, { query, scope }) {
     );
   };
 
+  // The badge, and under it why an ended job did not succeed (`status_reason`).
+  const statusCellContent = (job) => [
+    statusBadge(job.status, job.sub_status),
+    job.status_reason ? h("div", { class: "row-reason", title: job.status_reason }, job.status_reason) : null,
+  ];
+
   const row = (job) => {
-    const statusCell = h("td", { class: "status" }, statusBadge(job.status, job.sub_status));
+    const statusCell = h("td", { class: "status" }, statusCellContent(job));
     statusCell.dataset.value = `${job.status}/${job.sub_status}`;
     const updated = h("td", {}, when(job.updated));
     rows.set(job.id, { status: statusCell, updated });

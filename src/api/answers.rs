@@ -56,7 +56,9 @@ pub struct JobRecord {
     #[schema(required = true)]
     pub sub_status: Option<String>,
     /// Why the job ended, for a job that ended other than by success (its terminal status
-    /// event's `reason`); absent otherwise.
+    /// event's `reason`): `exit code 1: ZeroDivisionError: division by zero`, `out of memory
+    /// (limit N MiB): ...`, `timed out after N s ...`, `stopped by the user`, ...; absent
+    /// otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status_reason: Option<String>,
     #[schema(format = DateTime)]

@@ -166,7 +166,8 @@ impl LocalRunner {
                 if !self.terminate(&job.id) {
                     // Nothing of ours runs it: record the timeout directly.
                     self.timed_out.lock().expect("lock").remove(&job.id);
-                    move_job(&self.db, &self.publisher, &job.id, job.status(), &Trigger::TimedOut).await?;
+                    let timed_out = Trigger::TimedOut { limit_secs: self.config.timeout.as_secs() };
+                    move_job(&self.db, &self.publisher, &job.id, job.status(), &timed_out).await?;
                 }
                 continue;
             }
@@ -550,20 +551,12 @@ impl LocalRunner {
         let trigger = if stop_requested {
             Trigger::StopRequested
         } else if timed_out {
-            Trigger::TimedOut
+            Trigger::TimedOut { limit_secs: self.config.timeout.as_secs() }
         } else if let Some(hit) = limit {
             Trigger::Crashed { reason: limit_reason(hit) }
         } else {
             match &record {
-                Some(_) if succeeded => Trigger::Exited { success: true },
-                // A launch that failed before the function ran says why.
-                Some(record) if record["exit_code"].is_null() && record["signal"].is_null() => {
-                    match record["error"].as_str() {
-                        Some(error) => Trigger::Crashed { reason: error.to_string() },
-                        None => Trigger::Exited { success: false },
-                    }
-                }
-                Some(_) => Trigger::Exited { success: false },
+                Some(record) => output::ending_of(record),
                 None => Trigger::Lost {
                     reason: match (import_failure, launcher_code) {
                         (Some(why), _) => why,

@@ -203,6 +203,8 @@ pub struct JobState {
     pub provider_function: bool,
     /// Times the job was started again after the cluster ended its pod.
     pub infrastructure_retries: i64,
+    /// Why the job ended, once it has (the terminal move's reason).
+    pub status_reason: Option<String>,
 }
 
 impl JobState {
@@ -214,7 +216,7 @@ impl JobState {
 pub async fn state(db: &Db, id: &str) -> Result<Option<JobState>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, JobState>(
         "SELECT status, sub_status, stop_requested, provider_id IS NOT NULL AS provider_function, \
-         infrastructure_retries FROM jobs WHERE id = $1")
+         infrastructure_retries, status_reason FROM jobs WHERE id = $1")
         .bind(id)
         .fetch_optional(pool)
         .await)

@@ -5,6 +5,8 @@
 use std::fmt;
 use std::str::FromStr;
 
+use crate::domain::logs::EXCEPTION_LINE_CHARS;
+
 /// The six job statuses; the same words in the API, the database and a `FunctionJob`'s
 /// `status.phase`, and the API's document (`ToSchema`).
 #[derive(
@@ -145,6 +147,35 @@ pub fn no_space_reason(detail: &str) -> String {
     format!("no space left on device while preparing the job ({detail})")
 }
 
+/// Why a function's process that ended with a non-zero `code` failed: the code, and the last
+/// exception line of its log when it printed one (`exit code 1: ZeroDivisionError: division by
+/// zero`), in the same words on every backend.
+pub fn exit_reason(code: i64, exception: Option<&str>) -> String {
+    match exception.map(str::trim).filter(|line| !line.is_empty()) {
+        Some(line) => format!("exit code {code}: {}", crate::domain::logs::bounded(line, EXCEPTION_LINE_CHARS)),
+        None => format!("exit code {code}"),
+    }
+}
+
+/// Why a function's process that a signal ended failed (a kill from outside the job).
+pub fn signal_reason(signal: i64, exception: Option<&str>) -> String {
+    let base = format!("ended by signal {signal}");
+    match exception.map(str::trim).filter(|line| !line.is_empty()) {
+        Some(line) => format!("{base}: {}", crate::domain::logs::bounded(line, EXCEPTION_LINE_CHARS)),
+        None => base,
+    }
+}
+
+/// The reason of a stop a user asked for (through the API, or the console).
+pub const STOPPED_BY_USER: &str = "stopped by the user";
+/// The reason of a job stopped because its `FunctionJob` was deleted.
+pub const STOPPED_BY_DELETION: &str = "stopped: the FunctionJob was deleted";
+
+/// Why a job that ran past its time limit was stopped.
+pub fn timeout_reason(limit_secs: u64) -> String {
+    format!("timed out after {limit_secs} s (the limit, PROGRAM_TIMEOUT)")
+}
+
 /// What happened to a job.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Trigger {
@@ -161,8 +192,10 @@ pub enum Trigger {
     Crashed { reason: String },
     /// A user asked to stop it and the backend accepted.
     StopRequested,
-    /// It ran longer than `PROGRAM_TIMEOUT`.
-    TimedOut,
+    /// It ran longer than `PROGRAM_TIMEOUT`, `limit_secs`.
+    TimedOut { limit_secs: u64 },
+    /// Its `FunctionJob` was deleted (by hand, or with its namespace) before it ended.
+    Deleted,
     /// Its process is gone and nobody saw it end (for example across a restart).
     Lost { reason: String },
     /// The cluster ended its pod after its code started and the function opted in to be
@@ -219,9 +252,14 @@ pub fn decide(current: JobStatus, trigger: &Trigger) -> Option<Move> {
         (Pending | Running, Trigger::Crashed { reason }) => {
             (Failed, Origin::Scheduler, "UPDATE_JOB_STATUS", Some(reason.clone()))
         }
-        (Queued | Pending | Running, Trigger::StopRequested) => (Stopped, Origin::Api, "STOP_JOB", None),
-        (Pending | Running, Trigger::TimedOut) => {
-            (Stopped, Origin::Scheduler, "UPDATE_JOB_STATUS", Some("the job exceeded PROGRAM_TIMEOUT".to_string()))
+        (Queued | Pending | Running, Trigger::StopRequested) => {
+            (Stopped, Origin::Api, "STOP_JOB", Some(STOPPED_BY_USER.to_string()))
+        }
+        (Pending | Running, Trigger::TimedOut { limit_secs }) => {
+            (Stopped, Origin::Scheduler, "UPDATE_JOB_STATUS", Some(timeout_reason(*limit_secs)))
+        }
+        (Queued | Pending | Running, Trigger::Deleted) => {
+            (Stopped, Origin::Scheduler, "RECONCILE", Some(STOPPED_BY_DELETION.to_string()))
         }
         (Pending | Running, Trigger::Lost { reason }) => (Failed, Origin::Scheduler, "RECONCILE", Some(reason.clone())),
         (Running, Trigger::Retrying { reason }) => (Pending, Origin::Scheduler, "RECONCILE", Some(reason.clone())),
@@ -257,7 +295,8 @@ mod tests {
             Trigger::Started,
             Trigger::Exited { success: true },
             Trigger::StopRequested,
-            Trigger::TimedOut,
+            Trigger::TimedOut { limit_secs: 1 },
+            Trigger::Deleted,
             Trigger::Lost { reason: "x".into() },
             Trigger::Retrying { reason: "x".into() },
             Trigger::LaunchFailed { reason: "x".into() },
@@ -275,11 +314,14 @@ mod tests {
         for status in [Queued, Pending, Running] {
             let stop = decide(status, &Trigger::StopRequested).unwrap();
             assert_eq!((stop.to, stop.origin, stop.context), (Stopped, Origin::Api, "STOP_JOB"));
+            assert_eq!(stop.reason(), Some("stopped by the user"));
+            let deleted = decide(status, &Trigger::Deleted).unwrap();
+            assert_eq!((deleted.to, deleted.reason()), (Stopped, Some("stopped: the FunctionJob was deleted")));
         }
-        assert_eq!(decide(Queued, &Trigger::TimedOut), None);
-        let timeout = decide(Running, &Trigger::TimedOut).unwrap();
+        assert_eq!(decide(Queued, &Trigger::TimedOut { limit_secs: 60 }), None);
+        let timeout = decide(Running, &Trigger::TimedOut { limit_secs: 60 }).unwrap();
         assert_eq!(timeout.to, Stopped);
-        assert!(timeout.data["reason"].as_str().unwrap().contains("PROGRAM_TIMEOUT"));
+        assert_eq!(timeout.reason(), Some("timed out after 60 s (the limit, PROGRAM_TIMEOUT)"));
         let lost = decide(Running, &Trigger::Lost { reason: "process gone after restart".into() }).unwrap();
         assert_eq!((lost.to, lost.context), (Failed, "RECONCILE"));
         assert_eq!(lost.data["reason"], "process gone after restart");
@@ -310,6 +352,19 @@ mod tests {
         assert_eq!(LimitHit::of_kind("file_size", 1, 2, 3), Some(LimitHit::FileSize { limit_bytes: 3 }));
         assert_eq!(LimitHit::of_kind("processes", 1, 2, 3), Some(LimitHit::Processes { limit: 2 }));
         assert_eq!(LimitHit::of_kind("disk", 1, 2, 3), None);
+    }
+
+    #[test]
+    fn exits_name_their_code_and_exception() {
+        assert_eq!(
+            exit_reason(1, Some("ZeroDivisionError: division by zero")),
+            "exit code 1: ZeroDivisionError: division by zero"
+        );
+        assert_eq!(exit_reason(3, None), "exit code 3");
+        assert_eq!(exit_reason(3, Some("  ")), "exit code 3");
+        assert_eq!(signal_reason(9, None), "ended by signal 9");
+        let long = exit_reason(1, Some(&"x".repeat(1000)));
+        assert_eq!(long.chars().count(), "exit code 1: ".len() + EXCEPTION_LINE_CHARS + 1);
     }
 
     #[test]

@@ -139,6 +139,8 @@ pub struct LogRouter {
     pub provider: TailBuffer,
     provider_function: bool,
     missing_client: bool,
+    /// The last exception line of the user log (never of the provider's).
+    exception: ExceptionSpotter,
 }
 
 /// What Python prints when the interpreter running a job lacks the client the job imports.
@@ -163,7 +165,15 @@ impl LogRouter {
             provider: TailBuffer::new(limit_bytes),
             provider_function,
             missing_client: false,
+            exception: ExceptionSpotter::default(),
         }
+    }
+
+    /// The last exception line of a Python failure in the user log (see `ExceptionSpotter`);
+    /// lines of the provider log never show here, so a job's reason tells its author nothing
+    /// the provider keeps private.
+    pub fn last_exception(&self) -> Option<&str> {
+        self.exception.last()
     }
 
     /// Whether lines are split between the two logs (provider function) or all go to the user log.
@@ -180,7 +190,10 @@ impl LogRouter {
     pub fn push_line(&mut self, line: &str) {
         self.missing_client |= line.contains(MISSING_CLIENT_ERROR);
         match route_line(line, self.provider_function) {
-            (Destination::User, text) => self.user.push(text),
+            (Destination::User, text) => {
+                self.exception.see(text);
+                self.user.push(text);
+            }
             (Destination::Provider, text) => self.provider.push(text),
         }
     }
@@ -191,6 +204,71 @@ impl LogRouter {
             self.push_line(line);
         }
     }
+}
+
+/// Longest exception line kept, in characters (a job's reason quotes it).
+pub const EXCEPTION_LINE_CHARS: usize = 500;
+
+/// Finds the last exception line of a Python failure in a log fed line by line: the first
+/// unindented line after a `Traceback (most recent call last):` block (the exception and its
+/// message, whatever its class), or, outside one (a `SyntaxError` of the main script), a line
+/// `Name: message` or `Name` whose dotted name ends with `Error`, `Exception`, `Exit` or
+/// `Interrupt`. Kept to `EXCEPTION_LINE_CHARS`.
+#[derive(Debug, Clone, Default)]
+pub struct ExceptionSpotter {
+    in_traceback: bool,
+    last: Option<String>,
+}
+
+impl ExceptionSpotter {
+    pub fn see(&mut self, line: &str) {
+        let line = line.trim_end();
+        if line.trim_start().starts_with("Traceback (most recent call last):") {
+            self.in_traceback = true;
+            return;
+        }
+        if line.is_empty() || line.starts_with([' ', '\t']) {
+            return;
+        }
+        if std::mem::take(&mut self.in_traceback) || names_an_exception(line) {
+            self.last = Some(bounded(line, EXCEPTION_LINE_CHARS));
+        }
+    }
+
+    pub fn last(&self) -> Option<&str> {
+        self.last.as_deref()
+    }
+}
+
+/// Whether `line` reads `Name: message` or `Name` with a dotted name of an exception class.
+fn names_an_exception(line: &str) -> bool {
+    let name = line.split_once(": ").map_or(line, |(name, _)| name);
+    let dotted = !name.is_empty()
+        && name.split('.').all(|part| {
+            part.chars().next().is_some_and(|c| c.is_alphabetic() || c == '_')
+                && part.chars().all(|c| c.is_alphanumeric() || c == '_')
+        });
+    dotted
+        && ["Error", "Exception", "Exit", "Interrupt"].iter().any(|end| name.ends_with(end) && name.len() > end.len())
+}
+
+/// `text` cut to `chars` characters, an ellipsis marking the cut.
+pub fn bounded(text: &str, chars: usize) -> String {
+    match text.char_indices().nth(chars) {
+        Some((end, _)) => format!("{}…", &text[..end]),
+        None => text.to_string(),
+    }
+}
+
+/// `line` with every `<folder>/` of `folders` removed, so paths in it read relative to the
+/// function's code folder (a traceback's `File "<data dir>/jobs/<id>/code/main.py"` reads
+/// `File "main.py"`).
+pub fn relative_to(line: &str, folders: &[String]) -> String {
+    folders
+        .iter()
+        .map(|folder| folder.trim_end_matches('/'))
+        .filter(|folder| !folder.is_empty())
+        .fold(line.to_string(), |line, folder| line.replace(&format!("{folder}/"), ""))
 }
 
 #[cfg(test)]
@@ -318,5 +396,58 @@ mod tests {
         buffer.push("abcd");
         assert_eq!(buffer.render(), "abcd\n");
         assert!(!buffer.truncated());
+    }
+
+    #[test]
+    fn the_last_exception_line_of_a_traceback_is_found() {
+        let mut spotter = ExceptionSpotter::default();
+        for line in [
+            "INFO: starting",
+            "Traceback (most recent call last):",
+            "  File \"main.py\", line 3, in <module>",
+            "    print(1 / 0)",
+            "          ~~^~~",
+            "ZeroDivisionError: division by zero",
+            "Note: not an exception",
+        ] {
+            spotter.see(line);
+        }
+        assert_eq!(spotter.last(), Some("ZeroDivisionError: division by zero"));
+        // A class of any name ends a traceback; a syntax error of the main script has none.
+        spotter.see("Traceback (most recent call last):");
+        spotter.see("  File \"main.py\", line 1, in <module>");
+        spotter.see("__main__.Boom: it broke");
+        assert_eq!(spotter.last(), Some("__main__.Boom: it broke"));
+        spotter.see("SyntaxError: '(' was never closed");
+        assert_eq!(spotter.last(), Some("SyntaxError: '(' was never closed"));
+        spotter.see("KeyboardInterrupt");
+        assert_eq!(spotter.last(), Some("KeyboardInterrupt"));
+        for line in ["Error: not a class", "x.py:3: UserWarning: w", "ERROR:root:boom", "my value: 3"] {
+            spotter.see(line);
+        }
+        assert_eq!(spotter.last(), Some("KeyboardInterrupt"));
+        spotter.see(&format!("ValueError: {}", "x".repeat(2000)));
+        assert_eq!(spotter.last().unwrap().chars().count(), EXCEPTION_LINE_CHARS + 1);
+    }
+
+    #[test]
+    fn a_provider_functions_private_exception_is_not_the_users() {
+        let mut router = LogRouter::new(true, 1024);
+        router.push_line("ValueError: provider secret");
+        assert_eq!(router.last_exception(), None);
+        router.push_line("[PUBLIC] RuntimeError: public failure");
+        assert_eq!(router.last_exception(), Some("RuntimeError: public failure"));
+    }
+
+    #[test]
+    fn paths_are_made_relative_to_the_code_folder() {
+        let folders = ["/data/jobs/j1/code".to_string(), "/real/jobs/j1/code/".to_string()];
+        assert_eq!(
+            relative_to("  File \"/data/jobs/j1/code/main.py\", line 3, in <module>", &folders),
+            "  File \"main.py\", line 3, in <module>"
+        );
+        assert_eq!(relative_to("/real/jobs/j1/code/lib/x.py", &folders), "lib/x.py");
+        assert_eq!(relative_to("/data/jobs/j1/codex/y.py", &folders), "/data/jobs/j1/codex/y.py");
+        assert_eq!(relative_to("/a/b.py", &["/".to_string()]), "/a/b.py", "never every slash");
     }
 }

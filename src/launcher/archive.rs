@@ -66,6 +66,11 @@ pub(super) async fn archive(
     let Ending { status, mut router, last_line } = ending;
     let failed = !matches!(&status, Ok(status) if status.success());
     let limit = if failed { launch.limits.reached(&last_line) } else { None };
+    let exception = if failed { router.last_exception().map(str::to_string) } else { None };
+    if let (Some(line), Some(path)) = (&exception, &launch.job.termination_log) {
+        // Best effort: a missing file only loses the line from the cluster's record.
+        let _ = tokio::fs::write(path, line.as_bytes()).await;
+    }
     if failed && router.missing_client() {
         let hint = format!("gantry launch: hint: {}", missing_client_hint(&launch.job.python));
         say!("{hint}");
@@ -104,7 +109,7 @@ pub(super) async fn archive(
         say!("gantry launch: {}", describe(problem));
     }
     let error = error.or_else(|| problems.first().map(|problem| describe(problem)));
-    write_exit_record(launch, storage, ExitRecord { exit_code, signal, error, limit }).await;
+    write_exit_record(launch, storage, ExitRecord { exit_code, signal, error, limit, exception }).await;
     code
 }
 
@@ -125,8 +130,8 @@ pub(super) async fn record_failure(launch: &Launch, storage: &dyn JobObjects, er
     for problem in upload_logs(launch, storage, text, provider).await {
         say!("gantry launch: {}", describe(&problem));
     }
-    write_exit_record(launch, storage, ExitRecord { exit_code: None, signal: None, error: Some(reason), limit: None })
-        .await;
+    let record = ExitRecord { exit_code: None, signal: None, error: Some(reason), limit: None, exception: None };
+    write_exit_record(launch, storage, record).await;
     EXIT_NOT_STARTED
 }
 
@@ -156,21 +161,25 @@ pub(super) struct ExitRecord {
     pub(super) error: Option<String>,
     /// The limit (a `limit_kind`) a failed function reached, when the launcher can tell.
     pub(super) limit: Option<&'static str>,
+    /// The last exception line of a failed function's user log (`ExceptionSpotter`).
+    pub(super) exception: Option<String>,
 }
 
 /// The prefix of the exit record's line on stderr, written when storage refused it (a full
 /// disk): the local runner reads how the job ended from there.
 pub const EXIT_RECORD_LINE: &str = "gantry launch: exit record: ";
 
-/// Writes `keys::job_exit`: `{"exit_code", "signal", "error", "limit"}`, each possibly null. When
+/// Writes `keys::job_exit`: `{"exit_code", "signal", "error", "limit", "exception"}`, each
+/// possibly null. When
 /// storage refuses it, the record goes to stderr as one line after `EXIT_RECORD_LINE`.
 pub(super) async fn write_exit_record(launch: &Launch, storage: &dyn JobObjects, record: ExitRecord) {
-    let ExitRecord { exit_code, signal, error, limit } = record;
+    let ExitRecord { exit_code, signal, error, limit, exception } = record;
     let record = serde_json::json!({
         "exit_code": exit_code,
         "signal": signal,
         "error": error,
         "limit": limit,
+        "exception": exception,
     });
     let key = keys::job_exit(&launch.job.job_id);
     if let Err(source) = storage.store_bytes(&key, Bytes::from(record.to_string())).await {

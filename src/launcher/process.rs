@@ -18,7 +18,7 @@ use super::{
     DRAIN_GRACE, Error, LINE_HEAD_BYTES, LIVE_LOG_INTERVAL, LIVE_PROVIDER_LOG, LIVE_USER_LOG, Launch, READ_CHUNK_BYTES,
     STOP_GRACE, code_dir,
 };
-use crate::domain::logs::LogRouter;
+use crate::domain::logs::{LogRouter, relative_to};
 
 /// The function's process and the read end of its output: stdout and stderr are one pipe (as a
 /// shell's `2>&1`), so the log keeps the order in which the process wrote its lines.
@@ -64,6 +64,9 @@ pub(super) struct Live {
     changed: bool,
     /// The start of the last line that was not blank (a traceback's exception).
     last_line: String,
+    /// The code folder as the job's paths name it (given and resolved), removed from the lines
+    /// so paths read relative to the function's folder.
+    code_folders: Vec<String>,
 }
 
 /// Bytes kept of the last line (enough for an exception's name and errno).
@@ -71,6 +74,7 @@ const LAST_LINE_BYTES: usize = 256;
 
 impl Live {
     fn push_line(&mut self, line: &str) {
+        let line = &relative_to(line, &self.code_folders);
         self.router.push_line(line);
         if !line.trim().is_empty() {
             let mut end = line.len().min(LAST_LINE_BYTES);
@@ -106,6 +110,7 @@ pub(super) async fn supervise<F: Future<Output = ()>>(
         router: LogRouter::new(launch.job.provider_function, launch.job.logs_size_limit),
         changed: true,
         last_line: String::new(),
+        code_folders: code_folders(&code_dir(launch)),
     }));
     let Started { mut child, output } = started;
     let group = child.id();
@@ -165,6 +170,22 @@ pub(super) async fn supervise<F: Future<Output = ()>>(
         (router, std::mem::take(&mut live.last_line))
     };
     Ending { status, router, last_line }
+}
+
+/// `code` as a job's paths may name it: as given and, when it differs, resolved (Python names
+/// its main script by the resolved working folder); absolute paths only, longest first, so no
+/// shorter one cuts into a longer one.
+fn code_folders(code: &Path) -> Vec<String> {
+    let mut folders: Vec<String> = [Some(code.to_path_buf()), std::fs::canonicalize(code).ok()]
+        .into_iter()
+        .flatten()
+        .filter(|path| path.is_absolute())
+        .map(|path| path.to_string_lossy().trim_end_matches('/').to_string())
+        .filter(|path| !path.is_empty())
+        .collect();
+    folders.sort_by_key(|path| std::cmp::Reverse(path.len()));
+    folders.dedup();
+    folders
 }
 
 /// Sends `signal` to the process group led by the function's process (created with

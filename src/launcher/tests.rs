@@ -57,6 +57,7 @@ impl Fixture {
                 logs_size_limit: 4096,
                 max_unpacked_mib: crate::artifact::DEFAULT_MAX_UNPACKED_MIB,
                 data_key: None,
+                termination_log: None,
                 data_function: None,
                 data_provider: None,
             },
@@ -185,7 +186,7 @@ async fn a_user_function_runs_and_ships_result_logs_and_exit_record() {
     assert_eq!(fixture.object(&keys::job_provider_log(JOB_ID)).await, None);
     assert_eq!(
         fixture.exit_record().await,
-        serde_json::json!({"exit_code": 0, "signal": null, "error": null, "limit": null})
+        serde_json::json!({"exit_code": 0, "signal": null, "error": null, "limit": null, "exception": null})
     );
 }
 
@@ -263,10 +264,34 @@ async fn a_failing_function_records_its_exit_code_and_no_stale_result() {
     assert_eq!(code, 3);
     assert_eq!(
         fixture.exit_record().await,
-        serde_json::json!({"exit_code": 3, "signal": null, "error": null, "limit": null})
+        serde_json::json!({"exit_code": 3, "signal": null, "error": null, "limit": null, "exception": null})
     );
     assert_eq!(fixture.object(&keys::job_user_log(JOB_ID)).await.unwrap(), "giving up\n");
     assert_eq!(fixture.object(&keys::job_result(JOB_ID)).await, None);
+}
+
+#[tokio::test]
+async fn a_python_failure_records_its_exception_line_and_logs_relative_paths() {
+    let fixture = Fixture::new();
+    let helper = "def divide():\n    return 1 / 0\n";
+    let script = "print('dividing', flush=True)\nimport helper\nhelper.divide()\n";
+    fixture.put_artifact(tar_of(&[("main.py", script), ("helper.py", helper)])).await;
+    let termination_log = fixture.root.join("termination-log");
+    let mut launch = fixture.launch(false);
+    launch.job.termination_log = Some(termination_log.clone());
+
+    assert_eq!(run_job(&launch, &fixture.storage, std::future::pending()).await, 1);
+
+    let exception = "ZeroDivisionError: division by zero";
+    assert_eq!(
+        fixture.exit_record().await,
+        serde_json::json!({"exit_code": 1, "signal": null, "error": null, "limit": null, "exception": exception})
+    );
+    assert_eq!(std::fs::read_to_string(&termination_log).unwrap(), exception);
+    let log = fixture.object(&keys::job_user_log(JOB_ID)).await.unwrap();
+    assert!(log.contains("File \"main.py\", line 3, in <module>"), "{log}");
+    assert!(log.contains("File \"helper.py\", line 2, in divide"), "{log}");
+    assert!(!log.contains(&*fixture.work_dir().to_string_lossy()), "a server path in the log: {log}");
 }
 
 #[test]
@@ -437,7 +462,7 @@ async fn a_stop_kills_the_process_group_and_archives_the_logs() {
     assert!(group_disappears(pid).await);
     assert_eq!(
         fixture.exit_record().await,
-        serde_json::json!({"exit_code": null, "signal": libc::SIGTERM, "error": null, "limit": null})
+        serde_json::json!({"exit_code": null, "signal": libc::SIGTERM, "error": null, "limit": null, "exception": null})
     );
     assert_eq!(fixture.object(&keys::job_user_log(JOB_ID)).await.unwrap(), format!("pid {pid}\n"));
 }

@@ -36,7 +36,7 @@ SCHEMA = {
     "type": "object",
     "properties": {
         "n": {"type": "integer", "minimum": 1, "maximum": 60},
-        "mode": {"enum": ["ok", "ticks", "sleep", "fail"]},
+        "mode": {"enum": ["ok", "ticks", "sleep", "fail", "divide"]},
         "pause": {"type": "number", "minimum": 0},
     },
     "required": ["n"],

@@ -172,7 +172,6 @@ def test_upload_then_run_from_the_form_with_live_validation_status_and_log(page,
     # A finished job offers no Stop.
     expect(page.locator("#stop-button")).to_be_hidden()
     assert_not_reloaded(page)
-    page.screenshot(path=str(OUT / "console-job.png"))
     # Once the job has ended, the page goes quiet: no stream reopened, no poll.
     expect(page.locator("#log-state")).to_have_text("complete")
     settled = len(recorder.urls("/api/v1/"))
@@ -319,10 +318,14 @@ def test_jobs_list_filters_pages_and_updates_statuses_live(page, user, recorder)
     page.wait_for_timeout(6500)
     polled = len(recorder.urls("/api/v1/jobs/?")) - before
     assert 1 <= polled <= 3, f"{polled} list reads in 6.5 s"
-    # A failing and a sleeping job take their places too (and make the README's picture).
-    failing = user.run(mode="fail", n=1)
+    # A failing and a sleeping job take their places too (and make the README's picture), the
+    # failed one with its reason under its status.
+    failing = user.run(mode="divide", n=1)
     sleeping = user.run(mode="sleep", n=1)
     expect(page.locator(f'tr[data-job="{failing}"] .badge')).to_have_text("FAILED")
+    expect(page.locator(f'tr[data-job="{failing}"] .row-reason')).to_have_text(
+        "exit code 1: ZeroDivisionError: division by zero"
+    )
     expect(page.locator(f'tr[data-job="{sleeping}"] .badge')).to_have_text("RUNNING")
     expect(page.locator(".queue-line")).to_contain_text("1 of")
     page.screenshot(path=str(OUT / "console-jobs.png"))

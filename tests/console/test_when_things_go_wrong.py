@@ -199,3 +199,26 @@ def test_a_missing_job_offers_a_way_back_and_upload_errors_stand_by_their_fields
     page.get_by_role("button", name="Upload", exact=True).click()
     expect(page.locator("#upload-artifact-check [role=alert]")).to_be_visible()
     expect(page.locator("#upload-title-check")).to_be_empty()
+
+
+def test_a_failed_job_shows_its_reason_with_the_exception_line_at_the_top(page, user):
+    """The README's picture of a job's page: a Python failure, its reason first, then the log with
+    paths of the function's folder (never the server's)."""
+    job_id = user.run(mode="divide", n=1)
+    assert user.wait(job_id) == "FAILED"
+    why = "exit code 1: ZeroDivisionError: division by zero"
+    assert user.get(f"jobs/{job_id}/", with_result="false")["status_reason"] == why
+    sign_in(page, user.token)
+    page.goto(f"{BASE}/console/#/job/{job_id}")
+    expect(status_badge(page)).to_have_text("FAILED")
+    reason = page.locator("#job-reason")
+    expect(reason).to_have_text(f"FAILED: {why}")
+    log = page.locator("#log")
+    expect(log).to_contain_text('File "main.py", line')
+    expect(log).to_contain_text("ZeroDivisionError: division by zero")
+    assert "/jobs/" not in log.text_content(), "the log names a server path"
+    # At the top: above the timeline, the log and the result.
+    top = reason.bounding_box()["y"]
+    for below in ("#events", "#log"):
+        assert top < page.locator(below).bounding_box()["y"], below
+    page.screenshot(path=str(OUT / "console-job.png"))

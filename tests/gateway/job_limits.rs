@@ -86,6 +86,8 @@ async fn ending(gateway: &Gateway, user: &str, id: &str) -> (String, String) {
         .find_map(|e| e["data"]["reason"].as_str())
         .unwrap_or_default()
         .to_string();
+    // The job's answer says the same (`status_reason`, absent for a success).
+    assert_eq!(job.get("status_reason").and_then(Value::as_str).unwrap_or_default(), reason, "{job}");
     (job["status"].as_str().unwrap().to_string(), reason)
 }
 

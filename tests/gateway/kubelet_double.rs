@@ -215,8 +215,12 @@ impl Kubelet {
 
     fn command(&self, container: &Value, function: &str, volumes: &Volumes) -> tokio::process::Command {
         let mut environment = self.environment(container).unwrap_or_default();
-        for (_, value) in environment.iter_mut() {
+        for (name, value) in environment.iter_mut() {
             *value = volumes.relocate(container, value);
+            if name == "GANTRY_TERMINATION_LOG" {
+                // As a container's `/dev/termination-log`: one file per pod.
+                *value = volumes.termination_log().display().to_string();
+            }
         }
         if self.refusing.lock().expect("lock").contains(function) {
             for (_, value) in environment.iter_mut().filter(|(name, _)| name == "GANTRY_JOB_ACCESS") {
@@ -441,6 +445,8 @@ impl Kubelet {
         let text = String::from_utf8_lossy(&output.lock().expect("lock")).into_owned();
         self.api.set_pod_log(&self.namespace, name, &text);
         let code = exit.unwrap_or(137);
+        // As the kubelet: what the container wrote to its termination message path.
+        let termination_message = std::fs::read_to_string(volumes.termination_log()).ok();
         eprintln!("kubelet double: {name} exited {code}: {text}");
         if self.api.get(Kind::POD, &self.namespace, name).is_none() {
             return;
@@ -473,6 +479,7 @@ impl Kubelet {
                 "startTime": started,
                 "containerStatuses": [{"name": "job", "image": image, "imageID": "", "ready": false, "restartCount": 0,
                     "state": {"terminated": {"exitCode": code, "startedAt": started, "finishedAt": finished,
+                                              "message": termination_message,
                                               "reason": if out_of_memory { "OOMKilled" } else if code == 0 { "Completed" } else { "Error" }}}}]
             }),
         );
@@ -553,6 +560,11 @@ impl Volumes {
             std::fs::create_dir_all(root.path().join(name)).expect("pod volume folder");
         }
         Volumes { root, names }
+    }
+
+    /// The pod's termination message file (outside its volumes).
+    fn termination_log(&self) -> std::path::PathBuf {
+        self.root.path().join("termination-log")
     }
 
     /// `text` with a leading mount path of `container` replaced by its volume's folder.

@@ -97,7 +97,7 @@ const ENDINGS: &[Ending] = &[
         faulted_pods: None,
         retried: 0,
         status: "FAILED",
-        reason: "exited with code 3",
+        reason: "exit code 3",
         log: "doubling -1",
     },
     Ending {
@@ -189,8 +189,8 @@ const ENDINGS: &[Ending] = &[
         retry_after_start: false,
         faulted_pods: None,
         retried: 0,
-        status: "FAILED",
-        reason: "FunctionJob was deleted",
+        status: "STOPPED",
+        reason: "stopped: the FunctionJob was deleted",
         log: "started",
     },
     Ending {
@@ -203,7 +203,7 @@ const ENDINGS: &[Ending] = &[
         faulted_pods: None,
         retried: 0,
         status: "STOPPED",
-        reason: "stopped at the user's request",
+        reason: "stopped by the user",
         log: "no log: ",
     },
     // Retried: the cluster ended the pod before the function's code started.
@@ -300,18 +300,20 @@ const ENDINGS: &[Ending] = &[
         log: "no log: the job's container never started (ContainerCreating",
     },
     // The job's own endings and stops are final, opt-in or not.
+    // A Python failure: the exit code and the exception line; the log's paths are the code
+    // folder's.
     Ending {
         function: "exit-opted-in",
-        main: MAIN,
-        arguments: r#"{"n": -1}"#,
+        main: "print('started', flush=True)\nprint(1 / 0)\n",
+        arguments: "{}",
         fault: None,
         act: Act::Nothing,
         retry_after_start: true,
         faulted_pods: None,
         retried: 0,
         status: "FAILED",
-        reason: "exited with code 3",
-        log: "doubling -1",
+        reason: "exit code 1: ZeroDivisionError: division by zero",
+        log: "File \"main.py\", line 2, in <module>",
     },
     Ending {
         function: "oom-opted-in",
@@ -336,7 +338,7 @@ const ENDINGS: &[Ending] = &[
         faulted_pods: None,
         retried: 0,
         status: "STOPPED",
-        reason: "stopped at the user's request",
+        reason: "stopped by the user",
         log: "started",
     },
 ];
@@ -448,11 +450,18 @@ async fn check_ending(cluster: &Cluster, ending: &Ending, id: &str) {
     assert_eq!(job["status"], ending.status, "{name}: {job}");
     let collected = ending.act == Act::DeleteResourceWhileRunning;
     let resource = settled(cluster, id, collected).await;
-    if !matches!(ending.act, Act::StopWhilePending | Act::StopWhileRunning) {
-        let events = cluster.gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
-        assert!(events.to_string().contains(ending.reason), "{name}: the API's events say why: {events}");
-    }
+    let events = cluster.gateway.get(&format!("/api/v1/jobs/{id}/events/"), "alice").await.json;
+    assert!(events.to_string().contains(ending.reason), "{name}: the API's events say why: {events}");
+    // The job's answer and the FunctionJob's `status.reason` say why it ended (a success: nothing).
+    let ended = ending.status != "SUCCEEDED";
+    let why = job.get("status_reason").and_then(Value::as_str);
+    assert!(if ended { why.is_some_and(|w| w.contains(ending.reason)) } else { why.is_none() }, "{name}: {job}");
     if let Some(resource) = &resource {
+        let why = resource["status"].get("reason").and_then(Value::as_str);
+        assert!(
+            if ended { why.is_some_and(|w| w.contains(ending.reason)) } else { why.is_none() },
+            "{name}: {resource}"
+        );
         let message = resource["status"]["message"].as_str().unwrap_or_default();
         // A job that succeeded on a later attempt says why in its retries alone.
         if ending.retried == 0 || ending.status != "SUCCEEDED" {
@@ -588,7 +597,7 @@ async fn a_pod_past_its_deadline_is_settled_and_leaves_nothing_behind() {
         faulted_pods: None,
         retried: 0,
         status: "STOPPED",
-        reason: "PROGRAM_TIMEOUT",
+        reason: "timed out after 2 s (the limit, PROGRAM_TIMEOUT)",
         log: "started",
     };
     upload(&cluster, ending.function, ending.main, ending.retry_after_start).await;

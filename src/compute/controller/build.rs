@@ -84,6 +84,9 @@ fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
     }
 }
 
+/// Where the job's container writes its termination message (Kubernetes' default path).
+pub const TERMINATION_LOG: &str = "/dev/termination-log";
+
 fn plain_env(name: &str, value: impl Into<String>) -> EnvVar {
     EnvVar { name: name.into(), value: Some(value.into()), ..Default::default() }
 }
@@ -103,6 +106,8 @@ fn environment(job: &FunctionJob, settings: &PodSettings) -> Vec<EnvVar> {
         plain_env("FUNCTIONS_LOGS_SIZE_LIMIT", settings.logs_size_limit.to_string()),
         plain_env("GANTRY_MAX_UNPACKED_MIB", settings.max_unpacked_mib.to_string()),
         plain_env("HOME", &settings.work_dir),
+        // The failed function's last exception line, in the ended container's status.
+        plain_env("GANTRY_TERMINATION_LOG", TERMINATION_LOG),
         secret_env("GANTRY_JOB_ACCESS", secret, SECRET_ACCESS_KEY, true),
     ];
     if let Some(artifact) = &spec.artifact {
@@ -227,6 +232,7 @@ pub fn build_pod(job: &FunctionJob, settings: &PodSettings) -> Pod {
             mount("data", &settings.data_dir),
         ]),
         security_context: Some(restricted_container_context()),
+        termination_message_path: Some(TERMINATION_LOG.into()),
         ..Default::default()
     };
     Pod {
@@ -372,6 +378,7 @@ mod tests {
                         {"name": "FUNCTIONS_LOGS_SIZE_LIMIT", "value": "52428800"},
                         {"name": "GANTRY_MAX_UNPACKED_MIB", "value": "512"},
                         {"name": "HOME", "value": "/work"},
+                        {"name": "GANTRY_TERMINATION_LOG", "value": "/dev/termination-log"},
                         {"name": "GANTRY_JOB_ACCESS", "valueFrom": {"secretKeyRef": {"name": "gantry-job-0f2c0000-0000-4000-8000-000000000001", "key": "access", "optional": true}}},
                         {"name": "GANTRY_ARTIFACT_KEY", "value": "artifacts/p/u.tar"},
                         {"name": "GANTRY_ENTRYPOINT", "value": "main.py"},
@@ -395,7 +402,8 @@ mod tests {
                     ],
                     "resources": {"limits": {"cpu": "4", "memory": "16Gi"}, "requests": {"cpu": "4", "memory": "16Gi"}},
                     "volumeMounts": [{"name": "launcher", "mountPath": "/gantry"}, {"name": "work", "mountPath": "/work"}, {"name": "data", "mountPath": "/data"}],
-                    "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}}
+                    "securityContext": {"allowPrivilegeEscalation": false, "readOnlyRootFilesystem": true, "runAsNonRoot": true, "capabilities": {"drop": ["ALL"]}},
+                    "terminationMessagePath": "/dev/termination-log"
                 }]
             }
         });

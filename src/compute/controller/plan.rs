@@ -25,6 +25,8 @@ pub struct Row {
     pub provider_function: bool,
     /// Times the job was started again after the cluster ended its pod (the database's count).
     pub retries: u32,
+    /// Why the job ended, once it has (the job's `status_reason`).
+    pub status_reason: Option<String>,
 }
 
 /// What object storage holds of a finished job's log.
@@ -152,8 +154,9 @@ pub fn describe(trigger: &Trigger) -> Option<String> {
         Trigger::LaunchFailed { reason } | Trigger::Lost { reason } | Trigger::Crashed { reason } => {
             Some(reason.clone())
         }
-        Trigger::TimedOut => Some("the job exceeded PROGRAM_TIMEOUT".into()),
-        Trigger::StopRequested => Some("stopped at the user's request".into()),
+        Trigger::TimedOut { .. } | Trigger::StopRequested | Trigger::Deleted => {
+            decide(JobStatus::Running, trigger).and_then(|m| m.reason().map(str::to_string))
+        }
         _ => None,
     }
 }
@@ -355,7 +358,13 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
             {
                 steps.push(Step::StopPod);
             }
-            if let Some(trigger) = pod_trigger(status, row.stop_requested, pod, now, windows.pending_deadline)
+            // A deadline's figure is the job's own limit (the pods watched keep no spec).
+            let trigger =
+                pod_trigger(status, row.stop_requested, pod, now, windows.pending_deadline).map(|t| match t {
+                    Trigger::TimedOut { .. } => Trigger::TimedOut { limit_secs: job.spec.timeout_seconds },
+                    other => other,
+                });
+            if let Some(trigger) = trigger
                 && let Some((step, to, words)) = move_by(status, trigger, message.clone())
             {
                 steps.push(step);
@@ -406,7 +415,14 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
         }
     }
 
+    // Why it ended: the move made here, else the one stored (by the API's stop, a runner).
+    let planned = steps.iter().rev().find_map(|step| match step {
+        Step::Move { from, trigger, .. } => decide(*from, trigger).and_then(|m| m.reason().map(str::to_string)),
+        _ => None,
+    });
+    let reason = planned.or_else(|| row.status_reason.clone()).filter(|_| status.is_terminal());
     let mut desired = resource_status(&Known {
+        reason: reason.as_deref(),
         status,
         sub_status: row.sub_status.as_deref(),
         pod,
@@ -472,16 +488,11 @@ fn plan_cleanup(observed: &Observed<'_>, windows: &Windows) -> Plan {
     if let Some(row) = &observed.row {
         let mut message = observed.moved.as_ref().and_then(describe).or(previous.message.clone());
         let mut status = row.status;
-        if !status.is_terminal() {
-            let trigger = match status {
-                JobStatus::Queued => Trigger::StopRequested,
-                _ => Trigger::Lost { reason: "the job's FunctionJob was deleted".into() },
-            };
-            if let Some((step, to, words)) = move_by(status, trigger, message.clone()) {
-                steps.push(step);
-                status = to;
-                message = words;
-            }
+        // A finished job stays as it ended (`decide` refuses the move).
+        if let Some((step, to, words)) = move_by(status, Trigger::Deleted, message.clone()) {
+            steps.push(step);
+            status = to;
+            message = words;
         }
         if !LogState::of(&previous).settled() {
             let since =

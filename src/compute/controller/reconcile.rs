@@ -30,7 +30,7 @@ use crate::compute::{ADMISSION_WINDOW, admit_queued, move_job};
 use crate::crd::{FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus, pod_name, secret_name};
 use crate::db::{self, Db, jobs};
 use crate::domain::admission::{Capacity, Limits};
-use crate::domain::lifecycle::{JobStatus, Trigger};
+use crate::domain::lifecycle::{JobStatus, Trigger, decide};
 use crate::domain::logs::LogRouter;
 use crate::events::Publisher;
 use crate::ops::{ErrorLabels, Metrics, OutcomeLabels};
@@ -373,6 +373,7 @@ async fn read_row(ctx: &Context, job_id: &str) -> Result<Option<Row>, Error> {
         stop_requested: state.stop_requested,
         provider_function: state.provider_function,
         retries: u32::try_from(state.infrastructure_retries).unwrap_or(0),
+        status_reason: state.status_reason,
     }))
 }
 
@@ -415,6 +416,7 @@ async fn carry_out(
                         record(ctx, job, note.warning, &note.reason, note.message).await;
                         if let Some(row) = observed.row.as_mut() {
                             row.status = moved;
+                            row.status_reason = decide(from, &trigger).and_then(|m| m.reason().map(str::to_string));
                         }
                         observed.moved = Some(trigger);
                     }

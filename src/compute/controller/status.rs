@@ -11,7 +11,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
 use crate::crd::FunctionJobStatus;
-use crate::domain::lifecycle::{JobStatus, LimitHit, Trigger, container_start_failure, limit_reason};
+use crate::domain::lifecycle::{JobStatus, LimitHit, Trigger, container_start_failure, exit_reason, limit_reason};
 
 /// Waiting reasons of a container that will not start without a change to the job.
 const FATAL_WAITING: [&str; 4] = ["ErrImagePull", "ImagePullBackOff", "InvalidImageName", "CreateContainerError"];
@@ -84,7 +84,14 @@ pub fn pod_trigger(
         }
         "Running" => (current == JobStatus::Pending).then_some(Trigger::Started),
         "Succeeded" => Some(Trigger::Exited { success: true }),
-        "Failed" if reason == "DeadlineExceeded" => Some(Trigger::TimedOut),
+        "Failed" if reason == "DeadlineExceeded" => Some(Trigger::TimedOut {
+            limit_secs: pod
+                .spec
+                .as_ref()
+                .and_then(|s| s.active_deadline_seconds)
+                .and_then(|s| u64::try_from(s).ok())
+                .unwrap_or_default(),
+        }),
         "Failed" if stop_requested => Some(Trigger::StopRequested),
         "Failed" if reason == "Evicted" || reason == "Preempting" || reason == "Shutdown" => {
             Some(Trigger::Lost { reason: format!("the job's pod was ended by the cluster ({reason}): {message}") })
@@ -136,6 +143,10 @@ pub fn failure_reason(pod: &Pod) -> Option<String> {
                 container.name,
                 ended.message.as_deref().unwrap_or("no detail")
             ));
+        }
+        if ended.exit_code != 0 && container.name == crate::crd::JOB_CONTAINER {
+            // The launcher's termination message: the last exception line of the user log.
+            return Some(exit_reason(i64::from(ended.exit_code), ended.message.as_deref()));
         }
         if ended.exit_code != 0 {
             return Some(format!(
@@ -267,6 +278,8 @@ pub struct Known<'a> {
     /// The job's pod is gone for good (deleted after the keep window, or never made).
     pub pod_deleted: bool,
     pub message: Option<&'a str>,
+    /// Why the job ended (its `status_reason`), once it has.
+    pub reason: Option<&'a str>,
     pub generation: Option<i64>,
     /// When the job reached a terminal status, if it did.
     pub completed: Option<Timestamp>,
@@ -317,6 +330,7 @@ pub fn resource_status(observed: &Known<'_>) -> FunctionJobStatus {
     FunctionJobStatus {
         phase: Some(status),
         sub_status: observed.sub_status.filter(|_| running).map(str::to_string),
+        reason: observed.reason.filter(|_| finished).map(str::to_string),
         pod_name: observed.pod.and_then(|p| p.metadata.name.clone()),
         start_time: pod_status
             .and_then(|s| s.start_time.clone())
@@ -383,7 +397,10 @@ mod tests {
         assert_eq!(trigger(Running, json!({"phase": "Running"})), None, "nothing new");
         assert_eq!(trigger(Running, json!({"phase": "Succeeded"})), Some(Trigger::Exited { success: true }));
         assert_eq!(trigger(Running, json!({"phase": "Failed"})), Some(Trigger::Exited { success: false }));
-        assert_eq!(trigger(Running, json!({"phase": "Failed", "reason": "DeadlineExceeded"})), Some(Trigger::TimedOut));
+        assert_eq!(
+            trigger(Running, json!({"phase": "Failed", "reason": "DeadlineExceeded"})),
+            Some(Trigger::TimedOut { limit_secs: 0 })
+        );
         assert_eq!(trigger(Succeeded, json!({"phase": "Failed"})), None, "a finished job stays finished");
         let stopped = pod_trigger(Running, true, Some(&pod(json!({"phase": "Failed"}))), now(), DEADLINE);
         assert_eq!(stopped, Some(Trigger::StopRequested));
@@ -451,6 +468,7 @@ mod tests {
             secret_deleted: false,
             pod_deleted: false,
             message: None,
+            reason: None,
             generation: Some(1),
             completed: None,
             previous: None,
@@ -471,6 +489,7 @@ mod tests {
             secret_deleted: true,
             pod_deleted: true,
             message: None,
+            reason: None,
             generation: Some(1),
             completed: Some(later),
             previous: Some(&first),
@@ -522,10 +541,13 @@ mod tests {
             JobStatus::Running,
             json!({"phase": "Failed", "containerStatuses": [terminated("job", 3, "Error")]}),
         );
-        assert!(
-            matches!(&exit, Some(Trigger::Crashed { reason }) if reason.contains("exited with code 3")),
-            "{exit:?}"
-        );
+        assert_eq!(exit, Some(Trigger::Crashed { reason: "exit code 3".into() }));
+        // The launcher's termination message is the last exception line.
+        let mut raised = terminated("job", 1, "Error");
+        raised["state"]["terminated"]["message"] = json!("ZeroDivisionError: division by zero");
+        let exit = trigger(JobStatus::Running, json!({"phase": "Failed", "containerStatuses": [raised]}));
+        let why = "exit code 1: ZeroDivisionError: division by zero";
+        assert_eq!(exit, Some(Trigger::Crashed { reason: why.into() }));
         let init = trigger(
             JobStatus::Pending,
             json!({"phase": "Failed", "initContainerStatuses": [terminated("place-launcher", 1, "Error")],
@@ -598,6 +620,7 @@ mod tests {
                 secret_deleted: true,
                 pod_deleted: false,
                 message: Some("x"),
+                reason: None,
                 generation: Some(1),
                 completed: Some(now()),
                 previous: None,

@@ -10,8 +10,25 @@ use std::io::Write;
 use std::path::Path;
 use std::sync::{Arc, Mutex, PoisonError};
 
+use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::task::JoinHandle;
+
+use crate::domain::lifecycle::{Trigger, exit_reason, signal_reason};
+
+/// The ending the launcher's exit record says (its limit aside): a success; a function that
+/// failed, with its exit code (or signal) and last exception line; a launch that failed before
+/// the function ran, or a function whose result or logs could not be shipped, with the error.
+pub fn ending_of(record: &Value) -> Trigger {
+    let exception = record["exception"].as_str();
+    match (record["exit_code"].as_i64(), record["signal"].as_i64(), record["error"].as_str()) {
+        (Some(0), _, None) => Trigger::Exited { success: true },
+        (Some(code), _, _) if code != 0 => Trigger::Crashed { reason: exit_reason(code, exception) },
+        (None, Some(signal), _) => Trigger::Crashed { reason: signal_reason(signal, exception) },
+        (_, _, Some(error)) => Trigger::Crashed { reason: error.to_string() },
+        _ => Trigger::Exited { success: false },
+    }
+}
 
 /// Lines of the launcher's stderr kept for the job's ending.
 const KEPT_LINES: usize = 20;
@@ -167,5 +184,26 @@ mod tests {
         let lines = collect(stdout, stderr, &path, 1000).await.unwrap();
         assert_eq!(lines, ["gantry launch: first", "gantry launch: second"]);
         assert!(std::fs::metadata(&path).unwrap().len() < 1200);
+    }
+
+    #[test]
+    fn an_exit_record_says_how_the_job_ended() {
+        let ending = |record: Value| ending_of(&record);
+        let crashed = |reason: &str| Trigger::Crashed { reason: reason.into() };
+        let record = |code: Value, signal: Value, error: Value, exception: Value| serde_json::json!({"exit_code": code, "signal": signal, "error": error, "limit": null, "exception": exception});
+        let null = Value::Null;
+        assert_eq!(
+            ending(record(0.into(), null.clone(), null.clone(), null.clone())),
+            Trigger::Exited { success: true }
+        );
+        let raised = record(1.into(), null.clone(), null.clone(), "ZeroDivisionError: division by zero".into());
+        assert_eq!(ending(raised), crashed("exit code 1: ZeroDivisionError: division by zero"));
+        assert_eq!(ending(record(3.into(), null.clone(), null.clone(), null.clone())), crashed("exit code 3"));
+        assert_eq!(ending(record(null.clone(), 9.into(), null.clone(), null.clone())), crashed("ended by signal 9"));
+        let unshipped = record(0.into(), null.clone(), "failed to upload jobs/x/result.json".into(), null.clone());
+        assert_eq!(ending(unshipped), crashed("failed to upload jobs/x/result.json"));
+        let not_started = record(null.clone(), null.clone(), "failed to find the entrypoint".into(), null.clone());
+        assert_eq!(ending(not_started), crashed("failed to find the entrypoint"));
+        assert_eq!(ending(record(null.clone(), null.clone(), null.clone(), null)), Trigger::Exited { success: false });
     }
 }

@@ -6,6 +6,7 @@ ticks: prints `tick i` n times, `pause` seconds apart (default 0.4: a log long e
 connection in).
 sleep: prints `sleeping` and sleeps (to be stopped).
 fail: sends an error event, then fails.
+divide: prints `dividing`, then divides by zero (a Python failure: its reason names the exception).
 """
 
 import sys
@@ -37,3 +38,6 @@ elif mode == "fail":
     send_error(code="E42", message="ValueError: the widget broke", exception="WidgetError", args={"widget": 7})
     print("failing now", file=sys.stderr, flush=True)
     raise SystemExit(3)
+elif mode == "divide":
+    print("dividing", flush=True)
+    print(n / 0)

@@ -95,7 +95,7 @@ fn succeeded() -> Pod {
 }
 
 fn row(status: JobStatus, stop_requested: bool) -> Option<Row> {
-    Some(Row { status, sub_status: None, stop_requested, provider_function: false, retries: 0 })
+    Some(Row { status, sub_status: None, stop_requested, provider_function: false, retries: 0, status_reason: None })
 }
 
 /// One way a job can be found.
@@ -393,7 +393,7 @@ fn every_way_a_job_can_be_found_has_its_plan() {
             .gives(&["move QUEUED→STOPPED"], "look at archive"),
         case("deleted while running, pod gone", resource(running_status(), false, Some(1)), row(Running, false), None)
             .archive(Archive::Empty)
-            .gives(&["move RUNNING→FAILED (warning)", "no log", "delete secret"], "await change"),
+            .gives(&["move RUNNING→STOPPED", "no log", "delete secret"], "await change"),
         case(
             "deleted, pod log unreadable for now",
             resource(written("SUCCEEDED", true, Some(30), &[]), false, Some(20)),
