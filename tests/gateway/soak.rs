@@ -76,7 +76,7 @@ const FAULTS: &[Sort] = &[
         function: "resource_deleted",
         run: Run::UntilDeleted,
         act: Act::DeleteResource,
-        expect: Expect::Status("FAILED"),
+        expect: Expect::Status("STOPPED"),
     },
     Sort { function: "unschedulable", run: Run::NeverSchedule, act: Act::Nothing, expect: Expect::Status("FAILED") },
     Sort { function: "secret_missing", run: Run::SecretMissing, act: Act::Nothing, expect: Expect::Status("FAILED") },
