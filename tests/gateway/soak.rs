@@ -590,6 +590,22 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
     // The controller's own view of its reconciles (a stall: all slots held, none finishing).
     let reconciles = controller_metrics(admin_port);
     println!("SOAK controller reconciles at the end of the run: {reconciles}");
+    if stuck {
+        // Where each of the stalled controller's threads is (a thread blocked in a lock or a
+        // write shows there; one parked in the runtime means no task was woken).
+        let pid = controller.pid.to_string();
+        match std::process::Command::new("gdb").args(["-p", &pid, "-batch", "-ex", "thread apply all bt 30"]).output() {
+            Ok(out) => {
+                for line in String::from_utf8_lossy(&out.stdout)
+                    .lines()
+                    .filter(|l| l.starts_with('#') || l.starts_with("Thread"))
+                {
+                    println!("SOAK stack {line}");
+                }
+            }
+            Err(error) => println!("SOAK stack: gdb could not be run ({error})"),
+        }
+    }
     let elapsed = started.elapsed().as_secs_f64();
     let final_done = done.load(Ordering::SeqCst);
     // The jobs after the last tenth, unless so few that their figures would be noise.
