@@ -708,7 +708,9 @@ async fn lead(ctx: Arc<Context>) {
     // Only changes of a resource's generation (spec, deletion) start a reconcile, not the
     // controller's own status writes; pods, admissions and timers start the rest.
     let (reader, writer) = reflector::store();
-    let resources = watcher(ctx.jobs(), watcher::Config::default())
+    // Watches are asked to end after WATCH_SECONDS, so a watch that goes silent without ending
+    // (a half-open connection) is given up and opened again within a minute, not kube's 295 s.
+    let resources = watcher(ctx.jobs(), watcher::Config::default().timeout(WATCH_SECONDS))
         .default_backoff()
         // Field ownership is most of a resource's size on a real API server, and never read.
         .modify(|job: &mut FunctionJob| job.metadata.managed_fields = None)
@@ -720,7 +722,7 @@ async fn lead(ctx: Arc<Context>) {
     let seen = Arc::new(PodsSeen::default());
     *ctx.pods_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&seen));
     let news = Arc::clone(&seen);
-    let pods = watcher(ctx.pods(), watcher::Config::default().labels(crate::crd::LABEL_JOB_ID))
+    let pods = watcher(ctx.pods(), watcher::Config::default().labels(crate::crd::LABEL_JOB_ID).timeout(WATCH_SECONDS))
         .default_backoff()
         .inspect_ok(move |event| seen.observe(event))
         .touched_objects()
@@ -739,6 +741,9 @@ async fn lead(ctx: Arc<Context>) {
         })
         .await;
 }
+
+/// Seconds each watch is asked to last (`timeoutSeconds`); one silent for 5 s longer is dropped.
+const WATCH_SECONDS: u32 = 60;
 
 /// Clears the leader gauge however leading ends.
 struct Leading(Arc<Metrics>);
