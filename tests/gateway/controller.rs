@@ -880,7 +880,7 @@ async fn a_stop_before_the_pod_exists_stops_the_job() {
 
 /// A request the API server never answers (kube's own read timeout is almost 5 minutes) cuts
 /// its reconcile at the controller's reconcile timeout; the reconcile is retried and the job
-/// runs (the cut is counted as a failure of kind `timeout`).
+/// runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_never_answered_cuts_its_reconcile_which_is_retried() {
     let gateway = Gateway::start(Backend::PostgresS3).await;

@@ -792,5 +792,6 @@ mod tests {
         let database = Error::Database { job_id: "j".into(), source: db::Error::UnsupportedUrl { url: "x".into() } };
         assert_eq!(wrapped(FinalizerError::ApplyFailed(database)).kind(), "database");
         assert_eq!(wrapped(FinalizerError::UnnamedObject).kind(), "finalizer");
+        assert_eq!(Error::TimedOut { job_id: "j".into(), after: Duration::from_secs(1) }.kind(), "timeout");
     }
 }
