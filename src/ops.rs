@@ -41,6 +41,12 @@ pub struct ErrorLabels {
     pub kind: &'static str,
 }
 
+/// Which of the controller's watches (`functionjobs`, `pods`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WatchLabels {
+    pub watch: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct StatusLabels {
     pub status: &'static str,
@@ -79,6 +85,8 @@ pub struct Metrics {
     /// Reconciles running now (at most `--reconcile-concurrency`): all of them held with none
     /// finishing is a stall.
     pub reconciling: Gauge,
+    /// Errors of the controller's watches (each is opened again after its backoff).
+    pub watch_errors: Family<WatchLabels, Counter>,
     /// API requests by method and answer code.
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_seconds: Histogram,
@@ -101,6 +109,7 @@ impl Metrics {
             retries: Counter::default(),
             leader: Gauge::default(),
             reconciling: Gauge::default(),
+            watch_errors: Family::default(),
             http_requests: Family::default(),
             http_seconds: seconds_histogram(),
             jobs: Family::default(),
@@ -147,6 +156,11 @@ impl Metrics {
         );
         registry.register("controller_leader", "1 while this replica is the acting leader", metrics.leader.clone());
         registry.register("controller_reconciling", "Reconciles running now", metrics.reconciling.clone());
+        registry.register(
+            "controller_watch_errors",
+            "Errors of the controller's watches by watch (each opened again after its backoff)",
+            metrics.watch_errors.clone(),
+        );
         metrics.register_jobs();
         metrics
     }

@@ -10,6 +10,7 @@ pub mod reconcile;
 pub mod retry;
 pub mod seen;
 pub mod status;
+pub mod triggers;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;

@@ -24,8 +24,8 @@ use serde_json::json;
 use super::build::{PodSettings, build_pod};
 use super::leader::{Elector, LeaseSettings};
 use super::plan::{Archive, Next, Observed, Plan, Row, Step, Windows, ask_for_pod, plan};
-use super::seen::PodsSeen;
 use super::status::{LogState, NO_LOG};
+use super::{seen::PodsSeen, triggers};
 use crate::compute::{ADMISSION_WINDOW, admit_queued, move_job};
 use crate::crd::{FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus, pod_name, secret_name};
 use crate::db::{self, Db, jobs};
@@ -717,6 +717,7 @@ async fn lead(ctx: Arc<Context>) {
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
+    let resources = triggers::events_only(resources, "functionjobs", Arc::clone(&ctx.metrics));
     // Job pods, kept (without their spec, which nothing here reads) for the reconciles to look
     // at; their changes, deletions included, wake their FunctionJob.
     let seen = Arc::new(PodsSeen::default());
@@ -728,6 +729,7 @@ async fn lead(ctx: Arc<Context>) {
         .touched_objects()
         // The pod a reconcile just made, as it made it, needs no second look.
         .try_filter(move |pod| std::future::ready(news.is_news(pod)));
+    let pods = triggers::events_only(pods, "pods", Arc::clone(&ctx.metrics));
     Controller::for_stream(resources, reader)
         .owns_stream(pods)
         .reconcile_on(to_reconcile)
