@@ -229,6 +229,14 @@ impl KubeBackend {
             .patch(job_id, &params, &Patch::Apply(&resource))
             .await
             .map_err(kube("apply the FunctionJob"))?;
+        if applied.metadata.deletion_timestamp.is_some() {
+            // A late repeat for a job whose resource is already going: its Secret must not
+            // outlive it (the controller may have deleted it already).
+            return match secrets.delete(&spec.secret_name, &DeleteParams::default()).await {
+                Err(kube::Error::Api(status)) if status.is_not_found() => Ok(()),
+                outcome => outcome.map(|_| ()).map_err(kube("delete the job's Secret")),
+            };
+        }
         // Owned by the resource, so it goes with it (the whole object again: an apply owns
         // exactly the fields it sends).
         secret.metadata.owner_references = applied.controller_owner_ref(&()).map(|owner| vec![owner]);
@@ -241,14 +249,21 @@ impl KubeBackend {
 
     /// One drift sweep: non-terminal jobs without a resource get one; resources whose job row
     /// is gone are deleted (see `drift`).
+    ///
+    /// The jobs are read before the resources are listed, and only those older than one sweep
+    /// interval count: a job whose run is still making its resources, or that was given them
+    /// after the jobs were read, is never made a second time (a second making could bring back
+    /// the Secret of a job that just ended, after the controller deleted it).
     pub async fn sweep(&self) -> Result<(), Error> {
+        let database = |source| Error::Database { job_id: String::new(), source };
+        let grace = i64::try_from(self.settings.sweep_every.as_micros()).unwrap_or(i64::MAX);
+        let cutoff = crate::db::now_micros().saturating_sub(grace);
+        let active: HashSet<String> = jobs::active_ids(&self.db, cutoff).await.map_err(database)?.into_iter().collect();
         let listed = self.jobs_api().list(&ListParams::default()).await.map_err(|source| Error::Kube {
             operation: "list FunctionJobs",
             job_id: String::new(),
             source,
         })?;
-        let database = |source| Error::Database { job_id: String::new(), source };
-        let active: HashSet<String> = jobs::active_ids(&self.db).await.map_err(database)?.into_iter().collect();
         let resources: Vec<(String, String)> =
             listed.items.iter().map(|r| (r.name_any(), r.spec.job_id.clone())).collect();
         // Only resources of jobs that are not active can have lost their row.

@@ -614,9 +614,12 @@ pub async fn queued(db: &Db, limit: i64) -> Result<Vec<QueuedJob>, Error> {
         .collect())
 }
 
-/// Ids of the jobs not yet finished (for the Kubernetes drift sweep).
-pub async fn active_ids(db: &Db) -> Result<Vec<String>, Error> {
-    on_db!(db, pool => sqlx::query_scalar::<_, String>("SELECT id FROM jobs WHERE status IN ('QUEUED', 'PENDING', 'RUNNING')")
+/// Ids of the jobs not yet finished that were created before `created_before` (microseconds;
+/// for the Kubernetes drift sweep).
+pub async fn active_ids(db: &Db, created_before: i64) -> Result<Vec<String>, Error> {
+    on_db!(db, pool => sqlx::query_scalar::<_, String>(
+        "SELECT id FROM jobs WHERE status IN ('QUEUED', 'PENDING', 'RUNNING') AND created < $1")
+        .bind(created_before)
         .fetch_all(pool)
         .await)
     .map_err(query_error("list active jobs"))

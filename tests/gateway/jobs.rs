@@ -21,6 +21,7 @@ both_backends!(
     a_cancelled_run_never_leaves_a_transaction_open,
     text_fields_are_trimmed_like_the_reference,
     existing_ids_finds_exactly_the_jobs_with_rows,
+    the_sweep_asks_only_for_unfinished_jobs_older_than_its_cutoff,
     a_page_far_past_the_end_is_empty_not_an_overflow,
 );
 
@@ -55,6 +56,29 @@ async fn existing_ids_finds_exactly_the_jobs_with_rows(backend: Backend) {
     let found = gantry::db::jobs::existing_ids(&gateway.state.db, &asked).await.unwrap();
     assert_eq!(found, real.iter().cloned().collect());
     assert!(gantry::db::jobs::existing_ids(&gateway.state.db, &[]).await.unwrap().is_empty());
+}
+
+/// The drift sweep's first question: a job run after the cutoff is still being given its
+/// resources by its own run, and a finished one needs none, so neither is named.
+async fn the_sweep_asks_only_for_unfinished_jobs_older_than_its_cutoff(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
+    let id = |reply: crate::harness::Reply| reply.json["id"].as_str().unwrap().to_string();
+    let old = id(run(&gateway, "alice", "fn", "{}").await);
+    let stopped = id(run(&gateway, "alice", "fn", "{}").await);
+    let reply = gateway.post_json(&format!("/api/v1/jobs/{stopped}/stop/"), "alice", json!({})).await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let cutoff = gantry::db::now_micros();
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let young = id(run(&gateway, "alice", "fn", "{}").await);
+    let db = &gateway.state.db;
+    assert_eq!(gantry::db::jobs::active_ids(db, cutoff).await.unwrap(), std::slice::from_ref(&old));
+    let mut everything = gantry::db::jobs::active_ids(db, i64::MAX).await.unwrap();
+    everything.sort();
+    let mut expected = vec![old, young];
+    expected.sort();
+    assert_eq!(everything, expected);
 }
 
 async fn text_fields_are_trimmed_like_the_reference(backend: Backend) {

@@ -205,7 +205,10 @@ fn controller_metrics(port: u16) -> String {
     match read() {
         Ok(page) => page
             .lines()
-            .filter(|line| line.starts_with("gantry_controller_reconcil") && !line.contains("_bucket"))
+            .filter(|line| {
+                (line.starts_with("gantry_controller_reconcil") || line.starts_with("gantry_controller_watch_errors"))
+                    && !line.contains("_bucket")
+            })
             .collect::<Vec<_>>()
             .join("; "),
         Err(error) => format!("the admin port did not answer: {error}"),
