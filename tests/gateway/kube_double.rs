@@ -634,21 +634,21 @@ impl Store {
 
     /// The objects of `resource` in `namespace` (every namespace when `None`) that match.
     fn select(&self, resource: &ResourceDef, namespace: Option<&str>, selector: &Selector) -> Vec<Value> {
-        self.matching(resource, namespace, selector).cloned().collect()
+        self.matching(resource, namespace, selector).map(|(_, object)| object.clone()).collect()
     }
 
+    /// The objects `selector` picks, in key order (namespace, then name).
     fn matching<'a>(
         &'a self,
         resource: &'a ResourceDef,
         namespace: Option<&'a str>,
         selector: &'a Selector,
-    ) -> impl Iterator<Item = &'a Value> + 'a {
+    ) -> impl Iterator<Item = (&'a ObjectKey, &'a Value)> + 'a {
         self.objects
             .iter()
             .filter(|(key, _)| key.group == resource.group && key.plural == resource.plural)
             .filter(move |(key, _)| namespace.is_none_or(|ns| key.namespace == ns))
             .filter(|(_, object)| selector.matches(object))
-            .map(|(_, object)| object)
     }
 
     fn next_revision(&mut self) -> u64 {
@@ -1727,18 +1727,37 @@ impl ApiServer {
 
     fn list_objects(&self, path: &ResourcePath, request: &ApiRequest) -> Result<Response, ApiError> {
         let selector = request.selector()?;
-        let offset: usize = request.param("continue").and_then(|c| c.parse().ok()).unwrap_or(0);
+        let continued = request.param("continue").map(Continue::parse).transpose()?;
         let limit = request.param("limit").and_then(|l| l.parse().ok()).filter(|l| *l > 0).unwrap_or(usize::MAX);
-        // Only the page is copied, as an API server serves pages from its cache.
-        let (page, more, revision) = {
+        // Only the page is copied, as an API server serves pages from its cache. The pages of one
+        // list share its first page's resourceVersion, and each goes on after the last object the
+        // previous one served, so objects going between pages shift nothing.
+        let (page, last, revision) = {
             let store = self.lock();
-            let mut matching = store.matching(&path.resource, path.namespace.as_deref(), &selector).skip(offset);
-            let page: Vec<Value> = matching.by_ref().take(limit).cloned().collect();
-            (page, matching.next().is_some(), store.revision)
+            let revision = match &continued {
+                Some(token) if token.revision < store.compacted_through => {
+                    return Err(ApiError::expired(
+                        "The provided continue parameter is too old to display a consistent list result. \
+                         You can start a new list without the continue parameter.",
+                    ));
+                }
+                Some(token) => token.revision,
+                None => store.revision,
+            };
+            let mut matching = store
+                .matching(&path.resource, path.namespace.as_deref(), &selector)
+                .filter(|(key, _)| continued.as_ref().is_none_or(|token| token.is_before(key)));
+            let page: Vec<(&ObjectKey, Value)> =
+                matching.by_ref().take(limit).map(|(key, object)| (key, object.clone())).collect();
+            let last = match (matching.next(), page.last()) {
+                (Some(_), Some((key, _))) => Some(Continue::token(revision, key)),
+                _ => None,
+            };
+            (page.into_iter().map(|(_, object)| object).collect::<Vec<_>>(), last, revision)
         };
         let mut metadata = json!({"resourceVersion": revision.to_string()});
-        if more {
-            metadata["continue"] = json!((offset + limit).to_string());
+        if let Some(token) = last {
+            metadata["continue"] = json!(token);
         }
         let view = request.view();
         let body = match view {
@@ -1954,6 +1973,35 @@ impl Target {
 fn object_response(code: StatusCode, object: &Value, request: &ApiRequest) -> Response {
     let view = if request.view() == View::Metadata { View::Metadata } else { View::Full };
     json_response(code, &view.render(object))
+}
+
+/// A list's continue token: the list's resourceVersion and the last object served (opaque to
+/// clients, as the API server's).
+struct Continue {
+    revision: u64,
+    after: (String, String),
+}
+
+impl Continue {
+    fn token(revision: u64, last: &ObjectKey) -> String {
+        format!("{revision}/{}/{}", last.namespace, last.name)
+    }
+
+    /// Whether `key` comes after the last object served.
+    fn is_before(&self, key: &ObjectKey) -> bool {
+        (self.after.0.as_str(), self.after.1.as_str()) < (key.namespace.as_str(), key.name.as_str())
+    }
+
+    fn parse(token: &str) -> Result<Continue, ApiError> {
+        let mut parts = token.splitn(3, '/');
+        let revision = parts.next().and_then(|r| r.parse().ok());
+        match (revision, parts.next(), parts.next()) {
+            (Some(revision), Some(namespace), Some(name)) => {
+                Ok(Continue { revision, after: (namespace.to_string(), name.to_string()) })
+            }
+            _ => Err(ApiError::bad_request("continue key is not valid")),
+        }
+    }
 }
 
 /// One line of a watch stream.

