@@ -286,6 +286,9 @@ pub fn clean_spool(spool: &std::path::Path) {
     match crate::api::fields::clean_spool(spool) {
         Ok(0) => {}
         Ok(removed) => println!("removed {removed} file(s) left in {} by uploads cut short", spool.display()),
-        Err(error) => eprintln!("warning: failed to clean the upload spool {}: {error}", spool.display()),
+        Err(error) => crate::telemetry::operator_warning(&format!(
+            "warning: failed to clean the upload spool {}: {error}",
+            spool.display()
+        )),
     }
 }
