@@ -16,6 +16,7 @@ pub mod idempotency;
 pub mod jobs;
 pub mod openapi;
 pub mod programs;
+pub mod request_span;
 pub mod requests;
 pub mod service;
 pub mod state;
@@ -162,7 +163,11 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(usize::try_from(max_body).unwrap_or(usize::MAX)))
         .layer(middleware::from_fn_with_state(state.clone(), reject_large_bodies))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(request_span::make_span::<axum::body::Body>)
+                .on_response(request_span::record_answer::<axum::body::Body>),
+        )
         .with_state(state)
 }
 

@@ -50,6 +50,7 @@ fn pod_settings(root: &std::path::Path, gateway_url: &str) -> PodSettings {
         run_as_user: 65532,
         logs_size_limit: 1024 * 1024,
         max_unpacked_mib: gantry::artifact::DEFAULT_MAX_UNPACKED_MIB,
+        telemetry: Vec::new(),
     }
 }
 
@@ -602,6 +603,7 @@ async fn bench_pods_created_per_second() {
                         gpu: false,
                         function_size: None,
                         trial: false,
+                        traceparent: None,
                     };
                     gantry::db::jobs::insert_with_limit(&db, &job, i64::MAX, false).await.unwrap().unwrap();
                     let spec = FunctionJobSpec {

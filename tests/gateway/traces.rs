@@ -1,0 +1,414 @@
+//! One trace per job (issue 31), seen by an OTLP/HTTP collector in the test: `gantry serve` as a
+//! process exports its spans and its launchers' spans to it, and the spans are decoded with
+//! `opentelemetry-proto`. A job's spans form one tree from the `run` request to the launcher's
+//! last span (every parent present), carry no secret, and a dead or silent collector changes
+//! no answer.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use opentelemetry_proto::tonic::collector::trace::v1::{ExportTraceServiceRequest, ExportTraceServiceResponse};
+use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
+use prost::Message;
+use serde_json::{Value, json};
+
+use crate::harness::tar_of;
+
+/// One span as the collector received it.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub service: String,
+    pub name: String,
+    pub trace_id: String,
+    pub span_id: String,
+    pub parent: String,
+    pub attributes: BTreeMap<String, String>,
+}
+
+/// An OTLP/HTTP (protobuf) collector on loopback, keeping every span it is sent.
+pub struct Collector {
+    pub endpoint: String,
+    spans: Arc<Mutex<Vec<Received>>>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for Collector {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+fn text(value: Option<&opentelemetry_proto::tonic::common::v1::AnyValue>) -> String {
+    match value.and_then(|v| v.value.as_ref()) {
+        Some(AnyValue::StringValue(text)) => text.clone(),
+        Some(AnyValue::IntValue(n)) => n.to_string(),
+        Some(AnyValue::BoolValue(b)) => b.to_string(),
+        Some(AnyValue::DoubleValue(d)) => d.to_string(),
+        Some(other) => format!("{other:?}"),
+        None => String::new(),
+    }
+}
+
+async fn receive(State(spans): State<Arc<Mutex<Vec<Received>>>>, body: Bytes) -> impl axum::response::IntoResponse {
+    let request = ExportTraceServiceRequest::decode(body).expect("the exporter sends OTLP protobuf");
+    let mut received = Vec::new();
+    for resource_spans in request.resource_spans {
+        let service = resource_spans
+            .resource
+            .iter()
+            .flat_map(|resource| &resource.attributes)
+            .find(|attribute| attribute.key == "service.name")
+            .map(|attribute| text(attribute.value.as_ref()))
+            .unwrap_or_default();
+        for scope in resource_spans.scope_spans {
+            for span in scope.spans {
+                received.push(Received {
+                    service: service.clone(),
+                    name: span.name,
+                    trace_id: hex(&span.trace_id),
+                    span_id: hex(&span.span_id),
+                    parent: hex(&span.parent_span_id),
+                    attributes: span.attributes.iter().map(|a| (a.key.clone(), text(a.value.as_ref()))).collect(),
+                });
+            }
+        }
+    }
+    spans.lock().unwrap().extend(received);
+    ([("content-type", "application/x-protobuf")], ExportTraceServiceResponse::default().encode_to_vec())
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+impl Collector {
+    pub async fn start() -> Collector {
+        let spans = Arc::new(Mutex::new(Vec::new()));
+        let router = axum::Router::new().route("/v1/traces", axum::routing::post(receive)).with_state(spans.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let endpoint = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            axum::serve(listener, router).await.unwrap();
+        });
+        Collector { endpoint, spans, task }
+    }
+
+    pub fn spans(&self) -> Vec<Received> {
+        self.spans.lock().unwrap().clone()
+    }
+
+    /// Waits (at most `seconds`) until `done` holds for the spans received.
+    pub async fn wait_for(&self, seconds: u64, done: impl Fn(&[Received]) -> bool) -> Vec<Received> {
+        let deadline = Instant::now() + Duration::from_secs(seconds);
+        loop {
+            let spans = self.spans();
+            if done(&spans) {
+                return spans;
+            }
+            assert!(Instant::now() < deadline, "the spans never arrived; received: {spans:#?}");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// `curl`, awaited (the collector on this runtime keeps answering meanwhile).
+pub async fn curl(args: Vec<String>) -> String {
+    let output = tokio::process::Command::new("curl").arg("-sS").args(args).output().await.expect("curl runs");
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+/// A `gantry serve` process with `variables` in its environment.
+pub struct Serve {
+    pub base: String,
+    child: tokio::process::Child,
+}
+
+impl Serve {
+    pub async fn start(data: &Path, python: &str, variables: &[(&str, &str)], arguments: &[&str]) -> Serve {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let mut command = tokio::process::Command::new(env!("CARGO_BIN_EXE_gantry"));
+        command
+            .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--scheduler-tick-ms", "50", "--python", python])
+            .args(arguments)
+            .arg("--data-dir")
+            .arg(data)
+            .envs(variables.iter().copied())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .kill_on_drop(true);
+        let child = command.spawn().expect("gantry serve starts");
+        let base = format!("http://127.0.0.1:{port}");
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !curl(vec![format!("{base}/readiness/")]).await.contains("ready") {
+            assert!(Instant::now() < deadline, "gantry serve did not become ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Serve { base, child }
+    }
+
+    /// Ends the process (SIGTERM: it sends its last spans) and returns its stderr.
+    pub async fn stop(self) -> String {
+        let pid = self.child.id().expect("the process runs");
+        // SAFETY: a signal to the child this test started.
+        unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+        let output = tokio::time::timeout(Duration::from_secs(30), self.child.wait_with_output())
+            .await
+            .expect("gantry serve ends on SIGTERM")
+            .unwrap();
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    }
+}
+
+/// What one job's run answered.
+#[derive(Debug, PartialEq)]
+pub struct Answers {
+    pub upload: bool,
+    pub run_status: Value,
+    pub final_status: Value,
+    pub logs: Value,
+}
+
+/// Uploads `main.py` as function `fn` and runs it as `user` with `arguments`, sending
+/// `traceparent` with the run; waits for the job's end.
+pub async fn run_job(
+    serve: &Serve,
+    dir: &Path,
+    user: &str,
+    main: &str,
+    arguments: Value,
+    traceparent: &str,
+) -> (String, Answers) {
+    let artifact = dir.join("fn.tar");
+    std::fs::write(&artifact, tar_of(&[("main.py", main.as_bytes())])).unwrap();
+    let auth = format!("Authorization: Bearer {user}");
+    let base = &serve.base;
+    let uploaded = curl(
+        ["-H", &auth, "-F", "title=fn", "-F", "entrypoint=main.py", "-F", &format!("artifact=@{}", artifact.display())]
+            .iter()
+            .map(|s| s.to_string())
+            .chain([format!("{base}/api/v1/programs/upload/")])
+            .collect(),
+    )
+    .await;
+    let body = json!({"title": "fn", "arguments": arguments.to_string()}).to_string();
+    let run: Value = serde_json::from_str(
+        &curl(vec![
+            "-H".into(),
+            auth.clone(),
+            "-H".into(),
+            "Content-Type: application/json".into(),
+            "-H".into(),
+            format!("traceparent: {traceparent}"),
+            "-d".into(),
+            body,
+            format!("{base}/api/v1/programs/run/"),
+        ])
+        .await,
+    )
+    .unwrap();
+    let id = run["id"].as_str().unwrap_or_else(|| panic!("run answered {run}")).to_string();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let job = loop {
+        let job: Value =
+            serde_json::from_str(&curl(vec!["-H".into(), auth.clone(), format!("{base}/api/v1/jobs/{id}/")]).await)
+                .unwrap();
+        if ["SUCCEEDED", "FAILED", "STOPPED"].contains(&job["status"].as_str().unwrap_or_default()) {
+            break job;
+        }
+        assert!(Instant::now() < deadline, "the job never ended: {job}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let logs: Value =
+        serde_json::from_str(&curl(vec!["-H".into(), auth, format!("{base}/api/v1/jobs/{id}/logs/")]).await).unwrap();
+    let answers = Answers {
+        upload: uploaded.contains("\"title\":\"fn\""),
+        run_status: run["status"].clone(),
+        final_status: job["status"].clone(),
+        logs: logs["logs"].clone(),
+    };
+    (id, answers)
+}
+
+/// The caller's trace and its span: the `run` request's span must be its child.
+const CALLER_TRACE: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+const CALLER_SPAN: &str = "00f067aa0ba902b7";
+/// Values that must never become attributes: the caller's token (mock_token: the user name),
+/// an argument's value, and a line the function logs.
+const TOKEN: &str = "tracer-token-9d2e";
+const ARGUMENT: &str = "argument-value-5b1c";
+const LOG_LINE: &str = "log-line-7e4a";
+
+const PLAIN_FUNCTION: &str = "print('log-line-7e4a')\n";
+
+/// A function using the OpenTelemetry SDK: it continues the job's trace from `traceparent`.
+const TRACED_FUNCTION: &str = r#"
+import os
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter()))
+parent = TraceContextTextMapPropagator().extract({"traceparent": os.environ["traceparent"]})
+with provider.get_tracer("function").start_as_current_span("function.work", context=parent):
+    print("log-line-7e4a")
+provider.shutdown()
+"#;
+
+/// Runs one job on a traced `gantry serve` and checks its trace; returns the job's spans.
+async fn one_traced_job(python: &str, main: &str, expected: &[&str]) -> Vec<Received> {
+    let collector = Collector::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let variables = [
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint.as_str()),
+        ("OTEL_BSP_SCHEDULE_DELAY", "100"),
+        ("RUST_LOG", "info,tower_http=debug"),
+    ];
+    let serve = Serve::start(&dir.path().join("data"), python, &variables, &["--log-format", "json"]).await;
+    let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    let (id, answers) = run_job(&serve, dir.path(), TOKEN, main, json!({"secret": ARGUMENT}), &traceparent).await;
+    assert_eq!(answers.final_status, "SUCCEEDED", "{answers:?}");
+    let in_trace = |spans: &[Received]| -> Vec<Received> {
+        spans.iter().filter(|span| span.trace_id == CALLER_TRACE).cloned().collect()
+    };
+    let spans = collector
+        .wait_for(30, |spans| {
+            let names: BTreeSet<String> = in_trace(spans).into_iter().map(|span| span.name).collect();
+            expected.iter().all(|name| names.contains(*name))
+                && in_trace(spans)
+                    .iter()
+                    .any(|s| s.attributes.get("gantry.job.status").is_some_and(|s| s == "SUCCEEDED"))
+        })
+        .await;
+    // Stopped, it has sent all it had (the reads' spans too).
+    let stderr = serve.stop().await;
+    drop(spans);
+    let spans = collector.spans();
+    let trace = in_trace(&spans);
+
+    // The run request is the caller's child; every other span's parent is in the trace.
+    let run = trace.iter().find(|span| span.name == "POST /api/v1/programs/run/").expect("the run's span");
+    assert_eq!(run.parent, CALLER_SPAN);
+    assert_eq!(run.attributes.get("gantry.job.id"), Some(&id));
+    assert_eq!(run.attributes.get("gantry.function").map(String::as_str), Some("fn"));
+    assert_eq!(run.attributes.get("http.response.status_code").map(String::as_str), Some("200"));
+    let ids: BTreeSet<&str> = trace.iter().map(|span| span.span_id.as_str()).collect();
+    for span in &trace {
+        if span.span_id != run.span_id {
+            assert!(ids.contains(span.parent.as_str()), "{} has a parent outside the trace: {span:#?}", span.name);
+        }
+    }
+    // The launcher's spans come from the launcher, every step of the job names the job.
+    for name in ["gantry.launch", "gantry.launch.function", "gantry.launch.archive"] {
+        let span = trace.iter().find(|span| span.name == name).unwrap();
+        assert_eq!(span.service, "gantry-launcher");
+        assert_eq!(span.attributes.get("gantry.job.id"), Some(&id));
+    }
+    let statuses: BTreeSet<&str> =
+        trace.iter().filter_map(|span| span.attributes.get("gantry.job.status").map(String::as_str)).collect();
+    assert!(["PENDING", "RUNNING", "SUCCEEDED"].iter().all(|status| statuses.contains(status)), "{statuses:?}");
+    // A read makes its own trace, with the job's id.
+    let read = spans.iter().find(|span| span.name == "GET /api/v1/jobs/{job_id}/").unwrap_or_else(|| {
+        panic!("no read span: {:?}", spans.iter().map(|s| (&s.name, &s.trace_id)).collect::<Vec<_>>())
+    });
+    assert_ne!(read.trace_id, CALLER_TRACE);
+    assert_eq!(read.attributes.get("gantry.job.id"), Some(&id));
+    // No secret anywhere.
+    for span in &spans {
+        for (key, value) in &span.attributes {
+            for secret in [TOKEN, ARGUMENT, LOG_LINE] {
+                assert!(!value.contains(secret), "{}'s attribute {key} holds {secret}", span.name);
+            }
+        }
+    }
+    // JSON logs: every line parses; the run request's lines carry its trace id.
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}")))
+        .collect();
+    assert!(
+        lines.iter().any(|line| line["trace_id"] == CALLER_TRACE && line["span"] == "request"),
+        "no log line of the run request carries its trace: {stderr}"
+    );
+    trace
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_job_is_one_trace_from_the_run_request_to_the_launchers_last_span() {
+    let expected = [
+        "POST /api/v1/programs/run/",
+        "INSERT jobs",
+        "gantry.job.admit",
+        "gantry.job.start",
+        "gantry.job.move",
+        "gantry.launch",
+        "gantry.launch.prepare",
+        "gantry.launch.fetch",
+        "gantry.launch.unpack",
+        "gantry.launch.function",
+        "gantry.launch.archive",
+    ];
+    one_traced_job("python3", PLAIN_FUNCTION, &expected).await;
+}
+
+/// The function's own span (the OpenTelemetry SDK in the job's Python) joins the trace under
+/// the launcher's function span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by tests/run.sh: needs GANTRY_TEST_PYTHON (a Python with the OpenTelemetry SDK)"]
+async fn the_functions_own_span_joins_the_jobs_trace() {
+    let python = std::env::var("GANTRY_TEST_PYTHON").expect("GANTRY_TEST_PYTHON: a Python with the OpenTelemetry SDK");
+    let trace = one_traced_job(&python, TRACED_FUNCTION, &["gantry.launch.function", "function.work"]).await;
+    let function = trace.iter().find(|span| span.name == "gantry.launch.function").unwrap();
+    let work = trace.iter().find(|span| span.name == "function.work").unwrap();
+    assert_eq!(work.parent, function.span_id);
+}
+
+/// A collector that refuses connections, and one that accepts and never answers: the answers
+/// are those of a gateway without tracing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_or_silent_collector_changes_no_answer() {
+    let dir = tempfile::tempdir().unwrap();
+    let closed = {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", listener.local_addr().unwrap())
+    };
+    let silent = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let silent_endpoint = format!("http://{}", silent.local_addr().unwrap());
+    let held = tokio::spawn(async move {
+        let mut open = Vec::new();
+        while let Ok((connection, _)) = silent.accept().await {
+            open.push(connection);
+        }
+    });
+    let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    let mut all = Vec::new();
+    for (name, endpoint) in
+        [("none", None), ("dead", Some(closed.as_str())), ("silent", Some(silent_endpoint.as_str()))]
+    {
+        let mut variables = vec![("OTEL_BSP_SCHEDULE_DELAY", "50"), ("OTEL_EXPORTER_OTLP_TIMEOUT", "500")];
+        if let Some(endpoint) = endpoint {
+            variables.push(("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint));
+        }
+        let data = dir.path().join(name);
+        let serve = Serve::start(&data, "python3", &variables, &[]).await;
+        let started = Instant::now();
+        let (_, answers) = run_job(&serve, &data, TOKEN, PLAIN_FUNCTION, json!({"n": 1}), &traceparent).await;
+        let took = started.elapsed();
+        serve.stop().await;
+        all.push((name, answers, took));
+    }
+    held.abort();
+    let (_, without, _) = &all[0];
+    assert_eq!(without.final_status, "SUCCEEDED");
+    assert_eq!(without.logs, format!("{LOG_LINE}\n"));
+    for (name, answers, took) in &all[1..] {
+        assert_eq!(answers, without, "the {name} collector changed an answer");
+        assert!(*took < Duration::from_secs(30), "the {name} collector slowed the job down: {took:?}");
+    }
+}
