@@ -87,7 +87,13 @@ mod tests {
         let parsed = parse(good).expect("a valid traceparent");
         assert_eq!(parsed.span().span_context().trace_id().to_string(), "4bf92f3577b34da6a3ce929d0e0e4736");
         assert_eq!(parsed.span().span_context().span_id().to_string(), "00f067aa0ba902b7");
-        for bad in ["", "garbage", "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01", "00-00000000000000000000000000000000-00f067aa0ba902b7-01", "00-4bf92f35-00f0-01"] {
+        for bad in [
+            "",
+            "garbage",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f35-00f0-01",
+        ] {
             assert!(parse(bad).is_none(), "{bad} must not parse");
         }
     }

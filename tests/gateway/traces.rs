@@ -175,7 +175,7 @@ pub struct Answers {
 /// Uploads `main.py` as function `fn` and runs it as `user` with `arguments`, sending
 /// `traceparent` with the run; waits for the job's end.
 pub async fn run_job(
-    serve: &Serve,
+    base: &str,
     dir: &Path,
     user: &str,
     main: &str,
@@ -185,7 +185,6 @@ pub async fn run_job(
     let artifact = dir.join("fn.tar");
     std::fs::write(&artifact, tar_of(&[("main.py", main.as_bytes())])).unwrap();
     let auth = format!("Authorization: Bearer {user}");
-    let base = &serve.base;
     let uploaded = curl(
         ["-H", &auth, "-F", "title=fn", "-F", "entrypoint=main.py", "-F", &format!("artifact=@{}", artifact.display())]
             .iter()
@@ -211,7 +210,7 @@ pub async fn run_job(
     )
     .unwrap();
     let id = run["id"].as_str().unwrap_or_else(|| panic!("run answered {run}")).to_string();
-    let deadline = Instant::now() + Duration::from_secs(60);
+    let deadline = Instant::now() + Duration::from_secs(90);
     let job = loop {
         let job: Value =
             serde_json::from_str(&curl(vec!["-H".into(), auth.clone(), format!("{base}/api/v1/jobs/{id}/")]).await)
@@ -272,7 +271,7 @@ async fn one_traced_job(python: &str, main: &str, expected: &[&str]) -> Vec<Rece
     ];
     let serve = Serve::start(&dir.path().join("data"), python, &variables, &["--log-format", "json"]).await;
     let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
-    let (id, answers) = run_job(&serve, dir.path(), TOKEN, main, json!({"secret": ARGUMENT}), &traceparent).await;
+    let (id, answers) = run_job(&serve.base, dir.path(), TOKEN, main, json!({"secret": ARGUMENT}), &traceparent).await;
     assert_eq!(answers.final_status, "SUCCEEDED", "{answers:?}");
     let in_trace = |spans: &[Received]| -> Vec<Received> {
         spans.iter().filter(|span| span.trace_id == CALLER_TRACE).cloned().collect()
@@ -292,9 +291,28 @@ async fn one_traced_job(python: &str, main: &str, expected: &[&str]) -> Vec<Rece
     let spans = collector.spans();
     let trace = in_trace(&spans);
 
-    // The run request is the caller's child; every other span's parent is in the trace.
+    check_trace(&spans, &id, "gantry");
+    // JSON logs: every line parses; the run request's lines carry its trace id.
+    let lines: Vec<Value> = stderr
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}")))
+        .collect();
+    assert!(
+        lines.iter().any(|line| line["trace_id"] == CALLER_TRACE && line["span"] == "request"),
+        "no log line of the run request carries its trace: {stderr}"
+    );
+    trace
+}
+
+/// The checks every traced job passes: the run request is the caller's child and every other
+/// span's parent is in the trace; the launcher's spans come from the launcher; the moves name
+/// the statuses; a read has its own trace; no secret is an attribute.
+fn check_trace(spans: &[Received], id: &str, gateway_service: &str) {
+    let trace: Vec<&Received> = spans.iter().filter(|span| span.trace_id == CALLER_TRACE).collect();
+    let id = id.to_string();
     let run = trace.iter().find(|span| span.name == "POST /api/v1/programs/run/").expect("the run's span");
     assert_eq!(run.parent, CALLER_SPAN);
+    assert_eq!(run.service, gateway_service);
     assert_eq!(run.attributes.get("gantry.job.id"), Some(&id));
     assert_eq!(run.attributes.get("gantry.function").map(String::as_str), Some("fn"));
     assert_eq!(run.attributes.get("http.response.status_code").map(String::as_str), Some("200"));
@@ -320,23 +338,13 @@ async fn one_traced_job(python: &str, main: &str, expected: &[&str]) -> Vec<Rece
     assert_ne!(read.trace_id, CALLER_TRACE);
     assert_eq!(read.attributes.get("gantry.job.id"), Some(&id));
     // No secret anywhere.
-    for span in &spans {
+    for span in spans {
         for (key, value) in &span.attributes {
             for secret in [TOKEN, ARGUMENT, LOG_LINE] {
                 assert!(!value.contains(secret), "{}'s attribute {key} holds {secret}", span.name);
             }
         }
     }
-    // JSON logs: every line parses; the run request's lines carry its trace id.
-    let lines: Vec<Value> = stderr
-        .lines()
-        .map(|line| serde_json::from_str(line).unwrap_or_else(|e| panic!("not a JSON line ({e}): {line}")))
-        .collect();
-    assert!(
-        lines.iter().any(|line| line["trace_id"] == CALLER_TRACE && line["span"] == "request"),
-        "no log line of the run request carries its trace: {stderr}"
-    );
-    trace
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -398,7 +406,7 @@ async fn a_dead_or_silent_collector_changes_no_answer() {
         let data = dir.path().join(name);
         let serve = Serve::start(&data, "python3", &variables, &[]).await;
         let started = Instant::now();
-        let (_, answers) = run_job(&serve, &data, TOKEN, PLAIN_FUNCTION, json!({"n": 1}), &traceparent).await;
+        let (_, answers) = run_job(&serve.base, &data, TOKEN, PLAIN_FUNCTION, json!({"n": 1}), &traceparent).await;
         let took = started.elapsed();
         serve.stop().await;
         all.push((name, answers, took));
@@ -411,4 +419,95 @@ async fn a_dead_or_silent_collector_changes_no_answer() {
         assert_eq!(answers, without, "the {name} collector changed an answer");
         assert!(*took < Duration::from_secs(30), "the {name} collector slowed the job down: {took:?}");
     }
+}
+
+/// The same job through `gantry gateway` + `gantry controller` (processes) on the Kubernetes
+/// API server double, the kubelet double running its pod: the FunctionJob's apply, each
+/// reconcile and the pod's launcher join the run request's trace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_through_gateway_and_controller_is_one_trace() {
+    use crate::e2e_kubernetes::{free_port, role_settings, spawn_role, tail, wait_until_ready};
+    let collector = Collector::start().await;
+    let resources = crate::harness::Gateway::start(crate::harness::Backend::PostgresS3).await;
+    let folder = tempfile::tempdir().unwrap();
+    let api = crate::kube_double::ApiServer::new();
+    api.install_crd(&gantry::crd::crd_yaml()).await;
+    let address = api.serve().await;
+    let kubeconfig = folder.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig(address)).unwrap();
+    let _kubelet = crate::kubelet_double::Kubelet::start(api.clone(), "default");
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}");
+    let (shared, mut env) = role_settings(&resources, folder.path(), &kubeconfig);
+    env.push(("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint.clone()));
+    env.push(("OTEL_BSP_SCHEDULE_DELAY", "100".into()));
+    let key = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, [7u8; 32]);
+    let mut gateway_args = vec!["gateway".to_string()];
+    gateway_args.extend(shared.iter().cloned());
+    gateway_args.extend(
+        ["--listen", &format!("127.0.0.1:{port}"), "--admin-listen", "127.0.0.1:0", "--token-key", &key]
+            .map(str::to_string),
+    );
+    let gateway_log = folder.path().join("gateway.log");
+    let mut gateway = spawn_role(&gateway_args, &env, &gateway_log);
+    let mut controller_args = vec!["controller".to_string()];
+    controller_args.extend(shared.iter().cloned());
+    controller_args.extend(
+        [
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--public-url",
+            &url,
+            "--launcher-source",
+            env!("CARGO_BIN_EXE_gantry"),
+            "--job-python",
+            "python3",
+            "--scheduler-tick-ms",
+            "100",
+            "--launcher-dir",
+            "/pod-volume/launcher",
+            "--job-work-dir",
+            "/pod-volume/work",
+            "--job-data-dir",
+            "/pod-volume/data",
+        ]
+        .map(str::to_string),
+    );
+    let controller_log = folder.path().join("controller.log");
+    let mut controller = spawn_role(&controller_args, &env, &controller_log);
+    wait_until_ready(&url, &mut [(&mut gateway, &gateway_log), (&mut controller, &controller_log)]).await;
+
+    let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
+    let (id, answers) =
+        run_job(&url, folder.path(), TOKEN, PLAIN_FUNCTION, json!({"secret": ARGUMENT}), &traceparent).await;
+    assert_eq!(
+        answers.final_status,
+        "SUCCEEDED",
+        "{answers:?}\n--- gateway ---\n{}\n--- controller ---\n{}",
+        tail(&gateway_log),
+        tail(&controller_log)
+    );
+    let expected =
+        ["POST /api/v1/programs/run/", "gantry.functionjob.apply", "gantry.reconcile", "gantry.launch.archive"];
+    collector
+        .wait_for(30, |spans| {
+            let names: BTreeSet<&str> =
+                spans.iter().filter(|s| s.trace_id == CALLER_TRACE).map(|s| s.name.as_str()).collect();
+            expected.iter().all(|name| names.contains(name))
+                && spans.iter().any(|s| s.name == "GET /api/v1/jobs/{job_id}/")
+                && spans.iter().any(|s| s.attributes.get("gantry.job.status").is_some_and(|s| s == "SUCCEEDED"))
+        })
+        .await;
+    let _ = gateway.kill().await;
+    let _ = controller.kill().await;
+    let spans = collector.spans();
+    check_trace(&spans, &id, "gantry-gateway");
+    let in_trace = |name: &str| spans.iter().filter(|s| s.trace_id == CALLER_TRACE && s.name == name).count();
+    assert!(in_trace("gantry.reconcile") >= 2, "a job takes reconciles to run and end");
+    let apply = spans.iter().find(|s| s.name == "gantry.functionjob.apply").unwrap();
+    assert_eq!(apply.service, "gantry-gateway");
+    let reconcile = spans.iter().find(|s| s.name == "gantry.reconcile").unwrap();
+    assert_eq!((reconcile.service.as_str(), reconcile.parent.as_str()), ("gantry-controller", apply.span_id.as_str()));
+    let launch = spans.iter().find(|s| s.name == "gantry.launch").unwrap();
+    assert_eq!(launch.parent, apply.span_id, "the pod's launcher continues the FunctionJob's trace");
 }
