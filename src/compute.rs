@@ -6,6 +6,7 @@
 //! and `domain::admission`, shared by all.
 
 pub mod controller;
+pub mod job_times;
 pub mod kube;
 pub mod local;
 pub mod rbac;
@@ -122,6 +123,7 @@ pub async fn move_job(
     if !jobs::apply_move(db, job_id, &mv, publisher.outbox()).instrument(span).await? {
         return Ok(None);
     }
+    job_times::observe(db, job_id, mv.to).await;
     publish_move(publisher, job_id, &mv);
     Ok(Some(mv.to))
 }

@@ -744,6 +744,8 @@ pub async fn stored_logs(db: &Db, job_id: &str) -> Result<Option<String>, Error>
 mod create;
 mod listing;
 mod retries;
+mod times;
 pub use create::{NewJob, insert_with_limit, traceparent};
 pub use listing::{JobFilter, Param, list};
 pub use retries::record_retry;
+pub use times::times;
