@@ -16,7 +16,8 @@ use opentelemetry_proto::tonic::common::v1::any_value::Value as AnyValue;
 use prost::Message;
 use serde_json::{Value, json};
 
-use crate::harness::tar_of;
+use crate::both_backends;
+use crate::harness::{Backend, Gateway, tar_of};
 
 /// One span as the collector received it.
 #[derive(Debug, Clone)]
@@ -269,10 +270,19 @@ async fn one_traced_job(python: &str, main: &str, expected: &[&str]) -> Vec<Rece
         ("OTEL_BSP_SCHEDULE_DELAY", "100"),
         ("RUST_LOG", "info,tower_http=debug"),
     ];
-    let serve = Serve::start(&dir.path().join("data"), python, &variables, &["--log-format", "json"]).await;
+    let arguments = ["--log-format", "json", "--trace-link", "http://jaeger.example:16686/trace/{trace_id}"];
+    let serve = Serve::start(&dir.path().join("data"), python, &variables, &arguments).await;
     let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
     let (id, answers) = run_job(&serve.base, dir.path(), TOKEN, main, json!({"secret": ARGUMENT}), &traceparent).await;
     assert_eq!(answers.final_status, "SUCCEEDED", "{answers:?}");
+    let trace = curl(vec![
+        "-H".into(),
+        format!("Authorization: Bearer {TOKEN}"),
+        format!("{}/api/v1/jobs/{id}/trace/", serve.base),
+    ]);
+    let trace: Value = serde_json::from_str(&trace.await).unwrap();
+    let link = format!("http://jaeger.example:16686/trace/{CALLER_TRACE}");
+    assert_eq!(trace, json!({"trace_id": CALLER_TRACE, "link": link}));
     let in_trace = |spans: &[Received]| -> Vec<Received> {
         spans.iter().filter(|span| span.trace_id == CALLER_TRACE).cloned().collect()
     };
@@ -510,4 +520,59 @@ async fn a_job_through_gateway_and_controller_is_one_trace() {
     assert_eq!((reconcile.service.as_str(), reconcile.parent.as_str()), ("gantry-controller", apply.span_id.as_str()));
     let launch = spans.iter().find(|s| s.name == "gantry.launch").unwrap();
     assert_eq!(launch.parent, apply.span_id, "the pod's launcher continues the FunctionJob's trace");
+}
+
+both_backends!(a_jobs_trace_is_its_run_requests_or_none);
+
+/// With spans off, a job keeps the trace its caller sent (a valid `traceparent` only) and
+/// `trace/` answers it, to those who may read the job; a job run without one has no trace.
+async fn a_jobs_trace_is_its_run_requests_or_none(backend: Backend) {
+    let gateway = Gateway::start_with(backend, |config| {
+        config.trace_link = Some("https://tempo.example/explore?trace={trace_id}".into());
+    })
+    .await;
+    gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
+    let run = |traceparent: Option<&'static str>| {
+        let gateway = &gateway;
+        async move {
+            let mut request = axum::http::Request::post("/api/v1/programs/run/")
+                .header("authorization", "Bearer alice")
+                .header("content-type", "application/json");
+            if let Some(traceparent) = traceparent {
+                request = request.header("traceparent", traceparent);
+            }
+            let body = axum::body::Body::from(json!({"title": "fn", "arguments": "{}"}).to_string());
+            let reply = gateway.send(request.body(body).unwrap()).await;
+            assert_eq!(reply.status, 200, "{:?}", reply.json);
+            reply.json["id"].as_str().unwrap().to_string()
+        }
+    };
+    let traced = run(Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01")).await;
+    let answer = gateway.get(&format!("/api/v1/jobs/{traced}/trace/"), "alice").await;
+    assert_eq!(answer.status, 200);
+    let link = "https://tempo.example/explore?trace=4bf92f3577b34da6a3ce929d0e0e4736";
+    assert_eq!(answer.json, json!({"trace_id": "4bf92f3577b34da6a3ce929d0e0e4736", "link": link}));
+    // Another user may not read it: the same 404 as for a job that does not exist.
+    assert_eq!(gateway.get(&format!("/api/v1/jobs/{traced}/trace/"), "bob").await.status, 404);
+    for traceparent in [None, Some("00-4bf92f35-00f0-01"), Some("not a trace")] {
+        let untraced = run(traceparent).await;
+        let answer = gateway.get(&format!("/api/v1/jobs/{untraced}/trace/"), "alice").await;
+        assert_eq!(answer.status, 404, "{traceparent:?}");
+        assert_eq!(answer.json["message"], format!("Job {untraced} has no trace."));
+    }
+}
+
+/// A trace link that is not an address holding `{trace_id}` stops `gantry serve` at start with
+/// the reason.
+#[test]
+fn a_trace_link_without_its_placeholder_is_refused() {
+    for link in ["http://jaeger:16686/trace/", "jaeger/{trace_id}"] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .args(["serve", "--trace-link", link])
+            .output()
+            .unwrap();
+        assert!(!output.status.success());
+        let error = String::from_utf8_lossy(&output.stderr);
+        assert!(error.contains("--trace-link") && error.contains("{trace_id}"), "{error}");
+    }
 }

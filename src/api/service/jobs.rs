@@ -10,7 +10,7 @@ use super::access::{job_not_found, manages_job_function, own_job, runnable_funct
 use super::programs::check_arguments;
 use crate::api::answers::{
     ArgumentsAnswer, EventRecord, JobAnswer, JobPage, JobRecord, Message, ProgramSummary, QueueAnswer, QueuedPlace,
-    ResultAnswer, RunAnswer, RuntimeJob, RuntimeJobs, SlotUse, WaitingFor,
+    ResultAnswer, RunAnswer, RuntimeJob, RuntimeJobs, SlotUse, TraceAnswer, WaitingFor,
 };
 use crate::api::error::ApiError;
 use crate::api::fields::RequestFields;
@@ -353,6 +353,18 @@ pub async fn get(
         (true, true) => record.with_result(stored_result(state, &job).await?),
         (true, false) => record.with_result(None),
     })
+}
+
+/// The job's trace (those who may read the job), with its address in a tracing UI when the
+/// gateway has `--trace-link`.
+pub async fn trace(state: &AppState, caller: &Caller, job_id: &str) -> Result<TraceAnswer, ApiError> {
+    get(state, caller, job_id, Some("false")).await?;
+    let trace_id = jobs::traceparent(&state.db, job_id)
+        .await?
+        .and_then(|traceparent| traceparent.split('-').nth(1).map(str::to_string))
+        .ok_or_else(|| ApiError::NotFound(format!("Job {job_id} has no trace.")))?;
+    let link = state.config.trace_link.as_ref().map(|template| template.replace("{trace_id}", &trace_id));
+    Ok(TraceAnswer { trace_id, link })
 }
 
 /// The arguments of the caller's job, as sent to `run`.
