@@ -89,7 +89,11 @@ fn hex(bytes: &[u8]) -> String {
 impl Collector {
     pub async fn start() -> Collector {
         let spans = Arc::new(Mutex::new(Vec::new()));
-        let router = axum::Router::new().route("/v1/traces", axum::routing::post(receive)).with_state(spans.clone());
+        // `/hook` stands for a webhook sink of job events, so deliveries have spans too.
+        let router = axum::Router::new()
+            .route("/v1/traces", axum::routing::post(receive))
+            .route("/hook", axum::routing::post(|| async { "ok" }))
+            .with_state(spans.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let endpoint = format!("http://{}", listener.local_addr().unwrap());
         let task = tokio::spawn(async move {
@@ -141,10 +145,15 @@ impl Serve {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
-        let child = command.spawn().expect("gantry serve starts");
+        let mut child = command.spawn().expect("gantry serve starts");
         let base = format!("http://127.0.0.1:{port}");
         let deadline = Instant::now() + Duration::from_secs(60);
         while !curl(vec![format!("{base}/readiness/")]).await.contains("ready") {
+            if let Some(status) = child.try_wait().unwrap() {
+                let mut stderr = String::new();
+                let _ = tokio::io::AsyncReadExt::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).await;
+                panic!("gantry serve ended ({status}):\n{stderr}");
+            }
             assert!(Instant::now() < deadline, "gantry serve did not become ready");
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -241,6 +250,7 @@ const CALLER_SPAN: &str = "00f067aa0ba902b7";
 const TOKEN: &str = "tracer-token-9d2e";
 const ARGUMENT: &str = "argument-value-5b1c";
 const LOG_LINE: &str = "log-line-7e4a";
+const WEBHOOK_SECRET: &str = "webhook-secret-3c9f";
 
 const PLAIN_FUNCTION: &str = "print('log-line-7e4a')\n";
 
@@ -265,10 +275,14 @@ provider.shutdown()
 async fn one_traced_job(python: &str, main: &str, expected: &[&str]) -> Vec<Received> {
     let collector = Collector::start().await;
     let dir = tempfile::tempdir().unwrap();
+    let hook = format!("{}/hook", collector.endpoint);
     let variables = [
         ("OTEL_EXPORTER_OTLP_ENDPOINT", collector.endpoint.as_str()),
         ("OTEL_BSP_SCHEDULE_DELAY", "100"),
         ("RUST_LOG", "info,tower_http=debug"),
+        ("GANTRY_EVENTS_WEBHOOK_URL", hook.as_str()),
+        ("GANTRY_EVENTS_WEBHOOK_SECRET", WEBHOOK_SECRET),
+        ("GANTRY_EVENTS_POLL_MS", "100"),
     ];
     let arguments = ["--log-format", "json", "--trace-link", "http://jaeger.example:16686/trace/{trace_id}"];
     let serve = Serve::start(&dir.path().join("data"), python, &variables, &arguments).await;
@@ -350,7 +364,7 @@ fn check_trace(spans: &[Received], id: &str, gateway_service: &str) {
     // No secret anywhere.
     for span in spans {
         for (key, value) in &span.attributes {
-            for secret in [TOKEN, ARGUMENT, LOG_LINE] {
+            for secret in [TOKEN, ARGUMENT, LOG_LINE, WEBHOOK_SECRET] {
                 assert!(!value.contains(secret), "{}'s attribute {key} holds {secret}", span.name);
             }
         }
@@ -371,6 +385,7 @@ async fn one_job_is_one_trace_from_the_run_request_to_the_launchers_last_span() 
         "gantry.launch.unpack",
         "gantry.launch.function",
         "gantry.launch.archive",
+        "gantry.event.deliver",
     ];
     one_traced_job("python3", PLAIN_FUNCTION, &expected).await;
 }
