@@ -451,6 +451,24 @@ async fn a_dead_or_silent_collector_changes_no_answer() {
 /// reconcile and the pod's launcher join the run request's trace.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_through_gateway_and_controller_is_one_trace() {
+    one_traced_cluster_job("python3", PLAIN_FUNCTION).await;
+}
+
+/// The function's own span (the OpenTelemetry SDK in the pod's Python) joins the trace under
+/// the pod launcher's function span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "run by tests/run.sh: needs GANTRY_TEST_PYTHON (a Python with the OpenTelemetry SDK)"]
+async fn the_functions_own_span_joins_the_trace_in_a_pod() {
+    let python = std::env::var("GANTRY_TEST_PYTHON").expect("GANTRY_TEST_PYTHON: a Python with the OpenTelemetry SDK");
+    let spans = one_traced_cluster_job(&python, TRACED_FUNCTION).await;
+    let function = spans.iter().find(|span| span.name == "gantry.launch.function").unwrap();
+    let work = spans.iter().find(|span| span.name == "function.work").expect("the function's own span");
+    assert_eq!((work.trace_id.as_str(), work.parent.as_str()), (CALLER_TRACE, function.span_id.as_str()));
+}
+
+/// Runs `main` with `python` through gateway + controller processes on the doubles and checks
+/// its trace; returns every span received.
+async fn one_traced_cluster_job(python: &str, main: &str) -> Vec<Received> {
     use crate::e2e_kubernetes::{free_port, role_settings, spawn_role, tail, wait_until_ready};
     let collector = Collector::start().await;
     let resources = crate::harness::Gateway::start(crate::harness::Backend::PostgresS3).await;
@@ -486,7 +504,7 @@ async fn a_job_through_gateway_and_controller_is_one_trace() {
             "--launcher-source",
             env!("CARGO_BIN_EXE_gantry"),
             "--job-python",
-            "python3",
+            python,
             "--scheduler-tick-ms",
             "100",
             "--launcher-dir",
@@ -503,8 +521,7 @@ async fn a_job_through_gateway_and_controller_is_one_trace() {
     wait_until_ready(&url, &mut [(&mut gateway, &gateway_log), (&mut controller, &controller_log)]).await;
 
     let traceparent = format!("00-{CALLER_TRACE}-{CALLER_SPAN}-01");
-    let (id, answers) =
-        run_job(&url, folder.path(), TOKEN, PLAIN_FUNCTION, json!({"secret": ARGUMENT}), &traceparent).await;
+    let (id, answers) = run_job(&url, folder.path(), TOKEN, main, json!({"secret": ARGUMENT}), &traceparent).await;
     assert_eq!(
         answers.final_status,
         "SUCCEEDED",
@@ -535,6 +552,10 @@ async fn a_job_through_gateway_and_controller_is_one_trace() {
     assert_eq!((reconcile.service.as_str(), reconcile.parent.as_str()), ("gantry-controller", apply.span_id.as_str()));
     let launch = spans.iter().find(|s| s.name == "gantry.launch").unwrap();
     assert_eq!(launch.parent, apply.span_id, "the pod's launcher continues the FunctionJob's trace");
+    if main == TRACED_FUNCTION {
+        collector.wait_for(30, |spans| spans.iter().any(|s| s.name == "function.work")).await;
+    }
+    collector.spans()
 }
 
 both_backends!(a_jobs_trace_is_its_run_requests_or_none);
