@@ -675,7 +675,7 @@ def _():
     return f"{len(dashboard['panels'])} panels, {len(named)} metrics"
 
 
-@check("both roles log JSON by default and export spans when tracing.otlpEndpoint is set")
+@check("both roles log JSON by default, export spans when tracing.otlpEndpoint is set, the gateway links traces with tracing.traceLink")
 def _():
     for role in ("gateway", "controller"):
         default = config_map_data("default", role)
@@ -685,6 +685,8 @@ def _():
         assert configured["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.monitoring:4318", configured
         assert configured["OTEL_TRACES_SAMPLER"] == "parentbased_traceidratio", configured
         assert configured["OTEL_TRACES_SAMPLER_ARG"] == "0.25", configured
+    assert config_map_data("all features", "gateway")["GANTRY_TRACE_LINK"] == "https://jaeger.example/trace/{trace_id}"
+    assert "GANTRY_TRACE_LINK" not in config_map_data("default", "gateway")
 
 
 @check("the chart README values table matches values.yaml (tests/helm/values_table.py)")
