@@ -16,6 +16,7 @@ pub mod idempotency;
 pub mod jobs;
 pub mod openapi;
 pub mod programs;
+pub mod request_span;
 pub mod requests;
 pub mod service;
 pub mod state;
@@ -66,6 +67,19 @@ pub struct ApiArgs {
     /// generated on first start into `<data-dir>/token.key` (mode 0600).
     #[arg(long, env = "GANTRY_TOKEN_KEY")]
     pub token_key: Option<Secret>,
+    /// Address of a job's trace in a tracing UI (Jaeger, Tempo, ...), `{trace_id}` standing for
+    /// the trace's id, e.g. `http://jaeger:16686/trace/{trace_id}`: `jobs/{id}/trace/` answers
+    /// it and the console links each job to its trace.
+    #[arg(long, env = "GANTRY_TRACE_LINK", value_parser = parse_trace_link)]
+    pub trace_link: Option<String>,
+}
+
+/// A trace link template: an http(s) address holding `{trace_id}`.
+fn parse_trace_link(text: &str) -> Result<String, String> {
+    if !(text.starts_with("http://") || text.starts_with("https://")) || !text.contains("{trace_id}") {
+        return Err("expected an http(s) address holding {trace_id}, e.g. http://jaeger:16686/trace/{trace_id}".into());
+    }
+    Ok(text.to_string())
 }
 
 impl ApiArgs {
@@ -84,6 +98,7 @@ impl ApiArgs {
             active_jobs_per_user,
             admission: None,
             max_unpacked_mib: self.max_unpacked_mib,
+            trace_link: self.trace_link.clone(),
         }
     }
 }
@@ -111,6 +126,7 @@ pub fn documented_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(jobs::my_queue))
         .routes(routes!(jobs::get_job))
         .routes(routes!(jobs::get_job_arguments))
+        .routes(routes!(jobs::get_job_trace))
         .routes(routes!(jobs::get_job_result, jobs::save_job_result))
         .routes(routes!(streams::get_job_logs))
         .routes(routes!(streams::stream_job_logs))
@@ -162,7 +178,11 @@ pub fn router(state: AppState) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(usize::try_from(max_body).unwrap_or(usize::MAX)))
         .layer(middleware::from_fn_with_state(state.clone(), reject_large_bodies))
-        .layer(tower_http::trace::TraceLayer::new_for_http())
+        .layer(
+            tower_http::trace::TraceLayer::new_for_http()
+                .make_span_with(request_span::make_span::<axum::body::Body>)
+                .on_response(request_span::record_answer::<axum::body::Body>),
+        )
         .with_state(state)
 }
 

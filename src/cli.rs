@@ -8,12 +8,30 @@ use clap::{Parser, Subcommand};
 use crate::admin::AdminArgs;
 use crate::db::DatabaseArgs;
 use crate::serve::ServeArgs;
+use crate::telemetry::LogFormat;
 
 #[derive(Debug, Parser)]
 #[command(name = "gantry", version, about = "Job gateway for user-uploaded functions")]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    /// How log lines are written to stderr: `text` for people, `json` for a log collector (one
+    /// object a line with timestamp, level, target, message, fields and the trace and span ids).
+    #[arg(long, global = true, env = "GANTRY_LOG_FORMAT", value_enum, default_value = "text")]
+    pub log_format: LogFormat,
+}
+
+impl Command {
+    /// The service name of the process's spans (unless `OTEL_SERVICE_NAME` names another).
+    pub fn service_name(&self) -> &'static str {
+        match self {
+            Command::Serve(_) => "gantry",
+            Command::Gateway(_) => "gantry-gateway",
+            Command::Controller(_) => "gantry-controller",
+            Command::Launch(_) => "gantry-launcher",
+            _ => "gantry-cli",
+        }
+    }
 }
 
 #[derive(Debug, Subcommand)]

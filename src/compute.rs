@@ -6,6 +6,7 @@
 //! and `domain::admission`, shared by all.
 
 pub mod controller;
+pub mod job_times;
 pub mod kube;
 pub mod local;
 pub mod rbac;
@@ -16,6 +17,8 @@ use crate::db::{self, Db, jobs};
 use crate::domain::admission::{self, Capacity, Limits};
 use crate::domain::lifecycle::{self, JobStatus, Trigger};
 use crate::events::{self, Publisher, StatusEvent};
+use crate::telemetry::{self, context};
+use tracing::Instrument;
 
 /// The admission limits, shared by `serve` (local processes) and `controller` (pods).
 #[derive(Debug, Clone, clap::Args)]
@@ -113,11 +116,26 @@ pub async fn move_job(
     let Some(mv) = lifecycle::decide(current, trigger) else {
         return Ok(None);
     };
-    if !jobs::apply_move(db, job_id, &mv, publisher.outbox()).await? {
+    let span = job_step(db, "gantry.job.move", job_id).await;
+    span.record("gantry.job.previous_status", current.as_str());
+    span.record("gantry.job.status", mv.to.as_str());
+    span.record("gantry.job.origin", mv.origin.as_str());
+    if !jobs::apply_move(db, job_id, &mv, publisher.outbox()).instrument(span).await? {
         return Ok(None);
     }
+    job_times::observe(db, job_id, mv.to).await;
     publish_move(publisher, job_id, &mv);
     Ok(Some(mv.to))
+}
+
+/// A span for one step of a job, a child of the job's trace (read from its row); none while
+/// spans are off, when nothing is read.
+pub async fn job_step(db: &Db, step: &'static str, job_id: &str) -> tracing::Span {
+    if !telemetry::enabled() {
+        return tracing::Span::none();
+    }
+    let traceparent = jobs::traceparent(db, job_id).await.ok().flatten();
+    context::job_span(step, job_id, traceparent.as_deref())
 }
 
 /// Hands a written move to the publisher.
@@ -209,6 +227,9 @@ pub async fn admit_queued(
     let mut count = 0;
     for batch in admission::admit(&queue, capacity, limits).chunks(ADMISSION_BATCH) {
         for job_id in jobs::apply_moves(db, batch, &mv, publisher.outbox()).await? {
+            let span = job_step(db, "gantry.job.admit", &job_id).await;
+            span.record("gantry.job.previous_status", JobStatus::Queued.as_str());
+            span.record("gantry.job.status", mv.to.as_str());
             publish_move(publisher, &job_id, &mv);
             admitted(job_id);
             count += 1;

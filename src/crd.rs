@@ -21,6 +21,8 @@ pub const GROUP: &str = "gantry.dev";
 pub const FIELD_MANAGER: &str = "gantry";
 /// Finalizer that holds a `FunctionJob` until its logs are archived and its job row settled.
 pub const FINALIZER: &str = "gantry.dev/archive";
+/// Annotation holding the job's trace (a W3C `traceparent`): the reconciles and the pod join it.
+pub const ANNOTATION_TRACEPARENT: &str = "gantry.dev/traceparent";
 /// Label with the job id, on the resource, its pod and its Secret.
 pub const LABEL_JOB_ID: &str = "gantry.dev/job-id";
 /// Label with the function's title.

@@ -16,7 +16,9 @@ use tokio::sync::Notify;
 
 use crate::db::outbox::{self, Attempt, DrainLock, OutboxRow};
 use crate::db::{self, Db};
+use crate::telemetry::{self, context};
 use sinks::{Sink, SinkError};
+use tracing::Instrument;
 
 // What a published event says: plain data, shared with the database layer that records it.
 pub use crate::domain::event_data::{
@@ -266,7 +268,16 @@ impl Drainer {
             if row.next_attempt > now {
                 break;
             }
-            let (delivered_to, outcome) = self.deliver(&row).await;
+            let span = if telemetry::enabled() {
+                let traceparent = db::jobs::traceparent(&self.db, &row.job_id).await.ok().flatten();
+                context::job_span("gantry.event.deliver", &row.job_id, traceparent.as_deref())
+            } else {
+                tracing::Span::none()
+            };
+            let (delivered_to, outcome) = self.deliver(&row).instrument(span.clone()).await;
+            if outcome.is_err() {
+                span.record("otel.status_code", "ERROR");
+            }
             let attempt = match outcome {
                 Ok(()) => Attempt::Delivered,
                 Err(SinkError::Permanent(error)) => Attempt::Failed { error },

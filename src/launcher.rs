@@ -49,6 +49,8 @@ use crate::secrets::Secret;
 use crate::shared::BoxError;
 use crate::storage::StorageArgs;
 use crate::storage::access::JobAccess;
+use crate::telemetry::{self, context};
+use tracing::Instrument;
 
 /// Exit code of the launcher when the function could not be started.
 pub const EXIT_NOT_STARTED: i32 = 2;
@@ -271,8 +273,17 @@ pub enum Error {
 /// group is killed), archive. Never fails: every failure ends up in the exit record and the
 /// returned exit code (see `LaunchArgs::run`).
 pub async fn run_job(launch: &Launch, storage: &dyn JobObjects, stop: impl Future<Output = ()>) -> i32 {
+    // The launch's span, a child of the job's start (`TRACEPARENT`, set by the runner or the pod).
+    let parent = context::ENVIRONMENT.iter().find_map(|name| environment_text(&launch.environment, name));
+    let span = context::job_span("gantry.launch", &launch.job.job_id, parent.as_deref());
+    run_job_traced(launch, storage, stop).instrument(span).await
+}
+
+async fn run_job_traced(launch: &Launch, storage: &dyn JobObjects, stop: impl Future<Output = ()>) -> i32 {
     let mut stop = std::pin::pin!(stop);
     let mut environment = child_environment(launch.environment.iter().cloned());
+    // The collector's credentials stay with the launcher.
+    environment.retain(|(name, _)| !telemetry::COLLECTOR_CREDENTIALS.iter().any(|secret| name == secret));
     if launch.isolation.is_some() {
         // A private temporary folder: the job may not use the machine's shared /tmp.
         let private = launch.job.work_dir.join(PRIVATE_TMP);
@@ -281,22 +292,43 @@ pub async fn run_job(launch: &Launch, storage: &dyn JobObjects, stop: impl Futur
         environment.push(("HOME".into(), private.into()));
     }
     let prepared = tokio::select! {
-        prepared = prepare(launch, storage, &environment) => prepared,
+        prepared = prepare(launch, storage, &environment).instrument(prepare::step("gantry.launch.prepare", launch)) => prepared,
         () = stop.as_mut() => Err(Error::StoppedBeforeStart),
     };
-    let started = prepared.and_then(|(script, data)| Ok((spawn(launch, &environment, &script)?, data)));
+    // The function's own spans join the trace under this one.
+    let function_span = prepare::step("gantry.launch.function", launch);
+    if let Some(traceparent) = context::traceparent_of(&function_span) {
+        environment.retain(|(name, _)| !context::ENVIRONMENT.iter().any(|variable| name == variable));
+        environment.extend(context::ENVIRONMENT.iter().map(|name| (name.into(), traceparent.clone().into())));
+    }
+    let started = prepared
+        .and_then(|(script, data)| Ok((function_span.in_scope(|| spawn(launch, &environment, &script))?, data)));
     let (child, data) = match started {
         Ok(started) => started,
-        Err(error) => return record_failure(launch, storage, &error).await,
+        Err(error) => {
+            function_span.record("otel.status_code", "ERROR");
+            drop(function_span);
+            let recording = prepare::step("gantry.launch.archive", launch);
+            return record_failure(launch, storage, &error).instrument(recording).await;
+        }
     };
-    let ending = match &data {
-        Some(mirror) => tokio::select! {
-            ending = supervise(launch, child, stop) => ending,
-            () = mirror.keep_syncing() => unreachable!("syncing never ends"),
-        },
-        None => supervise(launch, child, stop).await,
+    let supervised = async {
+        match &data {
+            Some(mirror) => tokio::select! {
+                ending = supervise(launch, child, stop) => ending,
+                () = mirror.keep_syncing() => unreachable!("syncing never ends"),
+            },
+            None => supervise(launch, child, stop).await,
+        }
     };
-    archive(launch, storage, &environment, data.as_ref(), ending).await
+    let ending = supervised.instrument(function_span).await;
+    let archiving = prepare::step("gantry.launch.archive", launch);
+    archive(launch, storage, &environment, data.as_ref(), ending).instrument(archiving).await
+}
+
+/// A variable of the launcher's environment, as text.
+fn environment_text(environment: &[(OsString, OsString)], name: &str) -> Option<String> {
+    environment.iter().find(|(key, _)| key == name).and_then(|(_, value)| value.to_str()).map(str::to_string)
 }
 
 /// The job's environment: the launcher's minus its own settings (every `GANTRY_*` variable, the

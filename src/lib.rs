@@ -23,3 +23,4 @@ pub mod secrets;
 pub mod serve;
 pub mod shared;
 pub mod storage;
+pub mod telemetry;

@@ -90,9 +90,20 @@ pub struct Metrics {
     /// API requests by method and answer code.
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_seconds: Histogram,
+    /// Time to answer `programs/run/` (admission included).
+    pub run_seconds: Histogram,
     /// Jobs by status and the queue depth, read from the database at each scrape.
     jobs: Family<StatusLabels, Gauge>,
     queue_depth: Gauge,
+    /// Outbound job events by state (`waiting`, `delivered`, `failed`) and the age of the
+    /// oldest waiting one (the outbox's lag), read at each scrape.
+    outbox: Family<OutboxLabels, Gauge>,
+    outbox_lag: Gauge<f64, std::sync::atomic::AtomicU64>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutboxLabels {
+    pub state: &'static str,
 }
 
 impl Metrics {
@@ -112,14 +123,34 @@ impl Metrics {
             watch_errors: Family::default(),
             http_requests: Family::default(),
             http_seconds: seconds_histogram(),
+            run_seconds: seconds_histogram(),
             jobs: Family::default(),
             queue_depth: Gauge::default(),
+            outbox: Family::default(),
+            outbox_lag: Gauge::default(),
         }
     }
 
     fn register_jobs(&mut self) {
         self.registry.register("jobs", "Jobs by status", self.jobs.clone());
         self.registry.register("queue_depth", "Jobs waiting for admission (QUEUED)", self.queue_depth.clone());
+        self.registry.register("outbox_events", "Outbound job events by state", self.outbox.clone());
+        self.registry.register(
+            "outbox_lag_seconds",
+            "Age of the oldest outbound job event still waiting for delivery (0 when none waits)",
+            self.outbox_lag.clone(),
+        );
+        let times = &crate::compute::job_times::JOB_TIMES;
+        self.registry.register(
+            "job_queue_wait_seconds",
+            "Time jobs this process started waited from QUEUED to RUNNING",
+            times.queue_wait.clone(),
+        );
+        self.registry.register(
+            "job_run_seconds",
+            "Time jobs this process ended ran from RUNNING to their end, by final status",
+            times.run_time.clone(),
+        );
     }
 
     /// The controller's metrics.
@@ -175,6 +206,7 @@ impl Metrics {
             "Time to answer an API request",
             metrics.http_seconds.clone(),
         );
+        registry.register("run_request_duration_seconds", "Time to answer programs/run/", metrics.run_seconds.clone());
         metrics.register_jobs();
         metrics
     }
@@ -189,6 +221,13 @@ impl Metrics {
                 self.queue_depth.set(count);
             }
         }
+        let (waiting, delivered, failed) = crate::db::outbox::counts(db).await?;
+        for (state, count) in [("waiting", waiting), ("delivered", delivered), ("failed", failed)] {
+            self.outbox.get_or_create(&OutboxLabels { state }).set(count);
+        }
+        let oldest = crate::db::outbox::pending(db, 1).await?.first().map(|row| row.created);
+        let lag = oldest.map_or(0.0, |created| (crate::db::now_micros() - created).max(0) as f64 / 1e6);
+        self.outbox_lag.set(lag);
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("writing to a String");
         Ok(text)
@@ -246,9 +285,14 @@ pub async fn serve(listen: SocketAddr, metrics: Arc<Metrics>, db: Db) -> anyhow:
 /// Counts and times every API request (a layer around the gateway's routes).
 pub async fn record_http(State(metrics): State<Arc<Metrics>>, request: Request, next: Next) -> Response {
     let method = request.method().to_string();
+    let run = request.uri().path().trim_end_matches('/') == "/api/v1/programs/run";
     let started = Instant::now();
     let response = next.run(request).await;
-    metrics.http_seconds.observe(started.elapsed().as_secs_f64());
+    let seconds = started.elapsed().as_secs_f64();
+    metrics.http_seconds.observe(seconds);
+    if run {
+        metrics.run_seconds.observe(seconds);
+    }
     metrics.http_requests.get_or_create(&HttpLabels { method, code: response.status().as_u16() }).inc();
     response
 }
@@ -300,6 +344,9 @@ pub fn clean_spool(spool: &std::path::Path) {
     match crate::api::fields::clean_spool(spool) {
         Ok(0) => {}
         Ok(removed) => println!("removed {removed} file(s) left in {} by uploads cut short", spool.display()),
-        Err(error) => eprintln!("warning: failed to clean the upload spool {}: {error}", spool.display()),
+        Err(error) => crate::telemetry::operator_warning(&format!(
+            "warning: failed to clean the upload spool {}: {error}",
+            spool.display()
+        )),
     }
 }

@@ -19,6 +19,7 @@ use crate::retention::RetentionArgs;
 use crate::secrets::TokenCipher;
 use crate::shared::parse_timeout;
 use crate::storage::{Storage, StorageArgs};
+use crate::telemetry::operator_warning;
 
 #[derive(Debug, Args)]
 pub struct ServeArgs {
@@ -261,12 +262,16 @@ async fn warn_if_client_missing(python: String, user: Option<(u32, u32)>) {
         .status();
     match tokio::time::timeout(std::time::Duration::from_secs(120), check).await {
         Ok(Ok(status)) if status.success() => {}
-        Ok(Ok(_)) => eprintln!("warning: {}{}", crate::domain::logs::missing_client_hint(&python), as_whom(user)),
-        Ok(Err(error)) => eprintln!(
+        Ok(Ok(_)) => operator_warning(&format!(
+            "warning: {}{}",
+            crate::domain::logs::missing_client_hint(&python),
+            as_whom(user)
+        )),
+        Ok(Err(error)) => operator_warning(&format!(
             "warning: failed to start {python}{} ({error}); jobs cannot run: start gantry with --python (GANTRY_PYTHON) naming a Python interpreter that has qiskit-serverless installed",
             as_whom(user)
-        ),
-        Err(_) => eprintln!("warning: {python} took more than 120 s to import qiskit_serverless"),
+        )),
+        Err(_) => operator_warning(&format!("warning: {python} took more than 120 s to import qiskit_serverless")),
     }
 }
 
@@ -291,7 +296,7 @@ fn job_isolation(
     let warnings = isolation::start_policy(abi, auth_mechanism, jobs.accept_unisolated_jobs)
         .map_err(|reason| anyhow::anyhow!(reason))?;
     for warning in warnings {
-        eprintln!("{warning}");
+        operator_warning(&warning);
     }
     let as_root = isolation::running_as_root();
     let user = isolation::job_user(as_root, jobs.job_uid, jobs.job_gid).map_err(|reason| anyhow::anyhow!(reason))?;

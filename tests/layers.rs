@@ -13,7 +13,10 @@ use std::path::Path;
 /// The layers, lowest first. A module's layer is that of the longest prefix listed here; a
 /// module may import from its own layer and the ones below it, never from one above.
 const LAYERS: &[(&str, &[&str])] = &[
-    ("core: pure rules and small shared pieces", &["domain", "shared", "crd", "artifact", "secrets", "http"]),
+    (
+        "core: pure rules and small shared pieces",
+        &["domain", "shared", "crd", "artifact", "secrets", "http", "telemetry"],
+    ),
     ("persistence: database and object storage", &["db", "storage"]),
     (
         "services: events, compute backends, the launcher, authentication, live following",

@@ -58,6 +58,10 @@ step "end to end: the real client against gateway + controller (Kubernetes doubl
 GANTRY_TEST_PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" \
   cargo test --quiet --test gateway -- --ignored e2e_kubernetes the_real_client_authenticates the_real_client_stops 2>&1 | grep -v '^test .* ok$'
 
+step "traces: a function using the OpenTelemetry SDK continues its job's trace"
+GANTRY_TEST_PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" \
+  cargo test --quiet --test gateway -- --ignored traces::the_functions_own_span 2>&1 | grep -v '^test .* ok$'
+
 step "soak: 2,000 jobs through gateway + controller on the Kubernetes doubles, with pod faults, API errors and two controller restarts"
 SOAK_JOBS=2000 SOAK_PROFILE=debug GANTRY_TEST_PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" bench/soak.sh
 

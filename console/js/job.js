@@ -54,9 +54,25 @@ export async function jobView(root, { args, scope }) {
       argumentsBox.hidden = false;
     })
     .catch(() => {});
+  // Its trace in the tracing UI the gateway names (`--trace-link`), when it has one.
+  const traceTerm = h("dt", { hidden: true }, "Trace");
+  const traceBox = h("dd", { hidden: true });
+  api
+    .get(`${path}trace/`)
+    .then((answer) => {
+      if (!scope.alive || !answer || !answer.link) return;
+      fill(traceBox, h("a", { href: answer.link, id: "trace-link", target: "_blank", rel: "noopener noreferrer" }, answer.trace_id));
+      traceTerm.hidden = false;
+      traceBox.hidden = false;
+    })
+    .catch(() => {});
   const statusBox = h("span", { id: "job-status", "aria-live": "polite" });
   const reasonBox = h("div", { id: "job-reason", "aria-live": "polite" });
   const updated = h("dd", {});
+  // Where the job's time went, from its status moves: queued until RUNNING, then running.
+  const timingBox = h("dd", { id: "job-timing" }, "—");
+  const times = { created: job.created, started: null, finished: null };
+  const showTiming = () => fill(timingBox, timing(times));
   const stopButton = h("button", { type: "button", class: "danger", id: "stop-button" }, "Stop");
   const confirmStop = h("button", { type: "button", class: "danger", id: "confirm-stop" }, "Yes, stop the job");
   const keepRunning = h("button", { type: "button", class: "quiet" }, "No, let it run");
@@ -98,6 +114,10 @@ export async function jobView(root, { args, scope }) {
         h("dd", {}, when(job.created)),
         h("dt", {}, "Updated"),
         updated,
+        h("dt", {}, "Time"),
+        timingBox,
+        traceTerm,
+        traceBox,
         job.function_size ? [h("dt", {}, "Size"), h("dd", {}, job.function_size)] : null,
         job.gpu ? [h("dt", {}, "GPU"), h("dd", {}, "yes")] : null,
         argumentsTerm,
@@ -232,6 +252,9 @@ export async function jobView(root, { args, scope }) {
         timeline.append(eventItem(event, moved ? data.old_status ?? lastMove : null, moved));
         if (moved) {
           lastMove = moved;
+          if (moved === "RUNNING" && !times.started) times.started = event.created;
+          if (TERMINAL.has(moved)) times.finished = event.created;
+          showTiming();
           current = { status: moved, sub_status: TERMINAL.has(moved) ? null : current.sub_status, reason: data.reason ?? data.status_reason ?? current.reason };
           showStatus();
           // The answer carries the reason as the job keeps it.
@@ -301,6 +324,23 @@ function followLog(scope, path, box, stateLabel, finished, onRefused, onLive = (
     },
   });
   scope.add(stop);
+}
+
+/** A duration in seconds as people read it: `4.2 s`, `3 min 12 s`, `2 h 5 min`. */
+export function duration(seconds) {
+  if (!(seconds >= 0)) return "?";
+  if (seconds < 60) return `${seconds < 10 ? seconds.toFixed(1) : Math.round(seconds)} s`;
+  const minutes = Math.floor(seconds / 60);
+  if (minutes < 60) return `${minutes} min ${Math.round(seconds - minutes * 60)} s`;
+  return `${Math.floor(minutes / 60)} h ${minutes % 60} min`;
+}
+
+/** The job's time from created to started to finished (timestamps as the API writes them). */
+export function timing({ created, started, finished }) {
+  const at = (text) => Date.parse(text) / 1000;
+  if (!started) return finished ? `ended after ${duration(at(finished) - at(created))} without running` : "not started yet";
+  const waited = `waited ${duration(at(started) - at(created))}`;
+  return finished ? `${waited}, ran ${duration(at(finished) - at(started))}` : `${waited}, running`;
 }
 
 /** One timeline entry; a status move shows where it came from (`from`) and went (`to`). */

@@ -148,6 +148,14 @@ pub struct ArgumentsAnswer {
     pub arguments: String,
 }
 
+/// The answer of `trace/`: the job's trace id and, with `--trace-link`, its address.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct TraceAnswer {
+    #[schema(example = "4bf92f3577b34da6a3ce929d0e0e4736")]
+    pub trace_id: String,
+    pub link: Option<String>,
+}
+
 /// The answer of `result/`.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct ResultAnswer {

@@ -9,7 +9,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::answers::{
     ArgumentsAnswer, EventRecord, JobAnswer, JobPage, JobRecord, Message, QueueAnswer, ResultAnswer, RunAnswer,
-    RuntimeJobs,
+    RuntimeJobs, TraceAnswer,
 };
 use super::error::{ApiError, ErrorBody};
 use super::extract::Query;
@@ -131,6 +131,22 @@ pub async fn get_job_arguments(
     Path(job_id): Path<String>,
 ) -> Result<Json<ArgumentsAnswer>, ApiError> {
     Ok(Json(service::arguments(&state, &caller, &job_id).await?))
+}
+
+/// The job's trace: its id and, when the gateway knows a tracing UI, the address of the trace
+///
+/// Answered to those who may read the job; 404 for a job with no trace (run while neither
+/// tracing nor the caller's `traceparent` gave it one).
+#[utoipa::path(get, path = "/jobs/{job_id}/trace/", tag = "jobs",
+    params(("job_id" = String, Path, format = Uuid, example = "00000000-0000-4000-8000-000000000000", description = "job id")),
+    responses((status = 200, description = "the trace", body = TraceAnswer), (status = 404, description = "no such job of the caller's, or no trace", body = ErrorBody)),
+    security(("bearer" = [])))]
+pub async fn get_job_trace(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(job_id): Path<String>,
+) -> Result<Json<TraceAnswer>, ApiError> {
+    Ok(Json(service::trace(&state, &caller, &job_id).await?))
 }
 
 /// The job's result as JSON text (204 when none)

@@ -169,12 +169,14 @@ impl RunRequest {
 pub struct RunHeaders {
     pub instance: Option<String>,
     pub channel: Option<String>,
+    /// The caller's W3C trace context: kept with the job when spans are off.
+    pub traceparent: Option<String>,
 }
 
 impl RunHeaders {
     pub fn of(headers: &axum::http::HeaderMap) -> RunHeaders {
         let text = |name: &str| headers.get(name).and_then(|v| v.to_str().ok()).map(str::to_string);
-        RunHeaders { instance: text("service-crn"), channel: text("service-channel") }
+        RunHeaders { instance: text("service-crn"), channel: text("service-channel"), traceparent: text("traceparent") }
     }
 }
 

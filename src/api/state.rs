@@ -35,6 +35,8 @@ pub struct GatewayConfig {
     /// `--max-unpacked-mib`: what an uploaded artifact may unpack to, sparse members counted
     /// at their full size.
     pub max_unpacked_mib: u64,
+    /// `--trace-link`: a job's trace in a tracing UI, `{trace_id}` standing for its id.
+    pub trace_link: Option<String>,
 }
 
 impl GatewayConfig {

@@ -221,6 +221,7 @@ impl ControllerArgs {
                 run_as_user: self.job_user,
                 logs_size_limit: self.logs_size_limit as u64,
                 max_unpacked_mib: self.max_unpacked_mib,
+                telemetry: crate::telemetry::forwarded(std::env::vars()),
             },
             pending_deadline: Duration::from_secs(self.pending_deadline_seconds),
             keep_finished_pods: Duration::from_secs(self.keep_finished_pods_seconds),

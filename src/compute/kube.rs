@@ -31,6 +31,8 @@ use crate::events::Publisher;
 use crate::secrets::TokenCipher;
 use crate::storage::access::JobAccess;
 use crate::storage::{Storage, keys};
+use crate::telemetry::context;
+use tracing::Instrument;
 
 /// Where the cluster is and which namespace jobs live in; shared by gateway and controller.
 #[derive(Debug, Clone, Args)]
@@ -149,6 +151,11 @@ impl KubeBackend {
 
     /// Creates (or re-applies) the job's `FunctionJob` and its Secret. Idempotent.
     pub async fn ensure_resources(&self, job_id: &str) -> Result<(), Error> {
+        let span = super::job_step(&self.db, "gantry.functionjob.apply", job_id).await;
+        self.ensure_resources_traced(job_id).instrument(span).await
+    }
+
+    async fn ensure_resources_traced(&self, job_id: &str) -> Result<(), Error> {
         let database = |source| Error::Database { job_id: job_id.to_string(), source };
         let kube = |operation| move |source| Error::Kube { operation, job_id: job_id.to_string(), source };
         let job =
@@ -167,6 +174,11 @@ impl KubeBackend {
         // Born with the controller's finalizer: the controller need not add it (one write and
         // one reconcile less per job), and the archive is settled before the resource goes.
         resource.metadata.finalizers = Some(vec![crate::crd::FINALIZER.to_string()]);
+        // The job's trace, continued by the controller's reconciles and the pod.
+        if let Some(traceparent) = context::current().or(launch.traceparent.clone()) {
+            resource.metadata.annotations =
+                Some(BTreeMap::from([(crate::crd::ANNOTATION_TRACEPARENT.to_string(), traceparent)]));
+        }
         // The Secret first, so no pod of this job ever starts without it.
         let request_env: Map<String, Value> = serde_json::from_str(&launch.env_vars).unwrap_or_default();
         let token = match request_env.get("token").and_then(Value::as_str) {

@@ -28,6 +28,8 @@ use crate::domain::sizes;
 use crate::events::Publisher;
 use crate::storage::access::JobAccess;
 use crate::storage::{Storage, keys};
+use crate::telemetry::{self, context};
+use tracing::Instrument;
 
 /// Settings of the local runner.
 #[derive(Debug, Clone)]
@@ -191,16 +193,18 @@ impl LocalRunner {
     /// Starts `gantry launch` for an admitted (PENDING) job, as a process or in the job's
     /// container, and watches it.
     async fn launch(self: Arc<Self>, job_id: String) {
+        // The start's span: the launcher's spans are its children (`TRACEPARENT`).
+        let span = super::job_step(&self.db, "gantry.job.start", &job_id).await;
         let loaded = match self.load(&job_id).await {
             Ok(loaded) => loaded,
             Err(reason) => return self.fail_launch(&job_id, reason).await,
         };
         let running = match loaded.info.image.clone() {
-            Some(image) => match self.start_container(&loaded, &image).await {
+            Some(image) => match self.start_container(&loaded, &image).instrument(span).await {
                 Ok(name) => Running::Container(name),
                 Err(reason) => return self.fail_launch(&job_id, reason).await,
             },
-            None => match self.spawn_launcher(&loaded).await {
+            None => match self.spawn_launcher(&loaded).instrument(span).await {
                 Ok((child, output)) => {
                     let pid = child.id().unwrap_or_default();
                     if let Err(error) = jobs::set_backend_ref(&self.db, &job_id, Some(&format!("pid:{pid}"))).await {
@@ -268,6 +272,8 @@ impl LocalRunner {
             function_size: job.function_size.as_deref(),
             qiskit_ibm_url: &self.config.qiskit_ibm_url,
             function_env: &function_env,
+            traceparent: context::current().or(info.traceparent.clone()).as_deref(),
+            telemetry: &telemetry::forwarded(std::env::vars()),
         }))
     }
 

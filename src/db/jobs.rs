@@ -696,13 +696,15 @@ pub struct LaunchRow {
     pub trial: bool,
     /// The function opted in to be started again after its code started (see `programs`).
     pub retry_after_start: Option<bool>,
+    /// The job's trace (`telemetry::context`), when its `run` request had one.
+    pub traceparent: Option<String>,
 }
 
 pub async fn launch_info(db: &Db, job_id: &str) -> Result<Option<LaunchRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, LaunchRow>(
         "SELECT j.arguments, j.env_vars, p.artifact_key, p.entrypoint, p.image, p.env_vars AS function_env_vars, \
-         p.version AS function_version, p.sizes AS function_sizes, j.trial, p.retry_after_start \
-         FROM jobs j LEFT JOIN programs p ON p.id = j.program_id WHERE j.id = $1")
+         p.version AS function_version, p.sizes AS function_sizes, j.trial, p.retry_after_start, \
+         j.traceparent FROM jobs j LEFT JOIN programs p ON p.id = j.program_id WHERE j.id = $1")
         .bind(job_id)
         .fetch_optional(pool)
         .await)
@@ -745,6 +747,8 @@ pub async fn stored_logs(db: &Db, job_id: &str) -> Result<Option<String>, Error>
 mod create;
 mod listing;
 mod retries;
-pub use create::{NewJob, insert_with_limit};
+mod times;
+pub use create::{NewJob, insert_with_limit, traceparent};
 pub use listing::{JobFilter, Param, list};
 pub use retries::record_retry;
+pub use times::times;

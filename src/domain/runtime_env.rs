@@ -24,6 +24,11 @@ pub struct JobEnvironmentInput<'a> {
     pub qiskit_ibm_url: &'a str,
     /// The function's `env_vars`.
     pub function_env: &'a Map<String, Value>,
+    /// The job's trace (W3C `traceparent`): the parent of the launcher's spans and, through
+    /// them, of the function's own (`traceparent`, as the reference sets it, and `TRACEPARENT`).
+    pub traceparent: Option<&'a str>,
+    /// Where the launcher and the function send their spans (the role's `OTEL_*` variables).
+    pub telemetry: &'a [(String, String)],
 }
 
 pub fn job_environment(input: &JobEnvironmentInput<'_>) -> Vec<(String, String)> {
@@ -46,6 +51,11 @@ pub fn job_environment(input: &JobEnvironmentInput<'_>) -> Vec<(String, String)>
     if let Some(instance) = input.instance {
         env.push(("QISKIT_IBM_INSTANCE".into(), instance.into()));
         env.push(("ENV_JOB_GATEWAY_INSTANCE".into(), instance.into()));
+    }
+    env.extend(input.telemetry.iter().cloned());
+    if let Some(traceparent) = input.traceparent {
+        env.push(("traceparent".into(), traceparent.into()));
+        env.push(("TRACEPARENT".into(), traceparent.into()));
     }
     for (key, value) in input.function_env {
         let value = match value {
@@ -81,8 +91,13 @@ mod tests {
             function_size: Some("M"),
             qiskit_ibm_url: "https://cloud.ibm.com",
             function_env: &function_env,
+            traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
+            telemetry: &[("OTEL_EXPORTER_OTLP_ENDPOINT".into(), "http://collector:4318".into())],
         });
         assert_eq!(lookup(&env, "ENV_JOB_GATEWAY_HOST"), Some("http://127.0.0.1:8000"));
+        let trace = Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01");
+        assert_eq!((lookup(&env, "traceparent"), lookup(&env, "TRACEPARENT")), (trace, trace));
+        assert_eq!(lookup(&env, "OTEL_EXPORTER_OTLP_ENDPOINT"), Some("http://collector:4318"));
         assert_eq!(lookup(&env, "ENV_JOB_GATEWAY_TOKEN"), Some("alice"));
         assert_eq!(lookup(&env, "FUNCTIONS_IDENTIFIER"), Some("j1"));
         assert_eq!(lookup(&env, "ARGUMENTS_PATH"), Some("/data/alice/arguments/j1.json"));

@@ -13,6 +13,13 @@ use super::unpack::unpack;
 use super::{Error, Launch, OUTBOX, PRIVATE_TMP, code_dir, environment_path};
 use crate::artifact::{MemberKind, check_member};
 use crate::storage::keys;
+use crate::telemetry::context::job_span as step_span;
+use tracing::Instrument;
+
+/// A span of one step of the launch, a child of the launch's.
+pub(super) fn step(name: &'static str, launch: &Launch) -> tracing::Span {
+    step_span(name, &launch.job.job_id, None)
+}
 
 /// Downloads and unpacks the artifact, copies the user's file area into `DATA_PATH` when it
 /// lives in storage, places the arguments and clears a stale result; returns the script
@@ -28,11 +35,13 @@ pub(super) async fn prepare(
     let code = code_dir(launch);
     if let Some(artifact_key) = &launch.job.artifact_key {
         let archive = launch.job.work_dir.join("artifact.tar");
-        if !download(storage, artifact_key, &archive).await? {
+        let fetched = download(storage, artifact_key, &archive).instrument(step("gantry.launch.fetch", launch)).await?;
+        if !fetched {
             return Err(Error::ArtifactMissing { key: artifact_key.clone() });
         }
         let (unpack_into, limit_mib) = (code.clone(), launch.job.max_unpacked_mib);
         tokio::task::spawn_blocking(move || unpack(&archive, &unpack_into, limit_mib))
+            .instrument(step("gantry.launch.unpack", launch))
             .await
             .map_err(|e| Error::Unpack { reason: e.to_string() })?
             .map_err(|reason| Error::Unpack { reason })?;

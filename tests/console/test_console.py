@@ -161,6 +161,8 @@ def test_upload_then_run_from_the_form_with_live_validation_status_and_log(page,
     expect(timeline).to_contain_text("→ SUCCEEDED")
     expect(timeline.locator("li").first).to_contain_text("QUEUED")
     expect(timeline.locator('li[data-type="SUB_STATUS_CHANGE"]')).to_contain_text("EXECUTING_QPU")
+    # Where its time went: waited in the queue, then ran (it pauses 1.5 s between steps).
+    expect(page.locator("#job-timing")).to_have_text(re.compile(r"^waited [0-9.]+ s, ran [0-9.]+ s$"))
     # The result, pretty-printed and downloadable.
     result = page.get_by_label("Result")
     expect(result).to_contain_text('"total": 6')

@@ -50,6 +50,7 @@ fn pod_settings(root: &std::path::Path, gateway_url: &str) -> PodSettings {
         run_as_user: 65532,
         logs_size_limit: 1024 * 1024,
         max_unpacked_mib: gantry::artifact::DEFAULT_MAX_UNPACKED_MIB,
+        telemetry: Vec::new(),
     }
 }
 
@@ -602,6 +603,7 @@ async fn bench_pods_created_per_second() {
                         gpu: false,
                         function_size: None,
                         trial: false,
+                        traceparent: None,
                     };
                     gantry::db::jobs::insert_with_limit(&db, &job, i64::MAX, false).await.unwrap().unwrap();
                     let spec = FunctionJobSpec {
@@ -981,6 +983,9 @@ async fn the_admin_port_reports_metrics_and_probes() {
     let admin = gantry::ops::router(Arc::clone(&context.metrics), cluster.gateway.state.db.clone());
     let (_, before) = admin_get(&admin, "/metrics").await;
     assert_eq!(sample(&before, "gantry_controller_leader"), Some(0.0), "{before}");
+    // The job-time histograms are the process's (other tests' jobs count too): they grow.
+    let waits_before = sample(&before, "gantry_job_queue_wait_seconds_count").expect("the queue-wait histogram");
+    let runs_before = sample(&before, r#"gantry_job_run_seconds_count{status="SUCCEEDED"}"#).unwrap_or(0.0);
     *cluster.controller.lock().unwrap() = tokio::spawn(gantry::compute::controller::reconcile::run(context));
     cluster.upload("fn", MAIN).await;
     let id = cluster.run("fn", r#"{"n": 2}"#).await;
@@ -995,20 +1000,27 @@ async fn the_admin_port_reports_metrics_and_probes() {
     assert_eq!(sample(&page, "gantry_queue_depth"), Some(0.0), "{page}");
     assert!(sample(&page, r#"gantry_controller_reconciles_total{outcome="ok"}"#).unwrap_or(0.0) >= 2.0, "{page}");
     assert!(page.contains("gantry_controller_reconcile_duration_seconds_bucket"), "{page}");
+    assert!(sample(&page, "gantry_job_queue_wait_seconds_count").unwrap() > waits_before, "{page}");
+    let runs = sample(&page, r#"gantry_job_run_seconds_count{status="SUCCEEDED"}"#).unwrap_or(0.0);
+    assert!(runs > runs_before, "{page}");
+    assert!(page.contains(r#"gantry_job_run_seconds_bucket{le="0.1",status="SUCCEEDED"}"#), "{page}");
+    assert_eq!(sample(&page, r#"gantry_outbox_events{state="waiting"}"#), Some(0.0), "{page}");
+    assert_eq!(sample(&page, "gantry_outbox_lag_seconds"), Some(0.0), "{page}");
     assert_eq!(admin_get(&admin, "/healthz").await.0, 200);
     assert_eq!(admin_get(&admin, "/readyz").await.0, 200);
 
     let metrics = Arc::new(gantry::ops::Metrics::gateway());
     let layer = axum::middleware::from_fn_with_state(Arc::clone(&metrics), gantry::ops::record_http);
     let api = tower::Layer::layer(&layer, gantry::api::app(cluster.gateway.state.clone()));
-    for path in ["/liveness/", "/api/v1/jobs/"] {
+    for (method, path) in [("GET", "/liveness/"), ("GET", "/api/v1/jobs/"), ("POST", "/api/v1/programs/run/")] {
         use tower::ServiceExt;
-        let request = axum::http::Request::get(path).body(axum::body::Body::empty()).unwrap();
-        api.clone().oneshot(request).await.unwrap();
+        let request = axum::http::Request::builder().method(method).uri(path).body(axum::body::Body::empty());
+        api.clone().oneshot(request.unwrap()).await.unwrap();
     }
     let (_, page) = admin_get(&gantry::ops::router(metrics, cluster.gateway.state.db.clone()), "/metrics").await;
     assert_eq!(sample(&page, r#"gantry_http_requests_total{method="GET",code="200"}"#), Some(1.0), "{page}");
     assert_eq!(sample(&page, r#"gantry_http_requests_total{method="GET",code="401"}"#), Some(1.0), "{page}");
+    assert_eq!(sample(&page, "gantry_run_request_duration_seconds_count"), Some(1.0), "{page}");
     assert_eq!(sample(&page, r#"gantry_jobs{status="SUCCEEDED"}"#), Some(1.0), "{page}");
 }
 

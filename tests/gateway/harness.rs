@@ -76,6 +76,7 @@ impl Gateway {
             active_jobs_per_user: 50,
             admission: None,
             max_unpacked_mib: gantry::artifact::DEFAULT_MAX_UNPACKED_MIB,
+            trace_link: None,
         };
         configure(&mut config);
         let mut s3_endpoint = None;

@@ -726,6 +726,7 @@ async fn a_cancelled_run_never_leaves_a_transaction_open(backend: Backend) {
         gpu: false,
         function_size: None,
         trial: false,
+        traceparent: None,
     };
     // Clients that disconnect cancel their requests at any point, also inside the transaction,
     // while others keep the pool busy.

@@ -36,5 +36,6 @@ mod soak;
 mod storage_faults;
 mod streams;
 mod system;
+mod traces;
 mod trials;
 mod visibility;

@@ -647,6 +647,48 @@ for name, values in {
         return rejected
 
 
+def exported_metrics():
+    """The metric names the admin port exports: each `register("name", ...)` of src/ops.rs, with
+    the registry's `gantry_` prefix."""
+    source = (ROOT / "src" / "ops.rs").read_text()
+    return {"gantry_" + name for name in re.findall(r'register\(\s*"([a-z_]+)"', source)}
+
+
+@check("the Grafana dashboard renders, is valid JSON and names only metrics /metrics has")
+def _():
+    exported = exported_metrics()
+    assert {"gantry_jobs", "gantry_job_queue_wait_seconds", "gantry_outbox_lag_seconds"} <= exported, exported
+    assert not [obj for obj in objects_of("default", "ConfigMap") if obj["metadata"]["name"].endswith("-dashboard")]
+    config_map = one("all features", "ConfigMap", f"{RELEASE}-dashboard")
+    assert config_map["metadata"]["labels"].get("grafana_dashboard") == "1", config_map["metadata"]["labels"]
+    dashboard = json.loads(config_map["data"]["gantry.json"])
+    expressions = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    named = set()
+    for expression in expressions:
+        for metric in re.findall(r"gantry_[a-z_]+", expression):
+            base = re.sub(r"_(total|bucket|count|sum)$", "", metric)
+            assert metric in exported or base in exported, f"the dashboard names {metric}, which /metrics lacks"
+            named.add(base if base in exported else metric)
+    titles = " ".join(panel["title"] for panel in dashboard["panels"]).lower()
+    for subject in ["status", "queue depth", "queue wait", "run time", "reconcile", "failures", "outbox", "http latency"]:
+        assert subject in titles, f"no panel about {subject}"
+    return f"{len(dashboard['panels'])} panels, {len(named)} metrics"
+
+
+@check("both roles log JSON by default, export spans when tracing.otlpEndpoint is set, the gateway links traces with tracing.traceLink")
+def _():
+    for role in ("gateway", "controller"):
+        default = config_map_data("default", role)
+        assert default["GANTRY_LOG_FORMAT"] == "json", default
+        assert not [name for name in default if name.startswith("OTEL_")], default
+        configured = config_map_data("all features", role)
+        assert configured["OTEL_EXPORTER_OTLP_ENDPOINT"] == "http://otel-collector.monitoring:4318", configured
+        assert configured["OTEL_TRACES_SAMPLER"] == "parentbased_traceidratio", configured
+        assert configured["OTEL_TRACES_SAMPLER_ARG"] == "0.25", configured
+    assert config_map_data("all features", "gateway")["GANTRY_TRACE_LINK"] == "https://jaeger.example/trace/{trace_id}"
+    assert "GANTRY_TRACE_LINK" not in config_map_data("default", "gateway")
+
+
 @check("the chart README values table matches values.yaml (tests/helm/values_table.py)")
 def _():
     table, problems = values_table.rows()

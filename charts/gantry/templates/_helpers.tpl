@@ -167,6 +167,18 @@ GANTRY_S3_PATH_STYLE: {{ .Values.storage.pathStyle | quote }}
 {{/* Settings both roles read (the ConfigMaps' common part). */}}
 {{- define "gantry.commonSettings" -}}
 RUST_LOG: {{ .Values.logLevel | quote }}
+GANTRY_LOG_FORMAT: {{ .Values.logFormat | quote }}
+{{- with .Values.tracing }}
+{{- if .otlpEndpoint }}
+OTEL_EXPORTER_OTLP_ENDPOINT: {{ .otlpEndpoint | quote }}
+{{- end }}
+{{- if .sampler }}
+OTEL_TRACES_SAMPLER: {{ .sampler | quote }}
+{{- end }}
+{{- if .samplerArg }}
+OTEL_TRACES_SAMPLER_ARG: {{ .samplerArg | quote }}
+{{- end }}
+{{- end }}
 GANTRY_DATA_DIR: "/tmp/gantry"
 GANTRY_NAMESPACE: {{ include "gantry.jobsNamespace" . | quote }}
 GANTRY_ADMIN_LISTEN: "0.0.0.0:9090"

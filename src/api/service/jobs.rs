@@ -10,7 +10,7 @@ use super::access::{job_not_found, manages_job_function, own_job, runnable_funct
 use super::programs::check_arguments;
 use crate::api::answers::{
     ArgumentsAnswer, EventRecord, JobAnswer, JobPage, JobRecord, Message, ProgramSummary, QueueAnswer, QueuedPlace,
-    ResultAnswer, RunAnswer, RuntimeJob, RuntimeJobs, SlotUse, WaitingFor,
+    ResultAnswer, RunAnswer, RuntimeJob, RuntimeJobs, SlotUse, TraceAnswer, WaitingFor,
 };
 use crate::api::error::ApiError;
 use crate::api::fields::RequestFields;
@@ -30,6 +30,28 @@ use crate::domain::visibility::ProviderOperation;
 use crate::domain::{names, sizes, visibility};
 use crate::events::{self, StatusEvent};
 use crate::storage::keys;
+use crate::telemetry::{self, context};
+use tracing::Instrument;
+
+/// A database client span (OpenTelemetry conventions) around one statement's work, while spans
+/// are on.
+fn database_span(db: &db::Db, operation: &'static str, table: &'static str) -> tracing::Span {
+    if !telemetry::enabled() {
+        return tracing::Span::none();
+    }
+    let system = match db.backend_name() {
+        "postgres" => "postgresql",
+        other => other,
+    };
+    tracing::info_span!(
+        "db",
+        otel.name = %format!("{operation} {table}"),
+        otel.kind = "client",
+        db.system.name = system,
+        db.operation.name = operation,
+        db.collection.name = table,
+    )
+}
 
 fn bad(message: impl Into<String>) -> ApiError {
     ApiError::BadRequest(message.into())
@@ -45,6 +67,11 @@ pub async fn run(
     headers: RunHeaders,
 ) -> Result<RunAnswer, ApiError> {
     let RunRequest { title, provider, arguments, function_size, config } = request;
+    let span = tracing::Span::current();
+    span.record("gantry.function", title.as_str());
+    if let Some(provider) = &provider {
+        span.record("gantry.provider", provider.as_str());
+    }
     let program = runnable_function(state, caller, provider.as_deref(), &title).await?;
     if program.disabled {
         return Err(ApiError::Locked(
@@ -106,9 +133,15 @@ pub async fn run(
         gpu,
         function_size,
         trial,
+        // The job's trace: this request's span, or (spans off) the trace the caller sent.
+        traceparent: context::current().or(headers.traceparent.filter(|sent| context::parse(sent).is_some())),
     };
+    span.record("gantry.job.id", job.id.as_str());
     let limit = state.config.active_jobs_per_user;
-    let Some(created) = jobs::insert_with_limit(&state.db, &job, limit, state.publisher.outbox()).await? else {
+    let inserted = jobs::insert_with_limit(&state.db, &job, limit, state.publisher.outbox())
+        .instrument(database_span(&state.db, "INSERT", "jobs"))
+        .await?;
+    let Some(created) = inserted else {
         return Err(ApiError::TooManyRequests(format!("Active job limit reached. The maximum allowed is {limit}.")));
     };
     events::publish(
@@ -320,6 +353,18 @@ pub async fn get(
         (true, true) => record.with_result(stored_result(state, &job).await?),
         (true, false) => record.with_result(None),
     })
+}
+
+/// The job's trace (those who may read the job), with its address in a tracing UI when the
+/// gateway has `--trace-link`.
+pub async fn trace(state: &AppState, caller: &Caller, job_id: &str) -> Result<TraceAnswer, ApiError> {
+    get(state, caller, job_id, Some("false")).await?;
+    let trace_id = jobs::traceparent(&state.db, job_id)
+        .await?
+        .and_then(|traceparent| traceparent.split('-').nth(1).map(str::to_string))
+        .ok_or_else(|| ApiError::NotFound(format!("Job {job_id} has no trace.")))?;
+    let link = state.config.trace_link.as_ref().map(|template| template.replace("{trace_id}", &trace_id));
+    Ok(TraceAnswer { trace_id, link })
 }
 
 /// The arguments of the caller's job, as sent to `run`.

@@ -67,6 +67,9 @@ pub struct PodSettings {
     pub logs_size_limit: u64,
     /// `--max-unpacked-mib`: what a job's artifact may unpack to.
     pub max_unpacked_mib: u64,
+    /// The controller's `OTEL_*` variables (`telemetry::forwarded`): where the launcher and the
+    /// function send their spans.
+    pub telemetry: Vec<(String, String)>,
 }
 
 fn secret_env(name: &str, secret: &str, key: &str, optional: bool) -> EnvVar {
@@ -145,6 +148,9 @@ fn environment(job: &FunctionJob, settings: &PodSettings) -> Vec<EnvVar> {
         function_size: size.as_deref(),
         qiskit_ibm_url: &settings.qiskit_ibm_url,
         function_env: &no_function_env,
+        // The job's trace, as the gateway annotated it: the same on every build of the pod.
+        traceparent: job.annotations().get(crate::crd::ANNOTATION_TRACEPARENT).map(String::as_str),
+        telemetry: &settings.telemetry,
     });
     for (name, value) in job_env {
         env.push(match name.as_str() {
@@ -307,6 +313,7 @@ mod tests {
             run_as_user: 65532,
             logs_size_limit: 52_428_800,
             max_unpacked_mib: 512,
+            telemetry: Vec::new(),
         }
     }
 

@@ -20,14 +20,18 @@ use kube::runtime::watcher::{self, watcher};
 use kube::runtime::{WatchStreamExt, predicates};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
+use tracing::Instrument;
 
 use super::build::{PodSettings, build_pod};
 use super::leader::{Elector, LeaseSettings};
 use super::plan::{Archive, Next, Observed, Plan, Row, Step, Windows, ask_for_pod, plan};
+use super::retry::error_backoff;
 use super::status::{LogState, NO_LOG};
 use super::{seen::PodsSeen, triggers};
 use crate::compute::{ADMISSION_WINDOW, admit_queued, move_job};
-use crate::crd::{FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus, pod_name, secret_name};
+use crate::crd::{
+    ANNOTATION_TRACEPARENT, FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus, pod_name, secret_name,
+};
 use crate::db::{self, Db, jobs};
 use crate::domain::admission::{Capacity, Limits};
 use crate::domain::lifecycle::{JobStatus, Trigger, decide};
@@ -230,9 +234,16 @@ fn database_error(job_id: &str) -> impl FnOnce(db::Error) -> Error + '_ {
     move |source| Error::Database { job_id: job_id.to_string(), source }
 }
 
-/// Drives one `FunctionJob` towards its spec. Safe to call any number of times.
-#[tracing::instrument(skip_all, fields(job.id = %job.spec.job_id))]
+/// Drives one `FunctionJob` towards its spec, in a span of the job's trace (its annotation).
+/// Safe to call any number of times.
 pub async fn reconcile(job: Arc<FunctionJob>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let parent = job.annotations().get(ANNOTATION_TRACEPARENT).cloned();
+    let span = crate::telemetry::context::job_span("gantry.reconcile", &job.spec.job_id, parent.as_deref());
+    reconcile_job(job, ctx).instrument(span).await
+}
+
+#[tracing::instrument(skip_all, fields(job.id = %job.spec.job_id))]
+async fn reconcile_job(job: Arc<FunctionJob>, ctx: Arc<Context>) -> Result<Action, Error> {
     let job_id = job.spec.job_id.clone();
     let name = job.name_any();
     let started = std::time::Instant::now();
@@ -284,13 +295,6 @@ pub fn error_policy(job: Arc<FunctionJob>, error: &Error, ctx: Arc<Context>) -> 
         "reconcile failed; retrying"
     );
     Action::requeue(retry_after)
-}
-
-/// The wait after the `failures`th failed reconcile of a resource in a row: 1 s, doubling, at
-/// most 5 minutes.
-pub fn error_backoff(failures: u32) -> Duration {
-    let doubled = Duration::from_secs(1 << failures.saturating_sub(1).min(9));
-    doubled.min(Duration::from_secs(300))
 }
 
 /// Records a Kubernetes Event about the resource (what `kubectl describe fj` shows). Each is
@@ -776,13 +780,6 @@ impl Drop for AbortOnDrop {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn failed_reconciles_back_off_doubling_to_five_minutes() {
-        let waits: Vec<u64> = (1..=11).map(|failures| error_backoff(failures).as_secs()).collect();
-        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
-        assert_eq!(error_backoff(u32::MAX), Duration::from_secs(300));
-    }
 
     #[test]
     fn errors_name_their_kind_through_the_finalizer() {

@@ -1,4 +1,4 @@
-//! Retries of what the infrastructure broke (pure). A job's pod that the cluster ended (evicted,
+//! Retries of what the infrastructure broke (pure), and the backoff of failed reconciles. A job's pod that the cluster ended (evicted,
 //! preempted, its node lost or shut down, deleted by someone other than Gantry) is a fault of the
 //! infrastructure, not of the job: before the function's code started, the job is started again
 //! on a new pod, at most `--infrastructure-retries` times with a doubling backoff; after its code
@@ -186,10 +186,24 @@ pub fn stage(previous: &FunctionJobStatus, pod: Option<&Pod>) -> Stage {
     }
 }
 
+/// The wait after the `failures`th failed reconcile of a resource in a row: 1 s, doubling, at
+/// most 5 minutes.
+pub fn error_backoff(failures: u32) -> Duration {
+    let doubled = Duration::from_secs(1 << failures.saturating_sub(1).min(9));
+    doubled.min(Duration::from_secs(300))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn failed_reconciles_back_off_doubling_to_five_minutes() {
+        let waits: Vec<u64> = (1..=11).map(|failures| error_backoff(failures).as_secs()).collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 32, 64, 128, 256, 300, 300]);
+        assert_eq!(error_backoff(u32::MAX), Duration::from_secs(300));
+    }
 
     fn pod(metadata: serde_json::Value, status: serde_json::Value) -> Pod {
         serde_json::from_value(json!({"metadata": metadata, "status": status})).unwrap()

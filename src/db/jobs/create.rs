@@ -18,18 +18,20 @@ pub struct NewJob {
     pub function_size: Option<String>,
     /// The run is a trial (`visibility::is_trial`).
     pub trial: bool,
+    /// The `run` request's trace (`telemetry::context`).
+    pub traceparent: Option<String>,
 }
 
 /// The first event's data.
 const QUEUED_EVENT: &str = r#"{"status":"QUEUED"}"#;
 
 /// The job's row, written only while its author has fewer than `$13` active jobs; with
-/// `bind_new_job!` binding `$1`…`$13`. Both backends' `run` use it.
+/// `bind_new_job!` binding `$1`…`$14`. Both backends' `run` use it.
 macro_rules! insert_job {
     () => {
         "INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
-         function_size, trial, created, updated, last_activity, event_seq) \
-         SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $12, $11, $11, $11, 1 \
+         function_size, trial, created, updated, last_activity, event_seq, traceparent) \
+         SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $12, $11, $11, $11, 1, $14 \
          WHERE (SELECT COALESCE(SUM(n), 0) FROM job_counts \
                 WHERE author_id = $4 AND status IN ('QUEUED', 'PENDING', 'RUNNING')) < $13"
     };
@@ -51,6 +53,7 @@ macro_rules! bind_new_job {
             .bind($now)
             .bind($job.trial)
             .bind($limit)
+            .bind(&$job.traceparent)
     };
 }
 
@@ -143,11 +146,11 @@ async fn insert_with_limit_postgres(
                RETURNING author_id), \
              counted_by_day AS ( \
                INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
-               SELECT $4, $2, 'QUEUED', $14, 1 FROM counted \
+               SELECT $4, $2, 'QUEUED', $15, 1 FROM counted \
                ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n), \
              event AS ( \
                INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
-               SELECT $15, id, 1, $11, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $16 FROM job) \
+               SELECT $16, id, 1, $11, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $17 FROM job) \
              SELECT COUNT(*) FROM job"
         )),
         job,
@@ -168,4 +171,14 @@ async fn insert_with_limit_postgres(
     }
     tx.commit().await?;
     Ok(Some(now))
+}
+
+/// The job's trace (`telemetry::context`): what its later steps make their spans children of.
+pub async fn traceparent(db: &Db, job_id: &str) -> Result<Option<String>, Error> {
+    crate::db::on_db!(db, pool => sqlx::query_scalar::<_, Option<String>>("SELECT traceparent FROM jobs WHERE id = $1")
+        .bind(job_id)
+        .fetch_optional(pool)
+        .await)
+    .map(Option::flatten)
+    .map_err(query_error("load job trace"))
 }
