@@ -743,5 +743,6 @@ mod create;
 mod listing;
 mod retries;
 pub use create::{NewJob, insert_with_limit};
-pub use listing::{JobFilter, Param, list};
+pub(crate) use listing::bind_params;
+pub use listing::{JobFilter, Param, Window, list, page};
 pub use retries::record_retry;

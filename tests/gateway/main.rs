@@ -25,6 +25,7 @@ mod log_order;
 mod messages;
 mod openapi;
 mod openapi_drift;
+mod pagination;
 mod pod_endings;
 mod programs;
 mod reasons;
