@@ -3,6 +3,7 @@
 mod harness;
 
 mod auth;
+mod big_indexes;
 mod connections;
 mod console;
 mod controller;
