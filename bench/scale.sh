@@ -38,7 +38,7 @@ GC_JOBS=${GC_JOBS:-1000000}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-3}
 CONNS=${CONNS:-16}
-TESTS=${TESTS:-"a b c c1 d e p g l q o k"}
+TESTS=${TESTS-"a b c c1 d e p g l q o k"}
 for tool in wrk curl python3 psql pgrep; do
   command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 2; }
 done
@@ -181,8 +181,8 @@ LUA
 # measure SIZE TEST LABEL METHOD PATH TOKEN [BODY]: one row of the cost table.
 X_LAST=""
 measure() {
-  local size=$1 test=$2 label=$3 method=$4 path=$5 token=$6 body=${7:-} conns=$CONNS
-  [ "$test" = c1 ] && conns=1
+  local size=$1 test=$2 label=$3 method=$4 path=$5 token=$6 body=${7:-} conns=$CONNS threads=2
+  if [ "$test" = c1 ]; then conns=1; threads=1; fi
   local lua="$OUT/$size.$test.lua" url="http://127.0.0.1:$PORT$path" code
   make_lua "$lua" "$method" "$token" "$body"
   if [ "$method" = POST ]; then
@@ -194,8 +194,8 @@ measure() {
   local g0 p0 x0 g1 p1 x1
   x0=${X_LAST:-$(pg_xacts "gantry_$size")}
   g0=$(cpu_ticks "$SERVER"); p0=$(cpu_ticks $(pg_pids))
-  wrk -t2 -c"$conns" -d"${WARMUP}s" --timeout 30s -s "$lua" "$url" >"$OUT/$size.$test.warmup" 2>&1 || true
-  wrk -t2 -c"$conns" -d"${DURATION}s" --timeout 30s -s "$lua" "$url" >"$OUT/$size.$test.wrk" 2>&1 || true
+  wrk -t"$threads" -c"$conns" -d"${WARMUP}s" --timeout 30s -s "$lua" "$url" >"$OUT/$size.$test.warmup" 2>&1 || true
+  wrk -t"$threads" -c"$conns" -d"${DURATION}s" --timeout 30s -s "$lua" "$url" >"$OUT/$size.$test.wrk" 2>&1 || true
   g1=$(cpu_ticks "$SERVER")
   sleep 11 # a backend reports its transactions up to 10 s after it goes idle
   p1=$(cpu_ticks $(pg_pids)); x1=$(pg_xacts "gantry_$size"); X_LAST=$x1
@@ -203,6 +203,7 @@ measure() {
     -v g="$((g1 - g0))" -v p="$((p1 - p0))" -v x="$((x1 - x0))" '
     /^WRKRESULT/ { n += $2; last = $0 }
     END {
+      if (last == "") { printf "| %s | %s | wrk failed | | | | | |\n", test, label; exit }
       split(last, f, " "); n += 1
       printf "| %s | %s | %.0f | %.2f | %.0f | %.0f | %.2f | %d |\n", test, label, f[2] / (f[3] / 1e6), f[6] / 1000,
         g * 1e6 / hz / n, p * 1e6 / hz / n, x / n, f[4]
@@ -383,7 +384,7 @@ for size in $SIZES; do
   explain "$size"
 done
 if [[ " $SIZES " == *" scale "* ]]; then
-  migrate_timing
+  [ "${MIGRATE_TIMING:-1}" = 1 ] && migrate_timing
   [ "$GC_JOBS" -gt 0 ] && retention
 fi
 

@@ -18,8 +18,10 @@ use crate::storage::{self, Storage, keys};
 
 /// Jobs per batch: one transaction, and as many object folders deleted before it.
 pub const BATCH_SIZE: usize = 200;
-/// Pause between two batches, for the API's writers to go first.
-pub const PAUSE: Duration = Duration::from_millis(100);
+/// The shortest pause between two batches, for the API's writers to go first; a batch that took
+/// longer is followed by a pause as long as it took, so a pass holds the database's writes
+/// (SQLite's one writer) at most half of the time.
+pub const PAUSE: Duration = Duration::from_millis(20);
 /// Time between two background passes.
 pub const PASS_EVERY: Duration = Duration::from_secs(3600);
 /// Jobs whose objects are listed or deleted at once.
@@ -296,11 +298,13 @@ async fn pass(
             .map_err(|source| Error::ListJobs { source })?;
         let Some(last) = batch.last() else { break };
         cursor = Cursor::after(last);
+        let batch_started = Instant::now();
         if dry_run {
             survey_batch(db, storage, &batch, &mut report).await?;
         } else {
             delete_batch(db, storage, &batch, cutoff, &mut report).await?;
         }
+        let took = batch_started.elapsed();
         batches += 1;
         if batch.len() < limit {
             break;
@@ -309,7 +313,7 @@ async fn pass(
             told = Instant::now();
             on_progress(&Progress { report: &report, expected, batches, elapsed: started.elapsed() });
         }
-        tokio::time::sleep(policy.pause).await;
+        tokio::time::sleep(pause_after(policy.pause, took)).await;
     }
     Ok(report)
 }
@@ -383,6 +387,11 @@ async fn delete_batch(
     report.runtime_jobs += deleted.runtime_jobs;
     report.add_jobs(&cleared);
     Ok(())
+}
+
+/// The pause after a batch that took `took`: at least `shortest`, and as long as the batch.
+fn pause_after(shortest: Duration, took: Duration) -> Duration {
+    shortest.max(took)
 }
 
 /// A pass now and then every `every`, for as long as the process runs; failures are logged and
@@ -460,6 +469,14 @@ mod tests {
         assert!(
             text.ends_with("kept 1 job(s) whose objects could not be deleted (see the log); the next pass tries again")
         );
+    }
+
+    #[test]
+    fn a_pass_pauses_at_least_as_long_as_its_last_batch_took() {
+        let ms = Duration::from_millis;
+        assert_eq!(pause_after(ms(20), ms(5)), ms(20));
+        assert_eq!(pause_after(ms(20), ms(70)), ms(70));
+        assert_eq!(pause_after(Duration::ZERO, ms(3)), ms(3));
     }
 
     #[test]

@@ -286,16 +286,15 @@ pub async fn list_provider(
         .map(|p| names::sanitize_title(p, false))
         .filter(|p| !p.is_empty())
         .ok_or_else(|| bad("'provider' not provided or is not valid"))?;
-    let provider = providers::find_by_name(&state.db, &provider_name)
+    let (provider_id, is_admin) = providers::find_with_admin(&state.db, &provider_name, &caller.user_id)
         .await?
         .ok_or_else(|| ApiError::provider_not_found(&provider_name))?;
-    let is_admin = providers::is_admin(&state.db, &provider.id, &caller.user_id).await?;
     let mut filter = base_filter(&query)?;
-    filter.provider_id = Some(provider.id.clone());
+    filter.provider_id = Some(provider_id.clone());
     match query.function.as_deref().filter(|f| !f.is_empty()) {
         Some(function) => {
             let title = names::sanitize_title(function, false);
-            match programs::find_provider_function(&state.db, &caller.user_id, &provider.id, &title).await? {
+            match programs::find_provider_function(&state.db, &caller.user_id, &provider_id, &title).await? {
                 Some(program) if visibility::can_manage(caller.access(&program), ProviderOperation::Jobs) => {
                     filter.program_ids = Some(vec![program.id])
                 }
