@@ -4,6 +4,7 @@
 //! `db/<table>.rs` with their row types. One set of migrations (`migrations/`) serves both.
 
 pub mod idempotency;
+pub mod indexes;
 pub mod jobs;
 pub mod outbox;
 pub mod programs;
@@ -64,6 +65,8 @@ pub enum Error {
     Connect { url: String, source: sqlx::Error },
     #[error("failed to apply database migrations")]
     Migrate { source: sqlx::migrate::MigrateError },
+    #[error("failed to build the migrations' big indexes concurrently")]
+    BuildIndexes { source: sqlx::Error },
     #[error("unsupported database url {url}: use sqlite://PATH or postgres://...")]
     UnsupportedUrl { url: String },
     #[error("database query failed: {operation}")]
@@ -89,7 +92,7 @@ impl Error {
     pub fn unavailable(&self) -> Option<String> {
         let source = match self {
             Error::Connect { source, .. } | Error::Query { source, .. } => source,
-            Error::Migrate { .. } | Error::UnsupportedUrl { .. } => return None,
+            Error::Migrate { .. } | Error::BuildIndexes { .. } | Error::UnsupportedUrl { .. } => return None,
         };
         match source {
             sqlx::Error::Io(error) => Some(format!("cannot reach it: {error}")),
@@ -197,11 +200,16 @@ impl Db {
         }
     }
 
+    /// Applies the pending migrations; on PostgreSQL first builds the indexes they add to big
+    /// tables without blocking writes (see `indexes`).
     pub async fn migrate(&self) -> Result<(), Error> {
         // One set of migrations: the schema uses only what both dialects share.
         let result = match self {
             Db::Sqlite(pool, _) => sqlx::migrate!("./migrations").run(pool).await,
-            Db::Postgres(pool) => sqlx::migrate!("./migrations").run(pool).await,
+            Db::Postgres(pool) => {
+                indexes::build_concurrently(pool).await.map_err(|source| Error::BuildIndexes { source })?;
+                sqlx::migrate!("./migrations").run(pool).await
+            }
         };
         result.map_err(|source| Error::Migrate { source })
     }

@@ -8,6 +8,7 @@ pub mod event_data;
 pub mod lifecycle;
 pub mod logs;
 pub mod names;
+pub mod paging;
 pub mod runtime_env;
 pub mod schema;
 pub mod sizes;

@@ -10,7 +10,7 @@
 //! objects that no row leads to. A job whose objects could not be deleted keeps its row.
 
 use std::fmt;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::db::retention::{Cursor, ExpiredJobRow};
 use crate::db::{self, Db};
@@ -18,12 +18,16 @@ use crate::storage::{self, Storage, keys};
 
 /// Jobs per batch: one transaction, and as many object folders deleted before it.
 pub const BATCH_SIZE: usize = 200;
-/// Pause between two batches, for the API's writers to go first.
-pub const PAUSE: Duration = Duration::from_millis(100);
+/// The shortest pause between two batches, for the API's writers to go first; a batch that took
+/// longer is followed by a pause as long as it took, so a pass holds the database's writes
+/// (SQLite's one writer) at most half of the time.
+pub const PAUSE: Duration = Duration::from_millis(20);
 /// Time between two background passes.
 pub const PASS_EVERY: Duration = Duration::from_secs(3600);
 /// Jobs whose objects are listed or deleted at once.
 const OBJECT_CONCURRENCY: usize = 8;
+/// Time between two progress lines of a long pass.
+pub const PROGRESS_EVERY: Duration = Duration::from_secs(10);
 
 /// How long finished jobs are kept, shared by `serve` and `gateway`.
 #[derive(Debug, Clone, clap::Args)]
@@ -123,6 +127,8 @@ impl Policy {
 pub enum Error {
     #[error("failed to list the expired jobs")]
     ListJobs { source: db::Error },
+    #[error("failed to count the expired jobs")]
+    CountJobs { source: db::Error },
     #[error("failed to count what belongs to the expired jobs")]
     CountDependents { source: db::Error },
     #[error("failed to list the objects of job {job_id}")]
@@ -206,20 +212,85 @@ impl fmt::Display for Report {
     }
 }
 
-/// Deletes the finished jobs last updated before `policy.cutoff(now)`, batch by batch.
+/// Where a pass stands: what it has done so far against what it found to do when it started.
+#[derive(Debug, Clone, Copy)]
+pub struct Progress<'a> {
+    pub report: &'a Report,
+    /// The expired jobs when the pass started (jobs that expire during the pass may add a few).
+    pub expected: u64,
+    /// Batches done.
+    pub batches: u64,
+    pub elapsed: Duration,
+}
+
+impl fmt::Display for Progress<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let done = self.report.jobs + self.report.kept;
+        let verb = if self.report.dry_run { "surveyed" } else { "deleted" };
+        let seconds = self.elapsed.as_secs_f64();
+        let rate = if seconds > 0.0 { done as f64 / seconds } else { 0.0 };
+        let percent = if self.expected > 0 { (done as f64 * 100.0 / self.expected as f64).min(100.0) } else { 100.0 };
+        write!(
+            f,
+            "{verb} {done} of {} finished job(s) ({percent:.0} %) in {} batch(es), {} event(s) and {} object(s), \
+             {rate:.0} job(s)/s",
+            self.expected, self.batches, self.report.events, self.report.objects
+        )?;
+        if rate > 0.0 && self.expected > done {
+            write!(f, ", about {:.0} s left", (self.expected - done) as f64 / rate)?;
+        }
+        Ok(())
+    }
+}
+
+/// Deletes the finished jobs last updated before `policy.cutoff(now)`, batch by batch, logging
+/// its progress every `PROGRESS_EVERY`.
 pub async fn collect(db: &Db, storage: &Storage, policy: &Policy, now: i64) -> Result<Report, Error> {
-    pass(db, storage, policy, now, false).await
+    collect_with(db, storage, policy, now, PROGRESS_EVERY, &mut log_progress).await
 }
 
 /// Says what `collect` would delete, deleting nothing.
 pub async fn survey(db: &Db, storage: &Storage, policy: &Policy, now: i64) -> Result<Report, Error> {
-    pass(db, storage, policy, now, true).await
+    pass(db, storage, policy, now, true, PROGRESS_EVERY, &mut log_progress).await
 }
 
-async fn pass(db: &Db, storage: &Storage, policy: &Policy, now: i64, dry_run: bool) -> Result<Report, Error> {
+/// `collect`, telling `on_progress` where it stands after a batch whenever `every` has passed
+/// since it last did (after every batch with `Duration::ZERO`).
+pub async fn collect_with(
+    db: &Db,
+    storage: &Storage,
+    policy: &Policy,
+    now: i64,
+    every: Duration,
+    on_progress: &mut (dyn FnMut(&Progress<'_>) + Send),
+) -> Result<Report, Error> {
+    pass(db, storage, policy, now, false, every, on_progress).await
+}
+
+fn log_progress(progress: &Progress<'_>) {
+    tracing::info!(
+        jobs.deleted = progress.report.jobs,
+        jobs.expected = progress.expected,
+        "retention pass: {progress}"
+    );
+}
+
+async fn pass(
+    db: &Db,
+    storage: &Storage,
+    policy: &Policy,
+    now: i64,
+    dry_run: bool,
+    every: Duration,
+    on_progress: &mut (dyn FnMut(&Progress<'_>) + Send),
+) -> Result<Report, Error> {
     let cutoff = policy.cutoff(now);
     let limit = policy.batch_size.max(1);
     let mut report = Report::new(dry_run, cutoff);
+    let expected = db::retention::count_expired(db, cutoff).await.map_err(|source| Error::CountJobs { source })?;
+    let started = Instant::now();
+    let mut told = started;
+    let mut batches = 0;
     let mut cursor = Cursor::start();
     loop {
         let batch = db::retention::expired(db, cutoff, &cursor, limit as i64)
@@ -227,15 +298,22 @@ async fn pass(db: &Db, storage: &Storage, policy: &Policy, now: i64, dry_run: bo
             .map_err(|source| Error::ListJobs { source })?;
         let Some(last) = batch.last() else { break };
         cursor = Cursor::after(last);
+        let batch_started = Instant::now();
         if dry_run {
             survey_batch(db, storage, &batch, &mut report).await?;
         } else {
             delete_batch(db, storage, &batch, cutoff, &mut report).await?;
         }
+        let took = batch_started.elapsed();
+        batches += 1;
         if batch.len() < limit {
             break;
         }
-        tokio::time::sleep(policy.pause).await;
+        if told.elapsed() >= every {
+            told = Instant::now();
+            on_progress(&Progress { report: &report, expected, batches, elapsed: started.elapsed() });
+        }
+        tokio::time::sleep(pause_after(policy.pause, took)).await;
     }
     Ok(report)
 }
@@ -309,6 +387,11 @@ async fn delete_batch(
     report.runtime_jobs += deleted.runtime_jobs;
     report.add_jobs(&cleared);
     Ok(())
+}
+
+/// The pause after a batch that took `took`: at least `shortest`, and as long as the batch.
+fn pause_after(shortest: Duration, took: Duration) -> Duration {
+    shortest.max(took)
 }
 
 /// A pass now and then every `every`, for as long as the process runs; failures are logged and
@@ -386,6 +469,14 @@ mod tests {
         assert!(
             text.ends_with("kept 1 job(s) whose objects could not be deleted (see the log); the next pass tries again")
         );
+    }
+
+    #[test]
+    fn a_pass_pauses_at_least_as_long_as_its_last_batch_took() {
+        let ms = Duration::from_millis;
+        assert_eq!(pause_after(ms(20), ms(5)), ms(20));
+        assert_eq!(pause_after(ms(20), ms(70)), ms(70));
+        assert_eq!(pause_after(Duration::ZERO, ms(3)), ms(3));
     }
 
     #[test]

@@ -125,7 +125,8 @@ pub struct RunAnswer {
     pub status: String,
 }
 
-/// A page of jobs, with `next`/`previous` links carrying only `limit` and `offset`.
+/// A page of jobs, with `next`/`previous` links: `limit` and `offset`, or with `cursor`, `limit`,
+/// the next or previous cursor and the filters.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct JobPage {
     pub count: i64,

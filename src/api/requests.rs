@@ -529,6 +529,9 @@ pub struct JobsQuery {
     /// Results skipped.
     #[param(value_type = Option<i64>, minimum = 0, default = 0)]
     pub offset: Option<String>,
+    /// Keyset pagination instead of `offset`: empty for the first page, then the cursor of a
+    /// page's `next` or `previous` link (whose links then carry cursors and the filters).
+    pub cursor: Option<String>,
 }
 
 /// The filters and page of `jobs/provider/`: `provider` is required.
@@ -555,12 +558,15 @@ pub struct ProviderJobsQuery {
     /// Results skipped.
     #[param(value_type = Option<i64>, minimum = 0, default = 0)]
     pub offset: Option<String>,
+    /// Keyset pagination instead of `offset`: empty for the first page, then the cursor of a
+    /// page's `next` or `previous` link (whose links then carry cursors and the filters).
+    pub cursor: Option<String>,
 }
 
 impl From<ProviderJobsQuery> for JobsQuery {
     fn from(query: ProviderJobsQuery) -> JobsQuery {
-        let ProviderJobsQuery { provider, function, status, filter, created_after, limit, offset } = query;
-        JobsQuery { provider, function, status, filter, created_after, limit, offset }
+        let ProviderJobsQuery { provider, function, status, filter, created_after, limit, offset, cursor } = query;
+        JobsQuery { provider, function, status, filter, created_after, limit, offset, cursor }
     }
 }
 

@@ -54,6 +54,19 @@ pub async fn add_admin_group(db: &Db, provider_id: &str, group_id: &str) -> Resu
 }
 
 /// Whether the user is in one of the provider's admin groups.
+/// The id of provider `name` and whether `user_id` is one of its admins, in one statement (the
+/// provider listing's first step); `None` when there is no such provider.
+pub async fn find_with_admin(db: &Db, name: &str, user_id: &str) -> Result<Option<(String, bool)>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, (String, bool)>(
+        "SELECT p.id, EXISTS (SELECT 1 FROM provider_admin_groups a JOIN group_members m ON m.group_id = a.group_id \
+         WHERE a.provider_id = p.id AND m.user_id = $2) FROM providers p WHERE p.name = $1")
+        .bind(name)
+        .bind(user_id)
+        .fetch_optional(pool)
+        .await)
+    .map_err(query_error("find provider and check its admins"))
+}
+
 pub async fn is_admin(db: &Db, provider_id: &str, user_id: &str) -> Result<bool, Error> {
     on_db!(db, pool => sqlx::query_scalar::<_, bool>(
         "SELECT EXISTS (SELECT 1 FROM provider_admin_groups a JOIN group_members m ON m.group_id = a.group_id WHERE a.provider_id = $1 AND m.user_id = $2)")

@@ -6,7 +6,7 @@
 
 use std::collections::BTreeMap;
 
-use super::jobs::{COUNT_ADD, day_of};
+use super::jobs::{Param, bind_params, day_of};
 use super::{Db, Error, on_db, query_error};
 
 /// The status filter of every query here, word for word the predicate of the partial index
@@ -58,6 +58,18 @@ pub async fn expired(db: &Db, cutoff: i64, cursor: &Cursor, limit: i64) -> Resul
     .map_err(query_error("list expired jobs"))
 }
 
+/// How many finished jobs were last updated before `cutoff` (read from the partial index
+/// `jobs_finished_updated_idx` alone): what a pass has before it.
+pub async fn count_expired(db: &Db, cutoff: i64) -> Result<u64, Error> {
+    let n: i64 = on_db!(db, pool => sqlx::query_scalar(concat!(
+        "SELECT COUNT(*) FROM jobs WHERE ", finished!(), " AND updated < $1"))
+        .bind(cutoff)
+        .fetch_one(pool)
+        .await)
+    .map_err(query_error("count expired jobs"))?;
+    Ok(n.max(0) as u64)
+}
+
 /// Rows that go with a set of jobs.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Dependents {
@@ -103,15 +115,52 @@ pub struct Deleted {
 }
 
 /// The kept counts to take off for deleted jobs given as (author, program or '', status,
-/// created): one entry per (status, author, program, creation day), in that order, which is the
+/// created): per (status, author, program, creation day) for `job_counts_by_day`, and per
+/// (status, author, program) for `job_counts` (day 0), each sorted in that order, which is the
 /// order status moves lock the counter rows in (see `jobs::apply_moves`), so the two never
-/// deadlock on PostgreSQL.
-fn count_decrements(deleted: &[(String, String, String, i64)]) -> Vec<((String, String, String, i64), i64)> {
-    let mut counted: BTreeMap<(String, String, String, i64), i64> = BTreeMap::new();
+/// deadlock on PostgreSQL. One entry per counter row, so one statement can take them all off.
+type Decrements = Vec<((String, String, String, i64), i64)>;
+
+fn count_decrements(deleted: &[(String, String, String, i64)]) -> (Decrements, Decrements) {
+    let mut by_day: BTreeMap<(String, String, String, i64), i64> = BTreeMap::new();
+    let mut total: BTreeMap<(String, String, String, i64), i64> = BTreeMap::new();
     for (author_id, program_id, status, created) in deleted {
-        *counted.entry((status.clone(), author_id.clone(), program_id.clone(), day_of(*created))).or_default() += 1;
+        *by_day.entry((status.clone(), author_id.clone(), program_id.clone(), day_of(*created))).or_default() += 1;
+        *total.entry((status.clone(), author_id.clone(), program_id.clone(), 0)).or_default() += 1;
     }
-    counted.into_iter().collect()
+    (total.into_iter().collect(), by_day.into_iter().collect())
+}
+
+/// The statements taking `decrements` off one counter table and deleting its rows that reach
+/// zero, with their parameters: a multi-row upsert and a delete of those rows (each one
+/// statement whatever the batch, so the transaction holds the counter rows for as long as two
+/// statements take, not two per row).
+fn decrement_statements(by_day: bool, decrements: &Decrements) -> [(String, Vec<Param>); 2] {
+    let (table, key) = match by_day {
+        true => ("job_counts_by_day", "author_id, program_id, status, day"),
+        false => ("job_counts", "author_id, program_id, status"),
+    };
+    let width = if by_day { 5 } else { 4 };
+    let (mut upsert_values, mut upsert_params) = (Vec::new(), Vec::new());
+    let (mut key_values, mut key_params) = (Vec::new(), Vec::new());
+    for (i, ((status, author_id, program_id, day), n)) in decrements.iter().enumerate() {
+        upsert_values.push(format!("({})", placeholders(1 + i * width, width)));
+        key_values.push(format!("({})", placeholders(1 + i * (width - 1), width - 1)));
+        let mut row =
+            vec![Param::Text(author_id.clone()), Param::Text(program_id.clone()), Param::Text(status.clone())];
+        if by_day {
+            row.push(Param::Int(*day));
+        }
+        key_params.extend(row.iter().cloned());
+        upsert_params.extend(row);
+        upsert_params.push(Param::Int(-n));
+    }
+    let upsert = format!(
+        "INSERT INTO {table} ({key}, n) VALUES {} ON CONFLICT ({key}) DO UPDATE SET n = {table}.n + excluded.n",
+        upsert_values.join(", ")
+    );
+    let delete = format!("DELETE FROM {table} WHERE n = 0 AND ({key}) IN (VALUES {})", key_values.join(", "));
+    [(upsert, upsert_params), (delete, key_params)]
 }
 
 /// Deletes the jobs of `ids` that are finished and were last updated before `cutoff`, with
@@ -163,32 +212,14 @@ async fn delete_attached(db: &Db, ids: &[String], cutoff: i64) -> Result<Deleted
         }
         let rows = query.fetch_all(&mut *tx).await?;
         deleted.jobs = rows.len() as u64;
-        for ((status, author_id, program_id, day), n) in count_decrements(&rows) {
-            for statement in COUNT_ADD {
-                sqlx::query(statement)
-                    .bind(&author_id)
-                    .bind(&program_id)
-                    .bind(&status)
-                    .bind(day)
-                    .bind(-n)
-                    .execute(&mut *tx)
-                    .await?;
+        let (total, by_day) = count_decrements(&rows);
+        for (by_day, decrements) in [(false, &total), (true, &by_day)] {
+            if decrements.is_empty() {
+                continue;
             }
-            sqlx::query("DELETE FROM job_counts WHERE author_id = $1 AND program_id = $2 AND status = $3 AND n = 0")
-                .bind(&author_id)
-                .bind(&program_id)
-                .bind(&status)
-                .execute(&mut *tx)
-                .await?;
-            sqlx::query(
-                "DELETE FROM job_counts_by_day WHERE author_id = $1 AND program_id = $2 AND status = $3 \
-                 AND day = $4 AND n = 0")
-                .bind(&author_id)
-                .bind(&program_id)
-                .bind(&status)
-                .bind(day)
-                .execute(&mut *tx)
-                .await?;
+            for (sql, params) in decrement_statements(by_day, decrements) {
+                bind_params!(sqlx::query(&sql), &params).execute(&mut *tx).await?;
+            }
         }
         tx.commit().await?;
         Ok(deleted)
@@ -223,8 +254,9 @@ mod tests {
         let key = |status: &str, author: &str, program: &str, day: i64| {
             (status.to_string(), author.to_string(), program.to_string(), day)
         };
+        let (total, by_day) = count_decrements(&deleted);
         assert_eq!(
-            count_decrements(&deleted),
+            by_day,
             vec![
                 (key("FAILED", "alice", "", 10), 1),
                 (key("SUCCEEDED", "alice", "p1", 3), 2),
@@ -232,6 +264,39 @@ mod tests {
                 (key("SUCCEEDED", "bob", "p1", 3), 1),
             ]
         );
+        assert_eq!(
+            total,
+            vec![
+                (key("FAILED", "alice", "", 0), 1),
+                (key("SUCCEEDED", "alice", "p1", 0), 3),
+                (key("SUCCEEDED", "bob", "p1", 0), 1),
+            ]
+        );
+    }
+
+    #[test]
+    fn decrements_are_one_upsert_and_one_delete_per_table() {
+        let key = |status: &str, author: &str, day: i64| (status.to_string(), author.to_string(), "p".to_string(), day);
+        let decrements = vec![(key("FAILED", "a", 3), 2), (key("SUCCEEDED", "b", 4), 1)];
+        let [(upsert, upsert_params), (delete, delete_params)] = decrement_statements(true, &decrements);
+        assert_eq!(
+            upsert,
+            "INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) VALUES ($1, $2, $3, $4, $5), \
+             ($6, $7, $8, $9, $10) ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n"
+        );
+        assert_eq!(upsert_params.len(), 10);
+        assert!(matches!(upsert_params[4], Param::Int(-2)) && matches!(upsert_params[9], Param::Int(-1)));
+        assert_eq!(
+            delete,
+            "DELETE FROM job_counts_by_day WHERE n = 0 AND (author_id, program_id, status, day) IN (VALUES ($1, $2, $3, $4), ($5, $6, $7, $8))"
+        );
+        assert_eq!(delete_params.len(), 8);
+        let [(upsert, params), _] = decrement_statements(false, &decrements);
+        assert!(
+            upsert
+                .starts_with("INSERT INTO job_counts (author_id, program_id, status, n) VALUES ($1, $2, $3, $4), ($5")
+        );
+        assert_eq!(params.len(), 8);
     }
 
     #[test]

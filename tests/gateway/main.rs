@@ -3,6 +3,7 @@
 mod harness;
 
 mod auth;
+mod big_indexes;
 mod connections;
 mod console;
 mod controller;
@@ -25,6 +26,7 @@ mod log_order;
 mod messages;
 mod openapi;
 mod openapi_drift;
+mod pagination;
 mod pod_endings;
 mod programs;
 mod reasons;

@@ -18,6 +18,7 @@ both_backends!(
     old_finished_jobs_go_with_everything_that_belongs_to_them,
     a_dry_run_reports_and_deletes_nothing,
     batches_walk_past_one_batch_and_finish_interrupted_passes,
+    a_long_pass_reports_its_progress_and_keeps_counts_exact,
 );
 
 const DAY_MICROS: i64 = 86_400_000_000;
@@ -327,4 +328,73 @@ async fn batches_walk_past_one_batch_and_finish_interrupted_passes(backend: Back
     assert_whole(&gateway, "alice", &recent).await;
     assert_counts_exact(&gateway).await;
     assert_eq!(listing_count(&gateway, "alice", "").await, 1);
+}
+
+async fn a_long_pass_reports_its_progress_and_keeps_counts_exact(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
+    gateway.upload_function("bob", &[("title", "fn"), ("entrypoint", "main.py")]).await;
+    // Seven old jobs of two users, every ending, created on different days (several counter
+    // rows per batch), and one active job that stays.
+    let endings = [JobStatus::Succeeded, JobStatus::Failed, JobStatus::Stopped, JobStatus::Succeeded];
+    let mut old = Vec::new();
+    for (i, user) in ["alice", "bob", "alice", "alice", "bob", "alice", "bob"].into_iter().enumerate() {
+        let id = job(&gateway, user, Some(endings[i % endings.len()]), 40 + i as i64).await;
+        set_created(&gateway, &id, gantry::db::now_micros() - (50 + i as i64) * DAY_MICROS).await;
+        old.push((user, id));
+    }
+    let active = job(&gateway, "alice", None, 90).await;
+    recount_days(&gateway).await;
+    assert_counts_exact(&gateway).await;
+
+    let policy = Policy { older_than: RETENTION, batch_size: 2, pause: Duration::ZERO };
+    let mut seen = Vec::new();
+    let report = gantry::retention::collect_with(
+        &gateway.state.db,
+        &gateway.state.storage,
+        &policy,
+        gantry::db::now_micros(),
+        Duration::ZERO,
+        &mut |progress| seen.push((progress.report.jobs, progress.expected, progress.batches, progress.to_string())),
+    )
+    .await
+    .unwrap();
+    assert_eq!((report.jobs, report.objects, report.kept), (7, 42, 0), "{report}");
+    // After every full batch but the last: the jobs so far, of the seven found at the start.
+    let counts: Vec<(u64, u64, u64)> =
+        seen.iter().map(|(jobs, expected, batches, _)| (*jobs, *expected, *batches)).collect();
+    assert_eq!(counts, vec![(2, 7, 1), (4, 7, 2), (6, 7, 3)], "{seen:?}");
+    let line = &seen[1].3;
+    assert!(line.starts_with("deleted 4 of 7 finished job(s) (57 %) in 2 batch(es), "), "{line}");
+    assert!(line.contains(" event(s) and 24 object(s), ") && line.contains(" job(s)/s"), "{line}");
+    for (user, id) in &old {
+        assert_gone(&gateway, user, id).await;
+    }
+    assert_eq!(gateway.get(&format!("/api/v1/jobs/{active}/"), "alice").await.status, 200);
+    assert_counts_exact(&gateway).await;
+    assert_eq!(listing_count(&gateway, "alice", "").await, 1);
+    assert_eq!(listing_count(&gateway, "bob", "").await, 0);
+    assert_eq!(listing_count(&gateway, "bob", "&created_after=2000-01-01").await, 0);
+}
+
+async fn set_created(gateway: &Gateway, id: &str, created: i64) {
+    let sql = "UPDATE jobs SET created = $1 WHERE id = $2";
+    match &gateway.state.db {
+        Db::Sqlite(pool, _) => sqlx::query(sql).bind(created).bind(id).execute(pool).await.unwrap().rows_affected(),
+        Db::Postgres(pool) => sqlx::query(sql).bind(created).bind(id).execute(pool).await.unwrap().rows_affected(),
+    };
+}
+
+/// The kept counts per creation day, counted again after creation times were changed.
+async fn recount_days(gateway: &Gateway) {
+    for sql in [
+        "DELETE FROM job_counts_by_day",
+        "INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
+         SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4",
+    ] {
+        match &gateway.state.db {
+            Db::Sqlite(pool, _) => sqlx::query(sql).execute(pool).await.unwrap().rows_affected(),
+            Db::Postgres(pool) => sqlx::query(sql).execute(pool).await.unwrap().rows_affected(),
+        };
+    }
 }

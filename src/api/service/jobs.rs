@@ -22,10 +22,11 @@ use crate::api::state::AppState;
 use crate::auth::Caller;
 use crate::auth::runtime_service::{self, ReportedRuntimeJob, ServiceField};
 use crate::compute::StopOutcome;
-use crate::db::jobs::{self, JobFilter, JobRow, NewJob, SubStatusOutcome};
+use crate::db::jobs::{self, JobFilter, JobRow, NewJob, SubStatusOutcome, Window};
 use crate::db::{self, programs, providers, queue};
 use crate::domain::admission::Limits;
 use crate::domain::lifecycle::JobStatus;
+use crate::domain::paging::{self, Cursor, Links};
 use crate::domain::visibility::ProviderOperation;
 use crate::domain::{names, sizes, visibility};
 use crate::events::{self, StatusEvent};
@@ -218,7 +219,10 @@ fn base_filter(query: &JobsQuery) -> Result<JobFilter, ApiError> {
     Ok(filter)
 }
 
-/// The paginated envelope with `next`/`previous` links carrying only `limit` and `offset`.
+/// The paginated envelope. Without `cursor`: the reference's offset pages, whose `next` and
+/// `previous` links carry only `limit` and `offset`. With `cursor` (empty for the first page):
+/// keyset pages, whose links carry `limit`, the next or previous cursor and the request's
+/// filters (see `domain::paging`).
 async fn page(
     state: &AppState,
     headers: &HeaderMap,
@@ -227,15 +231,49 @@ async fn page(
     query: &JobsQuery,
 ) -> Result<JobPage, ApiError> {
     let limit = parse_count("limit", query.limit.as_deref(), 10)?;
-    let offset = parse_count("offset", query.offset.as_deref(), 0)?;
-    let (count, rows) = jobs::list(&state.db, filter, if limit == 0 { None } else { Some(limit) }, offset).await?;
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
     let scheme = headers.get("x-forwarded-proto").and_then(|h| h.to_str().ok()).unwrap_or("http");
-    let link = |offset: i64| format!("{scheme}://{host}{path}?limit={limit}&offset={offset}");
-    let end = offset.saturating_add(limit);
-    let next = (end < count || (limit == 0 && offset < count)).then(|| link(end));
-    let previous = (offset > 0).then(|| link((offset - limit).max(0)));
-    Ok(JobPage { count, next, previous, results: rows.into_iter().map(JobRecord::from_row).collect() })
+    let page_limit = if limit == 0 { None } else { Some(limit) };
+    let Some(cursor) = query.cursor.as_deref() else {
+        let offset = parse_count("offset", query.offset.as_deref(), 0)?;
+        let (count, rows) = jobs::list(&state.db, filter, page_limit, offset).await?;
+        let link = |offset: i64| format!("{scheme}://{host}{path}?limit={limit}&offset={offset}");
+        let end = offset.saturating_add(limit);
+        let next = (end < count || (limit == 0 && offset < count)).then(|| link(end));
+        let previous = (offset > 0).then(|| link((offset - limit).max(0)));
+        return Ok(JobPage { count, next, previous, results: rows.into_iter().map(JobRecord::from_row).collect() });
+    };
+    if query.offset.is_some() {
+        return Err(bad("'cursor' and 'offset' cannot be used together: a cursor already says where the page starts."));
+    }
+    let from = match cursor.trim() {
+        "" => None,
+        text => Some(Cursor::decode(text).map_err(bad)?),
+    };
+    let (count, rows, more) = jobs::page(&state.db, filter, page_limit, Window::Keyset(from.as_ref())).await?;
+    let places: Vec<(i64, &str)> = rows.iter().map(|job| (job.created, job.id.as_str())).collect();
+    let Links { next, previous } = paging::links(&places, more, from.as_ref());
+    let link = |cursor: Cursor| format!("{scheme}://{host}{path}?{}", keyset_query(limit, &cursor, query));
+    Ok(JobPage {
+        count,
+        next: next.map(link),
+        previous: previous.map(link),
+        results: rows.into_iter().map(JobRecord::from_row).collect(),
+    })
+}
+
+/// The query of a keyset page's link: `limit`, `cursor`, then the request's filters as sent.
+fn keyset_query(limit: i64, cursor: &Cursor, query: &JobsQuery) -> String {
+    let mut pairs = vec![("limit", limit.to_string()), ("cursor", cursor.encode())];
+    let filters = [
+        ("provider", &query.provider),
+        ("function", &query.function),
+        ("status", &query.status),
+        ("filter", &query.filter),
+        ("created_after", &query.created_after),
+    ];
+    pairs.extend(filters.into_iter().filter_map(|(name, value)| value.clone().map(|value| (name, value))));
+    serde_urlencoded::to_string(&pairs).expect("text pairs always encode")
 }
 
 /// The caller's jobs, newest first, filtered and paginated.
@@ -281,16 +319,15 @@ pub async fn list_provider(
         .map(|p| names::sanitize_title(p, false))
         .filter(|p| !p.is_empty())
         .ok_or_else(|| bad("'provider' not provided or is not valid"))?;
-    let provider = providers::find_by_name(&state.db, &provider_name)
+    let (provider_id, is_admin) = providers::find_with_admin(&state.db, &provider_name, &caller.user_id)
         .await?
         .ok_or_else(|| ApiError::provider_not_found(&provider_name))?;
-    let is_admin = providers::is_admin(&state.db, &provider.id, &caller.user_id).await?;
     let mut filter = base_filter(&query)?;
-    filter.provider_id = Some(provider.id.clone());
+    filter.provider_id = Some(provider_id.clone());
     match query.function.as_deref().filter(|f| !f.is_empty()) {
         Some(function) => {
             let title = names::sanitize_title(function, false);
-            match programs::find_provider_function(&state.db, &caller.user_id, &provider.id, &title).await? {
+            match programs::find_provider_function(&state.db, &caller.user_id, &provider_id, &title).await? {
                 Some(program) if visibility::can_manage(caller.access(&program), ProviderOperation::Jobs) => {
                     filter.program_ids = Some(vec![program.id])
                 }

@@ -3,6 +3,7 @@
 
 use super::{DAY_MICROS, JobRow, day_of};
 use crate::db::{Db, Error, on_db, query_error};
+use crate::domain::paging::{Cursor, Direction};
 
 /// A value bound into a dynamically built query.
 #[derive(Debug, Clone)]
@@ -115,31 +116,87 @@ macro_rules! bind_params {
         let mut query = $query;
         for param in $params {
             query = match param {
-                Param::Text(text) => query.bind(text.clone()),
-                Param::Int(value) => query.bind(*value),
+                $crate::db::jobs::Param::Text(text) => query.bind(text.clone()),
+                $crate::db::jobs::Param::Int(value) => query.bind(*value),
             };
         }
         query
     }};
 }
+pub(crate) use bind_params;
+
+/// Which part of a listing to read.
+#[derive(Debug, Clone, Copy)]
+pub enum Window<'a> {
+    /// Skip this many jobs (the reference's pagination).
+    Offset(i64),
+    /// The jobs on one side of a cursor's job; `None`: from the newest.
+    Keyset(Option<&'a Cursor>),
+}
 
 /// One page of jobs, newest first, and the total matching, in one statement: the count is
 /// joined to the page, so a page past the end still carries it (a row of NULL job columns).
 pub async fn list(db: &Db, filter: &JobFilter, limit: Option<i64>, offset: i64) -> Result<(i64, Vec<JobRow>), Error> {
+    let (total, jobs, _) = page(db, filter, limit, Window::Offset(offset)).await?;
+    Ok((total, jobs))
+}
+
+/// One page of jobs, newest first, the total matching, and (for a keyset window) whether more
+/// jobs lie beyond the page on the side it was read towards; one statement.
+///
+/// An offset window past the first page picks the page's ids alone first (the filter's index
+/// holds them, so the skipped jobs' rows are never read), then reads those jobs. A keyset window
+/// starts in the index at the cursor's job and reads one job more than the page, to tell
+/// whether more follow.
+pub async fn page(
+    db: &Db,
+    filter: &JobFilter,
+    limit: Option<i64>,
+    window: Window<'_>,
+) -> Result<(i64, Vec<JobRow>, bool), Error> {
     let mut params = Vec::new();
     let count = filter.count_expression(&mut params);
-    let clause = filter.clause(&JOB_COLUMNS, &mut params);
+    let mut clause = filter.clause(&JOB_COLUMNS, &mut params);
+    let limit = limit.map(|l| l.max(0));
+    let (selected, order, bounds, newer) = match window {
+        Window::Offset(offset) => (
+            if offset > 0 { "j.id" } else { "*" },
+            "DESC",
+            format!("LIMIT {} OFFSET {}", limit.unwrap_or(i64::MAX), offset.max(0)),
+            false,
+        ),
+        Window::Keyset(from) => {
+            let newer = from.is_some_and(|cursor| cursor.direction == Direction::Newer);
+            if let Some(cursor) = from {
+                let created = bind(&mut params, Param::Int(cursor.created));
+                let id = bind(&mut params, Param::Text(cursor.id.clone()));
+                let side = if newer { ">" } else { "<" };
+                let condition = format!("(j.created, j.id) {side} ({created}, {id})");
+                clause = match clause.is_empty() {
+                    true => format!("WHERE {condition}"),
+                    false => format!("{clause} AND {condition}"),
+                };
+            }
+            let bounds = match limit {
+                Some(limit) => format!("LIMIT {}", limit.saturating_add(1)),
+                None => String::new(),
+            };
+            ("*", if newer { "ASC" } else { "DESC" }, bounds, newer)
+        }
+    };
     // The page is chosen on the jobs table alone (its index gives the order), then joined.
+    let chosen = format!("SELECT {selected} FROM jobs j {clause} ORDER BY j.created {order}, j.id {order} {bounds}");
+    let chosen = match selected {
+        "*" => format!("({chosen}) j"),
+        _ => format!("({chosen}) k JOIN jobs j ON j.id = k.id"),
+    };
     let sql = format!(
-        "SELECT total.n AS total, page.* FROM (SELECT {count} AS n) total LEFT JOIN ({} FROM \
-         (SELECT * FROM jobs j {clause} ORDER BY j.created DESC, j.id DESC LIMIT {} OFFSET {}) j {}) page ON 1 = 1 \
+        "SELECT total.n AS total, page.* FROM (SELECT {count} AS n) total LEFT JOIN ({} FROM {chosen} {}) page ON 1 = 1 \
          ORDER BY page.created DESC, page.id DESC",
         job_columns!(),
-        limit.map(|l| l.max(0)).unwrap_or(i64::MAX),
-        offset.max(0),
         job_joins!(),
     );
-    on_db!(db, pool => async {
+    let (total, mut jobs) = on_db!(db, pool => async {
         let rows = bind_params!(sqlx::query(&sql), &params).fetch_all(pool).await?;
         let mut total = 0;
         let mut jobs = Vec::with_capacity(rows.len());
@@ -152,5 +209,15 @@ pub async fn list(db: &Db, filter: &JobFilter, limit: Option<i64>, offset: i64) 
         }
         Ok::<_, sqlx::Error>((total, jobs))
     }.await)
-    .map_err(query_error("list jobs"))
+    .map_err(query_error("list jobs"))?;
+    let more = matches!(window, Window::Keyset(_)) && limit.is_some_and(|limit| jobs.len() as i64 > limit);
+    if more {
+        // The job beyond the page: the oldest when read towards older jobs, else the newest.
+        if newer {
+            jobs.remove(0)
+        } else {
+            jobs.pop().expect("more jobs than the limit")
+        };
+    }
+    Ok((total, jobs, more))
 }

@@ -1,0 +1,115 @@
+//! Indexes that migrations add to tables which may already hold millions of rows. A plain
+//! `CREATE INDEX` (what a migration runs, inside its transaction) blocks every write to its table
+//! until the index is built: tens of seconds to minutes at 10 million jobs, during which `run`
+//! and every status move would wait. On PostgreSQL, `Db::migrate` therefore builds each index
+//! listed here first, with `CREATE INDEX CONCURRENTLY` (writes go on while it builds; it cannot
+//! run inside a transaction, hence not in the migration file, which sqlx runs in one), and the
+//! migration's own `CREATE INDEX IF NOT EXISTS` then finds it built. SQLite builds it in the
+//! migration: one writer at a time is SQLite's way anyway, and its databases are small.
+//!
+//! A concurrent build that was interrupted leaves an invalid index behind; it is dropped and
+//! built again at the next start. Gateway replicas starting together build one after the other
+//! (a session advisory lock), so the second finds the first's index valid.
+
+use sqlx::postgres::PgPool;
+
+/// An index a migration adds, built concurrently on PostgreSQL before the migrations run.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BigIndex {
+    pub name: &'static str,
+    pub table: &'static str,
+    /// What follows `ON <table>`, word for word as in the migration.
+    pub columns: &'static str,
+}
+
+/// Every such index, in the order of the migrations that add them.
+pub const BIG_INDEXES: &[BigIndex] = &[
+    // 0014: a user's counts by status and day (`created_after` listings' counts).
+    BigIndex {
+        name: "job_counts_by_day_author_status_idx",
+        table: "job_counts_by_day",
+        columns: "(author_id, status, day)",
+    },
+];
+
+/// The PostgreSQL advisory lock key of the builds ("gantryix").
+const BUILD_LOCK_KEY: i64 = 0x6761_6e74_7279_6978;
+
+/// The statement that builds `index` without blocking writes.
+pub fn create_statement(index: &BigIndex) -> String {
+    format!("CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON {} {}", index.name, index.table, index.columns)
+}
+
+/// Builds, concurrently, each index of `BIG_INDEXES` whose table exists and that is missing or
+/// invalid; answers the names of those it built.
+pub(super) async fn build_concurrently(pool: &PgPool) -> Result<Vec<&'static str>, sqlx::Error> {
+    let mut connection = pool.acquire().await?;
+    sqlx::query("SELECT pg_advisory_lock($1)").bind(BUILD_LOCK_KEY).execute(&mut *connection).await?;
+    let built = async {
+        let mut built = Vec::new();
+        for index in BIG_INDEXES {
+            let table: Option<String> = sqlx::query_scalar("SELECT CAST(to_regclass($1) AS TEXT)")
+                .bind(index.table)
+                .fetch_one(&mut *connection)
+                .await?;
+            if table.is_none() {
+                continue; // a fresh database: the migration creates the table and the index together
+            }
+            let valid: Option<bool> = sqlx::query_scalar(
+                "SELECT i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid \
+                 WHERE c.relname = $1 AND pg_table_is_visible(c.oid)",
+            )
+            .bind(index.name)
+            .fetch_optional(&mut *connection)
+            .await?;
+            match valid {
+                Some(true) => continue,
+                Some(false) => {
+                    tracing::warn!(
+                        index = index.name,
+                        "an interrupted concurrent build left this index invalid; building it again"
+                    );
+                    sqlx::raw_sql(&format!("DROP INDEX CONCURRENTLY IF EXISTS {}", index.name))
+                        .execute(&mut *connection)
+                        .await?;
+                }
+                None => {}
+            }
+            tracing::info!(index = index.name, table = index.table, "building an index concurrently (writes go on)");
+            sqlx::raw_sql(&create_statement(index)).execute(&mut *connection).await?;
+            built.push(index.name);
+        }
+        Ok::<_, sqlx::Error>(built)
+    }
+    .await;
+    let unlocked = sqlx::query("SELECT pg_advisory_unlock($1)").bind(BUILD_LOCK_KEY).execute(&mut *connection).await;
+    let built = built?;
+    unlocked?;
+    Ok(built)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each index is in its migration, word for word, as `CREATE INDEX IF NOT EXISTS`, and
+    /// nowhere built without `IF NOT EXISTS` (which would fail once the concurrent build made it).
+    #[test]
+    fn every_big_index_is_created_if_missing_by_its_migration() {
+        let migrations: Vec<String> = std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/migrations"))
+            .unwrap()
+            .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap())
+            .collect();
+        for index in BIG_INDEXES {
+            let statement = format!("CREATE INDEX IF NOT EXISTS {} ON {} {};", index.name, index.table, index.columns);
+            let found = migrations.iter().filter(|text| text.contains(&statement)).count();
+            assert_eq!(found, 1, "{statement}");
+            let plain = format!("CREATE INDEX {} ", index.name);
+            assert!(migrations.iter().all(|text| !text.contains(&plain)), "{plain}");
+        }
+        assert_eq!(
+            create_statement(&BIG_INDEXES[0]),
+            "CREATE INDEX CONCURRENTLY IF NOT EXISTS job_counts_by_day_author_status_idx ON job_counts_by_day (author_id, status, day)"
+        );
+    }
+}
