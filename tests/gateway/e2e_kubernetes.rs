@@ -20,6 +20,29 @@ pub fn free_port() -> u16 {
 }
 
 /// A `gantry` role as a child process, its output in `log`.
+/// The controller's flags for pods that run this build's launcher and `python` through the
+/// kubelet double's volumes, calling the gateway back at `url`.
+pub(crate) fn pod_runner_args(url: &str, python: &str) -> Vec<String> {
+    [
+        "--public-url",
+        url,
+        "--launcher-source",
+        env!("CARGO_BIN_EXE_gantry"),
+        "--job-python",
+        python,
+        "--scheduler-tick-ms",
+        "100",
+        "--launcher-dir",
+        "/pod-volume/launcher",
+        "--job-work-dir",
+        "/pod-volume/work",
+        "--job-data-dir",
+        "/pod-volume/data",
+    ]
+    .map(str::to_string)
+    .to_vec()
+}
+
 pub fn spawn_role(args: &[String], env: &[(&str, String)], log: &Path) -> tokio::process::Child {
     let output = std::fs::File::create(log).unwrap();
     tokio::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
@@ -98,27 +121,8 @@ async fn the_real_client_runs_jobs_through_gateway_and_controller() {
     let controller_log = folder.path().join("controller.log");
     let mut controller_args = vec!["controller".to_string()];
     controller_args.extend(shared.iter().cloned());
-    controller_args.extend(
-        [
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--public-url",
-            &url,
-            "--launcher-source",
-            env!("CARGO_BIN_EXE_gantry"),
-            "--job-python",
-            &python,
-            "--scheduler-tick-ms",
-            "100",
-            "--launcher-dir",
-            "/pod-volume/launcher",
-            "--job-work-dir",
-            "/pod-volume/work",
-            "--job-data-dir",
-            "/pod-volume/data",
-        ]
-        .map(str::to_string),
-    );
+    controller_args.extend(["--admin-listen", "127.0.0.1:0"].map(str::to_string));
+    controller_args.extend(pod_runner_args(&url, &python));
     let (_, controller_env) = role_settings(&resources, folder.path(), &controller_kubeconfig);
     let mut controller = spawn_role(&controller_args, &controller_env, &controller_log);
 

@@ -369,20 +369,6 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
             &admin,
             "--leader-election",
             "false",
-            "--public-url",
-            &url,
-            "--launcher-source",
-            env!("CARGO_BIN_EXE_gantry"),
-            "--job-python",
-            &python,
-            "--scheduler-tick-ms",
-            "100",
-            "--launcher-dir",
-            "/pod-volume/launcher",
-            "--job-work-dir",
-            "/pod-volume/work",
-            "--job-data-dir",
-            "/pod-volume/data",
             "--pending-deadline-seconds",
             "3",
             "--keep-finished-jobs-seconds",
@@ -390,6 +376,7 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
         ]
         .map(str::to_string),
     );
+    controller_args.extend(crate::e2e_kubernetes::pod_runner_args(&url, &python));
     let controller_log = folder.path().join("controller.log");
     let mut controller = Controller::start(controller_args, env.clone(), controller_log.clone());
     crate::e2e_kubernetes::wait_until_ready(

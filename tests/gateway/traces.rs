@@ -495,27 +495,8 @@ async fn one_traced_cluster_job(python: &str, main: &str) -> Vec<Received> {
     let mut gateway = spawn_role(&gateway_args, &env, &gateway_log);
     let mut controller_args = vec!["controller".to_string()];
     controller_args.extend(shared.iter().cloned());
-    controller_args.extend(
-        [
-            "--admin-listen",
-            "127.0.0.1:0",
-            "--public-url",
-            &url,
-            "--launcher-source",
-            env!("CARGO_BIN_EXE_gantry"),
-            "--job-python",
-            python,
-            "--scheduler-tick-ms",
-            "100",
-            "--launcher-dir",
-            "/pod-volume/launcher",
-            "--job-work-dir",
-            "/pod-volume/work",
-            "--job-data-dir",
-            "/pod-volume/data",
-        ]
-        .map(str::to_string),
-    );
+    controller_args.extend(["--admin-listen", "127.0.0.1:0"].map(str::to_string));
+    controller_args.extend(crate::e2e_kubernetes::pod_runner_args(&url, python));
     let controller_log = folder.path().join("controller.log");
     let mut controller = spawn_role(&controller_args, &env, &controller_log);
     wait_until_ready(&url, &mut [(&mut gateway, &gateway_log), (&mut controller, &controller_log)]).await;
