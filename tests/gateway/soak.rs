@@ -638,7 +638,8 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
         rows.into_iter().map(|(id, status, reason)| (id, (status, reason))).collect();
     let mut table: BTreeMap<(usize, String), usize> = BTreeMap::new();
     // Jobs of a kind expected to be retried that ended FAILED because their pod went while no
-    // controller watched (a restart): whether their code started is not known, so they are not
+    // controller watched (a restart) or while the pod watch was away (a relist found them gone,
+    // last seen pending): whether their code started is not known, so they are not
     // run again unasked, and their reason says so.
     let mut unseen: BTreeMap<usize, usize> = BTreeMap::new();
     let mut mismatched = Vec::new();

@@ -10,7 +10,7 @@ use std::time::Duration;
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 
-use super::retry::{self, Stage, Verdict};
+use super::retry::{self, CodeStarted, Stage, Verdict};
 use super::status::{Known, LOST_LOG, LogState, condition_is, log_source, pod_trigger, resource_status};
 use crate::crd::{FunctionJob, FunctionJobStatus, Retry, pod_name};
 use crate::domain::lifecycle::{JobStatus, Trigger, decide};
@@ -54,7 +54,7 @@ pub struct Observed<'a> {
     pub pod: Option<Pod>,
     /// With no pod: whether the job's last pod, seen going, had started its code (`None`: its
     /// going was not seen).
-    pub gone_pod_started: Option<bool>,
+    pub gone_pod_started: Option<CodeStarted>,
     pub archive: Archive,
     /// Why reading the pod's log failed in this reconcile, if it did.
     pub log_read_error: Option<String>,

@@ -33,6 +33,22 @@ pub struct Fault {
     pub code_started: bool,
 }
 
+/// What was seen of a job's pod going: whether its code had started.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CodeStarted {
+    Yes,
+    No,
+    /// The pod went while the watch was away (missing from a relist): the last sight of it may
+    /// predate its start.
+    NotKnown,
+}
+
+impl From<bool> for CodeStarted {
+    fn from(started: bool) -> CodeStarted {
+        if started { CodeStarted::Yes } else { CodeStarted::No }
+    }
+}
+
 /// Whether the job's container ran (or runs): its code may have started.
 pub fn container_started(pod: &Pod) -> bool {
     let container = pod
@@ -64,12 +80,12 @@ fn disruption(pod: &Pod) -> Option<(String, String)> {
 /// The fault of the cluster that ended (or is ending) the job's current attempt, if that is
 /// what happened. `pod` is `None` when the pod is gone; `current` is the job's status;
 /// `gone_started` whether a pod seen going had started its code (`None`: its going was not
-/// seen, so whether its code started is not known and it counts as started).
+/// seen; then, as with [`CodeStarted::NotKnown`], it counts as started).
 pub fn infrastructure_fault(
     current: JobStatus,
     stop_requested: bool,
     pod: Option<&Pod>,
-    gone_started: Option<bool>,
+    gone_started: Option<CodeStarted>,
 ) -> Option<Fault> {
     if stop_requested || !matches!(current, JobStatus::Pending | JobStatus::Running) {
         return None;
@@ -78,8 +94,9 @@ pub fn infrastructure_fault(
     let Some(pod) = pod else {
         let reason = "the job's pod disappeared (deleted, or its node was lost)";
         return Some(match gone_started {
-            Some(started) => Fault { reason: reason.into(), code_started: ran || started },
-            None => {
+            Some(CodeStarted::No) => Fault { reason: reason.into(), code_started: ran },
+            Some(CodeStarted::Yes) => Fault { reason: reason.into(), code_started: true },
+            Some(CodeStarted::NotKnown) | None => {
                 Fault { reason: format!("{reason}; whether its code had started is not known"), code_started: true }
             }
         });
@@ -255,13 +272,18 @@ mod tests {
         assert!(fault.reason.contains("lost with its node (NodeLost)"), "{fault:?}");
 
         // A pod that vanished: whether its code started is what was seen of it going.
-        let gone = infrastructure_fault(Pending, false, None, Some(false)).unwrap();
+        let gone = infrastructure_fault(Pending, false, None, Some(CodeStarted::No)).unwrap();
         assert!(gone.reason.contains("disappeared") && !gone.code_started);
-        assert!(infrastructure_fault(Pending, false, None, Some(true)).unwrap().code_started, "seen running");
-        assert!(infrastructure_fault(Running, false, None, Some(false)).unwrap().code_started);
-        let unseen = infrastructure_fault(Pending, false, None, None).unwrap();
-        assert!(unseen.code_started, "not known: counted as started, never run twice unasked");
-        assert!(unseen.reason.ends_with("whether its code had started is not known"), "{unseen:?}");
+        assert!(
+            infrastructure_fault(Pending, false, None, Some(CodeStarted::Yes)).unwrap().code_started,
+            "seen running"
+        );
+        assert!(infrastructure_fault(Running, false, None, Some(CodeStarted::No)).unwrap().code_started);
+        for unseen in [None, Some(CodeStarted::NotKnown)] {
+            let unseen = infrastructure_fault(Pending, false, None, unseen).unwrap();
+            assert!(unseen.code_started, "not known: counted as started, never run twice unasked");
+            assert!(unseen.reason.ends_with("whether its code had started is not known"), "{unseen:?}");
+        }
 
         let deleted = pod(json!({"deletionTimestamp": "2026-01-01T00:59:00Z"}), json!({"phase": "Pending"}));
         assert!(

@@ -10,7 +10,7 @@ use k8s_openapi::api::core::v1::{Pod, PodStatus};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use kube::runtime::watcher::Event;
 
-use super::retry::container_started;
+use super::retry::{CodeStarted, container_started};
 
 /// What is kept of one pod.
 #[derive(Debug, Clone, PartialEq)]
@@ -83,12 +83,12 @@ const GONE_KEPT: usize = 50_000;
 /// Whether pods that went had started their code, by name, oldest first.
 #[derive(Debug, Default)]
 struct Gone {
-    started: HashMap<String, (Option<String>, bool)>,
+    started: HashMap<String, (Option<String>, CodeStarted)>,
     order: VecDeque<String>,
 }
 
 impl Gone {
-    fn note(&mut self, name: &str, uid: Option<String>, started: bool) {
+    fn note(&mut self, name: &str, uid: Option<String>, started: CodeStarted) {
         if self.started.insert(name.to_string(), (uid, started)).is_none() {
             self.order.push_back(name.to_string());
         }
@@ -134,7 +134,7 @@ impl PodsSeen {
                         // Its last state as the deletion reports it, or as seen before.
                         let before = pods.remove(name).map(|seen| seen.to_pod(name));
                         let started = container_started(pod) || before.as_ref().is_some_and(container_started);
-                        self.lock_gone().note(name, pod.metadata.uid.clone(), started);
+                        self.lock_gone().note(name, pod.metadata.uid.clone(), started.into());
                     }
                 }
             }
@@ -151,7 +151,14 @@ impl PodsSeen {
                     let mut gone = self.lock_gone();
                     for (name, seen) in before {
                         if pods.get(&name).is_none_or(|now| now.uid != seen.uid) {
-                            gone.note(&name, seen.uid.clone(), container_started(&seen.to_pod(&name)));
+                            // It went while the watch was away: seen running, it started; last
+                            // seen before that, it may have started unseen in the gap.
+                            let started = if container_started(&seen.to_pod(&name)) {
+                                CodeStarted::Yes
+                            } else {
+                                CodeStarted::NotKnown
+                            };
+                            gone.note(&name, seen.uid.clone(), started);
                         }
                     }
                 }
@@ -167,7 +174,7 @@ impl PodsSeen {
 
     /// Whether the pod `name` of uid `uid` (any uid when `None`), seen going, had started its
     /// code; `None` when its going was not seen (this controller started after it).
-    pub fn gone_started(&self, name: &str, uid: Option<&str>) -> Option<bool> {
+    pub fn gone_started(&self, name: &str, uid: Option<&str>) -> Option<CodeStarted> {
         let gone = self.lock_gone();
         let (gone_uid, started) = gone.started.get(name)?;
         (uid.is_none() || gone_uid.is_none() || gone_uid.as_deref() == uid).then_some(*started)
@@ -281,17 +288,21 @@ mod tests {
         // Deleted while pending: its code never started.
         seen.observe(&Event::Apply(pod("a", waiting.clone())));
         seen.observe(&Event::Delete(pod("a", waiting.clone())));
-        assert_eq!(seen.gone_started("a", Some("u-1")), Some(false));
+        assert_eq!(seen.gone_started("a", Some("u-1")), Some(CodeStarted::No));
         // Seen running, then deleted with a copy that no longer says so: it started.
         seen.observe(&Event::Apply(pod("b", running.clone())));
         seen.observe(&Event::Delete(pod("b", json!({}))));
-        assert_eq!(seen.gone_started("b", None), Some(true));
+        assert_eq!(seen.gone_started("b", None), Some(CodeStarted::Yes));
         // Gone from a relist while running: it started. Another attempt's uid is not this one.
         seen.observe(&Event::Apply(pod("c", running)));
+        // Gone from a relist, last seen pending: its Running may have come and gone in the gap,
+        // so whether it started is not known (and it is not run again unasked).
+        seen.observe(&Event::Apply(pod("e", waiting)));
         seen.observe(&Event::Init);
         seen.observe(&Event::InitDone);
-        assert_eq!(seen.gone_started("c", Some("u-1")), Some(true));
+        assert_eq!(seen.gone_started("c", Some("u-1")), Some(CodeStarted::Yes));
         assert_eq!(seen.gone_started("c", Some("u-2")), None, "another attempt's pod");
+        assert_eq!(seen.gone_started("e", None), Some(CodeStarted::NotKnown));
         assert_eq!(seen.gone_started("d", None), None, "never seen going");
     }
 

@@ -107,7 +107,7 @@ struct Case {
     /// With no pod: whether the pod watch saw it go before its code started (`Some(false)`,
     /// the default when the status names a pod), after (`Some(true)`), or never saw it go
     /// (`None`, the default when it names none).
-    gone_started: Option<bool>,
+    gone_started: Option<CodeStarted>,
     archive: Archive,
     log_read_error: bool,
     steps: &'static [&'static str],
@@ -117,12 +117,12 @@ struct Case {
 fn case(name: &'static str, job: FunctionJob, row: Option<Row>, pod: Option<Pod>) -> Case {
     // A pod the status names was seen going before its code started; one it does not name was
     // never seen.
-    let gone_started = job.status.as_ref().and_then(|status| status.pod_name.as_ref()).map(|_| false);
+    let gone_started = job.status.as_ref().and_then(|status| status.pod_name.as_ref()).map(|_| CodeStarted::No);
     Case { name, job, row, pod, gone_started, archive: Archive::Unknown, log_read_error: false, steps: &[], next: "" }
 }
 
 impl Case {
-    fn gone(self, gone_started: Option<bool>) -> Case {
+    fn gone(self, gone_started: Option<CodeStarted>) -> Case {
         Case { gone_started, ..self }
     }
 
@@ -498,7 +498,7 @@ fn what_the_cluster_ended_is_retried_within_the_bound() {
             row(Pending, false),
             None,
         )
-        .gone(Some(true))
+        .gone(Some(CodeStarted::Yes))
         .gives(&["move PENDING→FAILED (warning)"], "look at archive"),
         case(
             "vanished after its code started, opted in",
@@ -506,7 +506,7 @@ fn what_the_cluster_ended_is_retried_within_the_bound() {
             row(Pending, false),
             None,
         )
-        .gone(Some(true))
+        .gone(Some(CodeStarted::Yes))
         .gives(&["record retry 1 from PENDING", "write PENDING"], "requeue 5 s"),
         // Made by a reconcile whose status write failed, then seen going: it was made.
         case(
@@ -515,7 +515,7 @@ fn what_the_cluster_ended_is_retried_within_the_bound() {
             row(Pending, false),
             None,
         )
-        .gone(Some(true))
+        .gone(Some(CodeStarted::Yes))
         .gives(&["move PENDING→FAILED (warning)"], "look at archive"),
         case(
             "made, unrecorded, vanished before its code started",
@@ -523,10 +523,14 @@ fn what_the_cluster_ended_is_retried_within_the_bound() {
             row(Pending, false),
             None,
         )
-        .gone(Some(false))
+        .gone(Some(CodeStarted::No))
         .gives(&["record retry 1 from PENDING", "write PENDING"], "requeue 5 s"),
         case("vanished while no controller watched", resource(pending(), false, None), row(Pending, false), None)
             .gone(None)
+            .gives(&["move PENDING→FAILED (warning)"], "look at archive"),
+        // Missing from a relist, last seen pending: it may have started in the watch's gap.
+        case("vanished while the watch was away", resource(pending(), false, None), row(Pending, false), None)
+            .gone(Some(CodeStarted::NotKnown))
             .gives(&["move PENDING→FAILED (warning)"], "look at archive"),
         case(
             "recorded in the database before a crash",
