@@ -291,9 +291,12 @@ async fn run_job_traced(launch: &Launch, storage: &dyn JobObjects, stop: impl Fu
         environment.push(("TMPDIR".into(), private.clone().into()));
         environment.push(("HOME".into(), private.into()));
     }
+    // A stop already asked for wins: without `biased`, a preparation that never had to wait
+    // (its blocking steps done before their first poll, on a busy machine) could start the job.
     let prepared = tokio::select! {
-        prepared = prepare(launch, storage, &environment).instrument(prepare::step("gantry.launch.prepare", launch)) => prepared,
+        biased;
         () = stop.as_mut() => Err(Error::StoppedBeforeStart),
+        prepared = prepare(launch, storage, &environment).instrument(prepare::step("gantry.launch.prepare", launch)) => prepared,
     };
     // The function's own spans join the trace under this one.
     let function_span = prepare::step("gantry.launch.function", launch);

@@ -7,10 +7,12 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
+use tracing::Instrument;
 
 use super::data_area::Mirror;
 use super::isolation;
 use super::objects::JobObjects;
+use super::prepare::step;
 use super::process::{Ending, write_atomically};
 use super::{EXIT_NOT_STARTED, Error, LIVE_PROVIDER_LOG, LIVE_USER_LOG, Launch, RESULT_COPY, environment_path};
 use crate::domain::lifecycle::no_space_reason;
@@ -84,16 +86,17 @@ pub(super) async fn archive(
         problems.extend(mirror.sync().await.into_iter().map(Error::Data));
     }
     if let Some(results) = environment_path(environment, "RESULTS_PATH") {
-        match copy_result(launch, environment, &results).await {
-            Ok(Some(copy)) => {
-                let key = keys::job_result(&launch.job.job_id);
-                if let Err(source) = storage.store_file(&key, &copy).await {
-                    problems.push(Error::Upload { key, source });
+        let shipping = async {
+            match copy_result(launch, environment, &results).await {
+                Ok(Some(copy)) => {
+                    let key = keys::job_result(&launch.job.job_id);
+                    storage.store_file(&key, &copy).await.err().map(|source| Error::Upload { key, source })
                 }
+                Ok(None) => None,
+                Err(error) => Some(error),
             }
-            Ok(None) => {}
-            Err(error) => problems.push(error),
-        }
+        };
+        problems.extend(shipping.instrument(step("gantry.launch.result", launch)).await);
     }
     let provider = router.provider_function().then(|| router.provider.render());
     problems.extend(upload_logs(launch, storage, router.user.render(), provider).await);
@@ -145,13 +148,16 @@ pub(super) async fn upload_logs(
     if let Some(provider) = provider {
         logs.push((keys::job_provider_log(&launch.job.job_id), provider));
     }
-    let mut problems = Vec::new();
-    for (key, text) in logs {
-        if let Err(source) = storage.store_bytes(&key, Bytes::from(text)).await {
-            problems.push(Error::Upload { key, source });
+    let shipping = async {
+        let mut problems = Vec::new();
+        for (key, text) in logs {
+            if let Err(source) = storage.store_bytes(&key, Bytes::from(text)).await {
+                problems.push(Error::Upload { key, source });
+            }
         }
-    }
-    problems
+        problems
+    };
+    shipping.instrument(step("gantry.launch.logs", launch)).await
 }
 
 /// How the job ended, as the exit record says it.

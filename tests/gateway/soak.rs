@@ -294,8 +294,14 @@ struct Mark {
 async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
     let total = env_number("SOAK_JOBS", 100_000);
     let window = env_number("SOAK_WINDOW", 400);
-    let python = std::env::var("GANTRY_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
+    let named = std::env::var("GANTRY_TEST_PYTHON").ok();
+    let python = named.clone().unwrap_or_else(|| "python3".into());
     let python_runs = std::process::Command::new(&python).arg("-c").arg("pass").status().is_ok_and(|s| s.success());
+    // Without a Python every pod takes the fast path; a Python named, or CI, must run.
+    assert!(
+        python_runs || (named.is_none() && std::env::var("CI").as_deref() != Ok("true")),
+        "{python} does not run: the soak's real pods need the Python of GANTRY_TEST_PYTHON"
+    );
     let real = if python_runs { env_number("SOAK_REAL_PODS", (total / 1000).clamp(5, 100)) } else { 0 };
     let help =
         std::process::Command::new(env!("CARGO_BIN_EXE_gantry")).args(["controller", "--help"]).output().unwrap();

@@ -385,6 +385,8 @@ async fn one_job_is_one_trace_from_the_run_request_to_the_launchers_last_span() 
         "gantry.launch.unpack",
         "gantry.launch.function",
         "gantry.launch.archive",
+        "gantry.launch.result",
+        "gantry.launch.logs",
         "gantry.event.deliver",
     ];
     one_traced_job("python3", PLAIN_FUNCTION, &expected).await;

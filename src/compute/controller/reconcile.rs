@@ -234,12 +234,16 @@ fn database_error(job_id: &str) -> impl FnOnce(db::Error) -> Error + '_ {
     move |source| Error::Database { job_id: job_id.to_string(), source }
 }
 
-/// Drives one `FunctionJob` towards its spec, in a span of the job's trace (its annotation).
-/// Safe to call any number of times.
+/// Drives one `FunctionJob` towards its spec, in a span of its trace (its annotation); idempotent.
 pub async fn reconcile(job: Arc<FunctionJob>, ctx: Arc<Context>) -> Result<Action, Error> {
     let parent = job.annotations().get(ANNOTATION_TRACEPARENT).cloned();
     let span = crate::telemetry::context::job_span("gantry.reconcile", &job.spec.job_id, parent.as_deref());
-    reconcile_job(job, ctx).instrument(span).await
+    let outcome = reconcile_job(job, ctx).instrument(span.clone()).await;
+    span.record("gantry.reconcile.outcome", outcome.as_ref().map_or_else(Error::kind, |_| "ok"));
+    if outcome.is_err() {
+        span.record("otel.status_code", "ERROR");
+    }
+    outcome
 }
 
 #[tracing::instrument(skip_all, fields(job.id = %job.spec.job_id))]
