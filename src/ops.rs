@@ -87,6 +87,9 @@ pub struct Metrics {
     pub reconciling: Gauge,
     /// Errors of the controller's watches (each is opened again after its backoff).
     pub watch_errors: Family<WatchLabels, Counter>,
+    /// Reconciles asked for (by admission, a timer or a pod) of a resource the controller's
+    /// store did not hold then; the periodic resync reconciles it once the store has it.
+    pub not_in_store: Counter,
     /// API requests by method and answer code.
     pub http_requests: Family<HttpLabels, Counter>,
     pub http_seconds: Histogram,
@@ -121,6 +124,7 @@ impl Metrics {
             leader: Gauge::default(),
             reconciling: Gauge::default(),
             watch_errors: Family::default(),
+            not_in_store: Counter::default(),
             http_requests: Family::default(),
             http_seconds: seconds_histogram(),
             run_seconds: seconds_histogram(),
@@ -191,6 +195,11 @@ impl Metrics {
             "controller_watch_errors",
             "Errors of the controller's watches by watch (each opened again after its backoff)",
             metrics.watch_errors.clone(),
+        );
+        registry.register(
+            "controller_reconciles_not_in_store",
+            "Reconciles asked for a FunctionJob the controller's store did not hold then (its resync reconciles it later)",
+            metrics.not_in_store.clone(),
         );
         metrics.register_jobs();
         metrics

@@ -154,6 +154,11 @@ pub struct ControllerArgs {
     /// retried: a request that never answers cannot hold a reconcile slot for good.
     #[arg(long, env = "GANTRY_RECONCILE_TIMEOUT_SECONDS", default_value_t = 120)]
     pub reconcile_timeout_seconds: u64,
+    /// Seconds between reconciles of every FunctionJob the controller holds, whatever woke it
+    /// or not: a wake lost (a resource missing from the controller's store while its watch
+    /// was relisting) costs at most this long.
+    #[arg(long, env = "GANTRY_RESYNC_SECONDS", default_value_t = 120)]
+    pub resync_seconds: u64,
     /// Largest size in bytes of each log archived from a pod.
     #[arg(long, env = "FUNCTIONS_LOGS_SIZE_LIMIT", default_value_t = 52_428_800)]
     pub logs_size_limit: usize,
@@ -233,6 +238,7 @@ impl ControllerArgs {
             admission_every: Duration::from_millis(self.scheduler_tick_ms.max(10)),
             concurrency: self.reconcile_concurrency.max(1),
             reconcile_timeout: Duration::from_secs(self.reconcile_timeout_seconds.max(1)),
+            resync_every: Duration::from_secs(self.resync_seconds.max(1)),
             logs_size_limit: self.logs_size_limit,
             identity: self.identity.clone().unwrap_or_else(default_identity),
             leader: self.leader_election.then(|| LeaseSettings {

@@ -132,6 +132,7 @@ impl Cluster {
             admission_every: Duration::from_millis(50),
             concurrency: 16,
             reconcile_timeout: Duration::from_secs(120),
+            resync_every: Duration::from_secs(120),
             logs_size_limit: 1024 * 1024,
             identity: "controller-test".into(),
             leader: None,

@@ -66,6 +66,8 @@ pub struct ControllerSettings {
     /// storage is cut there (as a crash at that point would) and retried, so it never holds one
     /// of the `concurrency` slots for good.
     pub reconcile_timeout: Duration,
+    /// Every resource held is reconciled this often, whatever woke it or not (a lost wake).
+    pub resync_every: Duration,
     /// `FUNCTIONS_LOGS_SIZE_LIMIT`, for logs archived from the pod.
     pub logs_size_limit: usize,
     /// Who this replica is (its pod name): the Lease holder and the Events' reporting instance.
@@ -741,14 +743,11 @@ async fn lead(ctx: Arc<Context>) {
     Controller::for_stream(resources, reader)
         .owns_stream(pods)
         .reconcile_on(to_reconcile)
+        .reconcile_all_on(triggers::every(ctx.settings.resync_every))
         .with_config(controller::Config::default().concurrency(ctx.settings.concurrency))
         .shutdown_on_signal()
         .run(reconcile, error_policy, Arc::clone(&ctx))
-        .for_each(|outcome| async move {
-            if let Err(error) = outcome {
-                tracing::debug!(error = &error as &dyn std::error::Error, "reconcile outcome");
-            }
-        })
+        .for_each(|outcome| triggers::note_outcome(outcome.err(), &ctx.metrics))
         .await;
 }
 

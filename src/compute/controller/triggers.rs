@@ -8,9 +8,10 @@
 //! other wake to be handed on.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use futures::{Stream, StreamExt};
-use kube::runtime::watcher;
+use kube::runtime::{controller, watcher};
 
 use crate::ops::{Metrics, WatchLabels};
 
@@ -37,6 +38,33 @@ pub fn events_only<T>(
     })
 }
 
+/// A tick every `period`, the first one period from now: the resync that reconciles every
+/// resource held, so a wake lost while the store lacked its resource costs one period at most.
+pub fn every(period: Duration) -> impl Stream<Item = ()> + Send {
+    futures::stream::unfold((), move |()| async move {
+        tokio::time::sleep(period).await;
+        Some(((), ()))
+    })
+}
+
+/// Takes in what kube-runtime's `Controller` hands back of one reconcile it was asked for. A
+/// request for a resource its store did not hold (a FunctionJob made while the watch relisted)
+/// is dropped by kube-runtime: it is counted here, and the resync reconciles the resource.
+pub fn note_outcome<E: std::error::Error + 'static>(
+    error: Option<controller::Error<E, watcher::Error>>,
+    metrics: &Metrics,
+) -> std::future::Ready<()> {
+    match error {
+        None => {}
+        Some(controller::Error::ObjectNotFound(object)) => {
+            metrics.not_in_store.inc();
+            tracing::debug!(%object, "a reconcile was asked for a resource the store does not hold yet");
+        }
+        Some(error) => tracing::debug!(error = &error as &dyn std::error::Error, "reconcile outcome"),
+    }
+    std::future::ready(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -52,5 +80,27 @@ mod tests {
         assert_eq!(passed, [1, 2]);
         assert_eq!(metrics.watch_errors.get_or_create(&WatchLabels { watch: "pods" }).get(), 2);
         assert_eq!(metrics.watch_errors.get_or_create(&WatchLabels { watch: "functionjobs" }).get(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_reconcile_asked_for_a_resource_not_held_is_counted() {
+        let metrics = Metrics::controller();
+        let object = kube::runtime::reflector::ObjectRef::<crate::crd::FunctionJob>::new("j").within("jobs").erase();
+        note_outcome::<std::io::Error>(Some(controller::Error::ObjectNotFound(Box::new(object))), &metrics).await;
+        note_outcome::<std::io::Error>(
+            Some(controller::Error::QueueError(watcher::Error::NoResourceVersion)),
+            &metrics,
+        )
+        .await;
+        note_outcome::<std::io::Error>(None, &metrics).await;
+        assert_eq!(metrics.not_in_store.get(), 1);
+    }
+
+    #[tokio::test]
+    async fn the_resync_ticks_once_a_period() {
+        let started = std::time::Instant::now();
+        let ticks = every(Duration::from_millis(50)).take(3).count().await;
+        assert_eq!(ticks, 3);
+        assert!(started.elapsed() >= Duration::from_millis(150));
     }
 }
