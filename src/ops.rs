@@ -88,7 +88,7 @@ pub struct Metrics {
     /// Errors of the controller's watches (each is opened again after its backoff).
     pub watch_errors: Family<WatchLabels, Counter>,
     /// Reconciles asked for (by admission, a timer or a pod) of a resource the controller's
-    /// store did not hold then; the periodic resync reconciles it once the store has it.
+    /// store did not hold then (dropped by kube-runtime); the resync reconciles what is held.
     pub not_in_store: Counter,
     /// API requests by method and answer code.
     pub http_requests: Family<HttpLabels, Counter>,
@@ -198,7 +198,7 @@ impl Metrics {
         );
         registry.register(
             "controller_reconciles_not_in_store",
-            "Reconciles asked for a FunctionJob the controller's store did not hold then (its resync reconciles it later)",
+            "Reconciles asked for a FunctionJob the controller's store did not hold then (dropped; the resync reconciles what is held)",
             metrics.not_in_store.clone(),
         );
         metrics.register_jobs();

@@ -48,8 +48,9 @@ pub fn every(period: Duration) -> impl Stream<Item = ()> + Send {
 }
 
 /// Takes in what kube-runtime's `Controller` hands back of one reconcile it was asked for. A
-/// request for a resource its store did not hold (a FunctionJob made while the watch relisted)
-/// is dropped by kube-runtime: it is counted here, and the resync reconciles the resource.
+/// request for a resource its store did not hold (admission's wake before the watch brings a
+/// new FunctionJob, a pod's event after its FunctionJob went) is dropped by kube-runtime: it is
+/// counted here, and the resync reconciles whatever the store holds.
 pub fn note_outcome<E: std::error::Error + 'static>(
     error: Option<controller::Error<E, watcher::Error>>,
     metrics: &Metrics,
