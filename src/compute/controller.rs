@@ -4,6 +4,7 @@
 //! settings.
 
 pub mod build;
+pub mod lead;
 pub mod leader;
 pub mod plan;
 pub mod reconcile;
@@ -270,7 +271,7 @@ impl ControllerArgs {
         let context = Arc::new(Context::new(client, db.clone(), storage, publisher, self.settings(namespace)));
         let admin = tokio::spawn(crate::ops::serve(self.admin_listen, Arc::clone(&context.metrics), db));
         tokio::select! {
-            () = reconcile::run(context) => Ok(()),
+            () = lead::run(context) => Ok(()),
             admin = admin => admin.context("admin server stopped")?,
         }
     }

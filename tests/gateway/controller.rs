@@ -62,7 +62,7 @@ fn start_controller(gateway: &Gateway, api: &ApiServer, settings: &ControllerSet
         gateway.state.publisher.clone(),
         settings.clone(),
     ));
-    tokio::spawn(gantry::compute::controller::reconcile::run(context))
+    tokio::spawn(gantry::compute::controller::lead::run(context))
 }
 
 impl Drop for Cluster {
@@ -987,7 +987,7 @@ async fn the_admin_port_reports_metrics_and_probes() {
     // The job-time histograms are the process's (other tests' jobs count too): they grow.
     let waits_before = sample(&before, "gantry_job_queue_wait_seconds_count").expect("the queue-wait histogram");
     let runs_before = sample(&before, r#"gantry_job_run_seconds_count{status="SUCCEEDED"}"#).unwrap_or(0.0);
-    *cluster.controller.lock().unwrap() = tokio::spawn(gantry::compute::controller::reconcile::run(context));
+    *cluster.controller.lock().unwrap() = tokio::spawn(gantry::compute::controller::lead::run(context));
     cluster.upload("fn", MAIN).await;
     let id = cluster.run("fn", r#"{"n": 2}"#).await;
     assert_eq!(cluster.finished(&id).await["status"], "SUCCEEDED");

@@ -55,6 +55,9 @@ pub struct Observed<'a> {
     /// With no pod: whether the job's last pod, seen going, had started its code (`None`: its
     /// going was not seen).
     pub gone_pod_started: Option<CodeStarted>,
+    /// That pod's uid, when known. A pod of an attempt the status records as ended is never
+    /// reported here: with no pod, `gone_pod_started` is about the current attempt's.
+    pub gone_pod_uid: Option<String>,
     pub archive: Archive,
     /// Why reading the pod's log failed in this reconcile, if it did.
     pub log_read_error: Option<String>,
@@ -258,11 +261,17 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
     // A pod seen going was made, even when the status write that would name it failed.
     let pod_created = previous.pod_name.is_some() || pod.is_some() || observed.gone_pod_started.is_some();
     let mut pod_named = pod_created;
+    // With no pod: the uid of the current attempt's, seen going, else as the status names it.
+    let current_uid = observed.gone_pod_uid.clone().or(previous.pod_uid.clone());
     let mut retries = previous.retries.clone();
     // Set while an ended attempt's pod goes or the next attempt waits for its backoff.
     let mut retry_wake = None;
     // Only an active job has attempts to come (a finished one's last pod is simply its pod).
-    let stage = if pod_created && status.is_active() { retry::stage(&previous, pod) } else { Stage::Current };
+    let stage = if pod_created && status.is_active() {
+        retry::stage(&previous, pod, observed.gone_pod_started.is_some())
+    } else {
+        Stage::Current
+    };
     if !previous.retries.is_empty() && pod.is_some_and(|p| p.metadata.uid != previous.pod_uid) {
         // The next attempt's pod, seen for the first time: the words of the retry are history
         // (they stay in `retries`).
@@ -311,7 +320,7 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
             });
         let made = retries.len() as u32;
         let verdict = fault.map(|fault| {
-            let pod_uid = pod.and_then(|p| p.metadata.uid.clone()).or(previous.pod_uid.clone());
+            let pod_uid = pod.and_then(|p| p.metadata.uid.clone()).or(current_uid.clone());
             let verdict = retry::verdict(
                 &fault,
                 made,
@@ -435,7 +444,7 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
         previous: job.status.as_ref(),
         now,
         pod_uid: match stage {
-            Stage::Current => pod.and_then(|p| p.metadata.uid.as_deref()).or(previous.pod_uid.as_deref()),
+            Stage::Current => pod.and_then(|p| p.metadata.uid.as_deref()).or(current_uid.as_deref()),
             _ => previous.pod_uid.as_deref(),
         },
         retries: &retries,

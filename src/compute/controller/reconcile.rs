@@ -4,36 +4,33 @@
 //! Event, resource status by server-side apply). It decides from observed state only, so a
 //! controller restarted at any point resumes without a second pod or a repeated event: the pod
 //! has a deterministic name and every status move is a compare-and-set.
-//! A separate admission pass moves queued jobs to PENDING under the shared limits.
+//! The leader runs it (and the admission pass) in `lead`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures::{AsyncBufReadExt, StreamExt, TryStreamExt};
+use futures::{AsyncBufReadExt, TryStreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::{DeleteParams, LogParams, Patch, PatchParams, PostParams};
-use kube::runtime::controller::{self, Action, Controller};
+use kube::runtime::controller::Action;
 use kube::runtime::finalizer::{Event as Finalizer, finalizer};
-use kube::runtime::reflector::{self, ObjectRef};
-use kube::runtime::watcher::{self, watcher};
-use kube::runtime::{WatchStreamExt, predicates};
 use kube::{Api, Resource, ResourceExt};
 use serde_json::json;
 use tracing::Instrument;
 
 use super::build::{PodSettings, build_pod};
-use super::leader::{Elector, LeaseSettings};
+use super::leader::LeaseSettings;
 use super::plan::{Archive, Next, Observed, Plan, Row, Step, Windows, ask_for_pod, plan};
 use super::retry::error_backoff;
+use super::seen::PodsSeen;
 use super::status::{LogState, NO_LOG};
-use super::{seen::PodsSeen, triggers};
-use crate::compute::{ADMISSION_WINDOW, admit_queued, move_job};
+use crate::compute::move_job;
 use crate::crd::{
     ANNOTATION_TRACEPARENT, FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus, pod_name, secret_name,
 };
 use crate::db::{self, Db, jobs};
-use crate::domain::admission::{Capacity, Limits};
+use crate::domain::admission::Limits;
 use crate::domain::lifecycle::{JobStatus, Trigger, decide};
 use crate::domain::logs::LogRouter;
 use crate::events::Publisher;
@@ -102,9 +99,9 @@ pub struct Context {
     failures: std::sync::Mutex<std::collections::HashMap<String, u32>>,
     /// The job pods the leader's watch has seen (without their spec): read instead of asking
     /// the API server on every reconcile.
-    pods_seen: std::sync::Mutex<Option<Arc<PodsSeen>>>,
+    pub(super) pods_seen: std::sync::Mutex<Option<Arc<PodsSeen>>>,
     /// Asks for an admission pass now (a queued job was seen) rather than at the next tick.
-    admission_wanted: tokio::sync::Notify,
+    pub(super) admission_wanted: tokio::sync::Notify,
 }
 
 impl Context {
@@ -129,11 +126,11 @@ impl Context {
         }
     }
 
-    fn jobs(&self) -> Api<FunctionJob> {
+    pub(super) fn jobs(&self) -> Api<FunctionJob> {
         Api::namespaced(self.client.clone(), &self.settings.namespace)
     }
 
-    fn pods(&self) -> Api<Pod> {
+    pub(super) fn pods(&self) -> Api<Pod> {
         Api::namespaced(self.client.clone(), &self.settings.namespace)
     }
 
@@ -232,7 +229,7 @@ fn kube_error<'a>(operation: &'static str, job_id: &'a str) -> impl FnOnce(kube:
     move |source| Error::Kube { operation, job_id: job_id.to_string(), source }
 }
 
-fn database_error(job_id: &str) -> impl FnOnce(db::Error) -> Error + '_ {
+pub(super) fn database_error(job_id: &str) -> impl FnOnce(db::Error) -> Error + '_ {
     move |source| Error::Database { job_id: job_id.to_string(), source }
 }
 
@@ -356,18 +353,34 @@ async fn observe<'a>(ctx: &Context, job: &'a FunctionJob, deleting: bool) -> Res
     let job_id = job.spec.job_id.as_str();
     let row = read_row(ctx, job_id).await?;
     let ask = ask_for_pod(job.status.as_ref(), row.as_ref(), deleting);
-    let pod = if row.is_some() || deleting { ctx.observe_pod(job_id, ask).await? } else { None };
-    let last_uid = job.status.as_ref().and_then(|status| status.pod_uid.as_deref());
-    let gone_pod_started = match (&pod, ctx.pods_seen()) {
-        (None, Some(seen)) => seen.gone_started(&pod_name(job_id), last_uid),
+    let name = pod_name(job_id);
+    let seen = ctx.pods_seen();
+    // A pod this controller made that its watch has not shown yet is looked for at the API
+    // server: found, the watch lags; gone, it came and went unseen (its code may have run), and
+    // making another would run the function twice.
+    let made_unseen = seen.as_ref().and_then(|seen| seen.made_unseen(&name));
+    let mut pod = None;
+    if row.is_some() || deleting {
+        pod = ctx.observe_pod(job_id, ask || made_unseen.is_some()).await?;
+        if let (None, Some(seen), Some(uid)) = (&pod, &seen, &made_unseen) {
+            seen.went_unseen(&name, uid);
+        }
+    }
+    // The pods of attempts the status records as ended are history.
+    let previous = job.status.as_ref();
+    let ended = |uid: &str| previous.is_some_and(|p| p.retries.iter().any(|r| r.pod_uid.as_deref() == Some(uid)));
+    let gone = match (&pod, seen) {
+        (None, Some(seen)) => seen.gone(&name).filter(|(uid, _)| uid.as_deref().is_none_or(|uid| !ended(uid))),
         _ => None,
     };
+    let (gone_pod_uid, gone_pod_started) = gone.map_or((None, None), |(uid, started)| (uid, Some(started)));
     Ok(Observed {
         job,
         deleting,
         row,
         pod,
         gone_pod_started,
+        gone_pod_uid,
         archive: Archive::Unknown,
         log_read_error: None,
         moved: None,
@@ -636,147 +649,12 @@ async fn settle_without_log(
     store_log(ctx, job_id, note.clone(), provider_function.then(|| note.clone())).await
 }
 
-/// One admission pass: queued jobs that fit the limits across the cluster move to PENDING, and
-/// each is handed to the controller's queue (`admitted`), whose reconcile starts its pod.
-pub async fn admit(ctx: &Context, admitted: &Admitted) -> Result<usize, Error> {
-    let mut capacity = Capacity::default();
-    for (author, gpu, count) in jobs::in_flight_load(&ctx.db).await.map_err(database_error(""))? {
-        let count = usize::try_from(count).unwrap_or(0);
-        *capacity.running_per_user.entry(author).or_default() += count;
-        if gpu {
-            capacity.running_gpu += count;
-        } else {
-            capacity.running_cpu += count;
-        }
-    }
-    let moved = admit_queued(&ctx.db, &ctx.publisher, &capacity, ctx.settings.limits, |job_id| {
-        // A job whose resource does not exist yet starts when the gateway's sweep creates it.
-        let _ = admitted.unbounded_send(ObjectRef::new(&job_id).within(&ctx.settings.namespace));
-        ctx.metrics.admitted.inc();
-    })
-    .await
-    .map_err(database_error(""))?;
-    Ok(moved)
-}
-
-/// Where admission passes hand admitted jobs to the controller.
-pub type Admitted = futures::channel::mpsc::UnboundedSender<ObjectRef<FunctionJob>>;
-
-/// Runs the controller until a shutdown signal: with leader election, only while this replica
-/// holds the lease (a lost lease stops everything it was doing, and it stands again).
-pub async fn run(ctx: Arc<Context>) {
-    let Some(lease) = ctx.settings.leader.clone() else {
-        lead(ctx).await;
-        return;
-    };
-    let elector = Elector::new(ctx.client.clone(), &ctx.settings.namespace, ctx.settings.identity.clone(), lease);
-    loop {
-        tokio::select! {
-            () = elector.acquire() => {}
-            () = crate::shared::shutdown_signal() => return,
-        }
-        tokio::select! {
-            () = lead(Arc::clone(&ctx)) => {
-                elector.release().await;
-                return;
-            }
-            () = elector.hold() => tracing::warn!("no longer the leader; stopped acting and standing again"),
-        }
-    }
-}
-
-/// The leader's work: the kube-runtime controller and the admission pass, until a shutdown signal.
-async fn lead(ctx: Arc<Context>) {
-    ctx.metrics.leader.set(1);
-    let _leading = Leading(Arc::clone(&ctx.metrics));
-    let admission = Arc::clone(&ctx);
-    let (admitted, to_reconcile) = futures::channel::mpsc::unbounded();
-    let admission_pass = |admission: Arc<Context>, admitted: Admitted| async move {
-        admit(&admission, &admitted).await.unwrap_or_else(|error| {
-            tracing::error!(error = &error as &dyn std::error::Error, "admission pass failed");
-            0
-        })
-    };
-    // A first pass before any reconcile: the jobs it admits are reconciled once, as PENDING,
-    // rather than first written QUEUED and then PENDING.
-    admission_pass(Arc::clone(&admission), admitted.clone()).await;
-    let admitting = tokio::spawn(async move {
-        let mut full = false;
-        loop {
-            // After a pass that admitted a whole window, more may fit: go on at once.
-            if !full {
-                tokio::select! {
-                    () = tokio::time::sleep(admission.settings.admission_every) => {}
-                    () = admission.admission_wanted.notified() => {}
-                }
-            }
-            full = admission_pass(Arc::clone(&admission), admitted.clone()).await >= ADMISSION_WINDOW;
-        }
-    });
-    // Aborted with the leader's work however that ends (a lost lease drops this future).
-    let _admitting = AbortOnDrop(admitting);
-    // Only changes of a resource's generation (spec, deletion) start a reconcile, not the
-    // controller's own status writes; pods, admissions and timers start the rest.
-    let (reader, writer) = reflector::store();
-    // Watches are asked to end after WATCH_SECONDS, so a watch that goes silent without ending
-    // (a half-open connection) is given up and opened again within a minute, not kube's 295 s.
-    let resources = watcher(ctx.jobs(), watcher::Config::default().timeout(WATCH_SECONDS))
-        .default_backoff()
-        // Field ownership is most of a resource's size on a real API server, and never read.
-        .modify(|job: &mut FunctionJob| job.metadata.managed_fields = None)
-        .reflect(writer)
-        .applied_objects()
-        .predicate_filter(predicates::generation, Default::default());
-    let resources = triggers::events_only(resources, "functionjobs", Arc::clone(&ctx.metrics));
-    // Job pods, kept (without their spec, which nothing here reads) for the reconciles to look
-    // at; their changes, deletions included, wake their FunctionJob.
-    let seen = Arc::new(PodsSeen::default());
-    *ctx.pods_seen.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::clone(&seen));
-    let news = Arc::clone(&seen);
-    let pods = watcher(ctx.pods(), watcher::Config::default().labels(crate::crd::LABEL_JOB_ID).timeout(WATCH_SECONDS))
-        .default_backoff()
-        .inspect_ok(move |event| seen.observe(event))
-        .touched_objects()
-        // The pod a reconcile just made, as it made it, needs no second look.
-        .try_filter(move |pod| std::future::ready(news.is_news(pod)));
-    let pods = triggers::events_only(pods, "pods", Arc::clone(&ctx.metrics));
-    Controller::for_stream(resources, reader)
-        .owns_stream(pods)
-        .reconcile_on(to_reconcile)
-        .reconcile_all_on(triggers::every(ctx.settings.resync_every))
-        .with_config(controller::Config::default().concurrency(ctx.settings.concurrency))
-        .shutdown_on_signal()
-        .run(reconcile, error_policy, Arc::clone(&ctx))
-        .for_each(|outcome| triggers::note_outcome(outcome.err(), &ctx.metrics))
-        .await;
-}
-
-/// Seconds each watch is asked to last (`timeoutSeconds`); one silent for 5 s longer is dropped.
-const WATCH_SECONDS: u32 = 60;
-
-/// Clears the leader gauge however leading ends.
-struct Leading(Arc<Metrics>);
-
-impl Drop for Leading {
-    fn drop(&mut self) {
-        self.0.leader.set(0);
-    }
-}
-
 /// Lowers a gauge however the work it counts ends (cut by the timeout included).
 struct DecOnDrop<'a>(&'a prometheus_client::metrics::gauge::Gauge);
 
 impl Drop for DecOnDrop<'_> {
     fn drop(&mut self) {
         self.0.dec();
-    }
-}
-
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -187,8 +187,10 @@ pub enum Stage {
     AwaitingNextPod { at: Timestamp },
 }
 
-/// The stage of a job whose status is `previous`, with `pod` (its uid) seen now.
-pub fn stage(previous: &FunctionJobStatus, pod: Option<&Pod>) -> Stage {
+/// The stage of a job whose status is `previous`, with `pod` (its uid) seen now; `next_went`
+/// when no pod is seen but one made after the ended attempt's was seen going (made, then gone
+/// before the status named it).
+pub fn stage(previous: &FunctionJobStatus, pod: Option<&Pod>, next_went: bool) -> Stage {
     let Some(last) = previous.retries.last() else { return Stage::Current };
     let recorded = last.pod_uid.as_deref();
     match pod {
@@ -198,7 +200,9 @@ pub fn stage(previous: &FunctionJobStatus, pod: Option<&Pod>) -> Stage {
         Some(_) => Stage::Current,
         // Gone: the next pod is not made yet while the status still names the ended one's uid
         // (the next pod's uid is written with the status that follows its creation).
-        None if previous.pod_uid.as_deref() == recorded => Stage::AwaitingNextPod { at: last.next_attempt_at.0 },
+        None if previous.pod_uid.as_deref() == recorded && !next_went => {
+            Stage::AwaitingNextPod { at: last.next_attempt_at.0 }
+        }
         None => Stage::Current,
     }
 }
@@ -347,11 +351,20 @@ mod tests {
             FunctionJobStatus { pod_uid: Some("old".into()), retries: vec![retry("old")], ..Default::default() };
         let old = pod(json!({"uid": "old"}), json!({"phase": "Failed"}));
         let new = pod(json!({"uid": "new"}), json!({"phase": "Pending"}));
-        assert_eq!(stage(&status, Some(&old)), Stage::OldPodPresent { deleting: false });
-        assert_eq!(stage(&status, None), Stage::AwaitingNextPod { at: now() });
-        assert_eq!(stage(&status, Some(&new)), Stage::Current);
+        assert_eq!(stage(&status, Some(&old), false), Stage::OldPodPresent { deleting: false });
+        assert_eq!(stage(&status, None, false), Stage::AwaitingNextPod { at: now() });
+        assert_eq!(stage(&status, Some(&new), false), Stage::Current);
+        assert_eq!(
+            stage(&status, None, true),
+            Stage::Current,
+            "the next pod was made and went before the status named it: a fault of its own"
+        );
         status.pod_uid = Some("new".into());
-        assert_eq!(stage(&status, None), Stage::Current, "the next pod was made and is gone: a fault of its own");
-        assert_eq!(stage(&FunctionJobStatus::default(), Some(&old)), Stage::Current);
+        assert_eq!(
+            stage(&status, None, false),
+            Stage::Current,
+            "the next pod was made and is gone: a fault of its own"
+        );
+        assert_eq!(stage(&FunctionJobStatus::default(), Some(&old), false), Stage::Current);
     }
 }

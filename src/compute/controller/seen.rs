@@ -70,33 +70,55 @@ impl SeenPod {
 pub struct PodsSeen {
     pods: Mutex<HashMap<String, Arc<SeenPod>>>,
     relisting: Mutex<Option<HashMap<String, Arc<SeenPod>>>>,
-    /// Pods this controller made, by name, with the version its create returned.
-    made: Mutex<HashMap<String, String>>,
-    /// Pods seen going (deleted, or missing from a relist): whether their code had started.
-    gone: Mutex<Gone>,
+    /// Pods this controller made and its watch has not shown since, by name: the version its
+    /// create returned and the pod's uid.
+    made: Mutex<Recent<(String, String)>>,
+    /// Pods seen going (deleted, or missing from a relist), by name: their uid and whether their
+    /// code had started.
+    gone: Mutex<Recent<(Option<String>, CodeStarted)>>,
 }
 
-/// The most pods whose going is remembered; the oldest are forgotten first. A reconcile reads
-/// the note within moments of the going (which wakes it), so this only bounds memory.
-const GONE_KEPT: usize = 50_000;
+/// The most pods remembered as made-and-unseen, and as gone; the oldest are forgotten first. A
+/// reconcile reads a note within moments (the going, or its own status write, wakes it), so
+/// this only bounds memory (a few MB).
+const KEPT: usize = 50_000;
 
-/// Whether pods that went had started their code, by name, oldest first.
-#[derive(Debug, Default)]
-struct Gone {
-    started: HashMap<String, (Option<String>, CodeStarted)>,
-    order: VecDeque<String>,
+/// Values by name, at most [`KEPT`] of them, the oldest forgotten first.
+#[derive(Debug)]
+struct Recent<V> {
+    values: HashMap<String, (u64, V)>,
+    /// Names in the order noted, each with the number of its note (a name noted again, or
+    /// taken, leaves a stale entry here, which the number tells from the current one).
+    order: VecDeque<(u64, String)>,
+    noted: u64,
 }
 
-impl Gone {
-    fn note(&mut self, name: &str, uid: Option<String>, started: CodeStarted) {
-        if self.started.insert(name.to_string(), (uid, started)).is_none() {
-            self.order.push_back(name.to_string());
-        }
-        while self.order.len() > GONE_KEPT {
-            if let Some(oldest) = self.order.pop_front() {
-                self.started.remove(&oldest);
+impl<V> Default for Recent<V> {
+    fn default() -> Self {
+        Recent { values: HashMap::new(), order: VecDeque::new(), noted: 0 }
+    }
+}
+
+impl<V> Recent<V> {
+    fn note(&mut self, name: &str, value: V) {
+        self.noted += 1;
+        self.values.insert(name.to_string(), (self.noted, value));
+        self.order.push_back((self.noted, name.to_string()));
+        while self.order.len() > KEPT {
+            if let Some((number, oldest)) = self.order.pop_front()
+                && self.values.get(&oldest).is_some_and(|(noted, _)| *noted == number)
+            {
+                self.values.remove(&oldest);
             }
         }
+    }
+
+    fn get(&self, name: &str) -> Option<&V> {
+        self.values.get(name).map(|(_, value)| value)
+    }
+
+    fn take(&mut self, name: &str) -> Option<V> {
+        self.values.remove(name).map(|(_, value)| value)
     }
 }
 
@@ -104,8 +126,9 @@ impl PodsSeen {
     /// Notes a pod this controller just made: the watch's news of that very version is no news
     /// to the reconcile that made it.
     pub fn made(&self, pod: &Pod) {
-        if let (Some(name), Some(version)) = (&pod.metadata.name, &pod.metadata.resource_version) {
-            self.made.lock().unwrap_or_else(|p| p.into_inner()).insert(name.clone(), version.clone());
+        let metadata = &pod.metadata;
+        if let (Some(name), Some(version), Some(uid)) = (&metadata.name, &metadata.resource_version, &metadata.uid) {
+            self.lock_made().note(name, (version.clone(), uid.clone()));
         }
     }
 
@@ -113,8 +136,24 @@ impl PodsSeen {
     /// version of a pod this controller made, as its create returned it.
     pub fn is_news(&self, pod: &Pod) -> bool {
         let Some(name) = &pod.metadata.name else { return true };
-        let made = self.made.lock().unwrap_or_else(|p| p.into_inner()).remove(name);
-        made.is_none() || made != pod.metadata.resource_version
+        let made = self.lock_made().take(name);
+        made.is_none_or(|(version, _)| Some(version) != pod.metadata.resource_version)
+    }
+
+    /// The uid of the pod `name` when this controller made it and its watch has shown nothing
+    /// of it since (the watch lags, or was away while the pod came and went).
+    pub fn made_unseen(&self, name: &str) -> Option<String> {
+        self.lock_made().get(name).map(|(_, uid)| uid.clone())
+    }
+
+    /// The pod `name` of uid `uid`, made by this controller, is found gone before its watch
+    /// showed it: noted gone (unless its going was seen meanwhile), its code may have started.
+    pub fn went_unseen(&self, name: &str, uid: &str) {
+        self.lock_made().take(name);
+        let mut gone = self.lock_gone();
+        if gone.get(name).is_none_or(|(seen, _)| seen.as_deref() != Some(uid)) {
+            gone.note(name, (Some(uid.to_string()), CodeStarted::NotKnown));
+        }
     }
 
     /// Takes in one watch event.
@@ -134,7 +173,7 @@ impl PodsSeen {
                         // Its last state as the deletion reports it, or as seen before.
                         let before = pods.remove(name).map(|seen| seen.to_pod(name));
                         let started = container_started(pod) || before.as_ref().is_some_and(container_started);
-                        self.lock_gone().note(name, pod.metadata.uid.clone(), started.into());
+                        self.lock_gone().note(name, (pod.metadata.uid.clone(), started.into()));
                     }
                 }
             }
@@ -158,7 +197,7 @@ impl PodsSeen {
                             } else {
                                 CodeStarted::NotKnown
                             };
-                            gone.note(&name, seen.uid.clone(), started);
+                            gone.note(&name, (seen.uid.clone(), started));
                         }
                     }
                 }
@@ -172,16 +211,18 @@ impl PodsSeen {
         seen.map(|seen| seen.to_pod(name))
     }
 
-    /// Whether the pod `name` of uid `uid` (any uid when `None`), seen going, had started its
-    /// code; `None` when its going was not seen (this controller started after it).
-    pub fn gone_started(&self, name: &str, uid: Option<&str>) -> Option<CodeStarted> {
-        let gone = self.lock_gone();
-        let (gone_uid, started) = gone.started.get(name)?;
-        (uid.is_none() || gone_uid.is_none() || gone_uid.as_deref() == uid).then_some(*started)
+    /// The pod named `name` seen going, if its going was seen (this controller may have started
+    /// after it): its uid and whether its code had started.
+    pub fn gone(&self, name: &str) -> Option<(Option<String>, CodeStarted)> {
+        self.lock_gone().get(name).cloned()
     }
 
-    fn lock_gone(&self) -> std::sync::MutexGuard<'_, Gone> {
+    fn lock_gone(&self) -> std::sync::MutexGuard<'_, Recent<(Option<String>, CodeStarted)>> {
         self.gone.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn lock_made(&self) -> std::sync::MutexGuard<'_, Recent<(String, String)>> {
+        self.made.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn len(&self) -> usize {
@@ -288,22 +329,58 @@ mod tests {
         // Deleted while pending: its code never started.
         seen.observe(&Event::Apply(pod("a", waiting.clone())));
         seen.observe(&Event::Delete(pod("a", waiting.clone())));
-        assert_eq!(seen.gone_started("a", Some("u-1")), Some(CodeStarted::No));
+        assert_eq!(seen.gone("a"), Some((Some("u-1".into()), CodeStarted::No)));
         // Seen running, then deleted with a copy that no longer says so: it started.
         seen.observe(&Event::Apply(pod("b", running.clone())));
         seen.observe(&Event::Delete(pod("b", json!({}))));
-        assert_eq!(seen.gone_started("b", None), Some(CodeStarted::Yes));
-        // Gone from a relist while running: it started. Another attempt's uid is not this one.
+        assert_eq!(seen.gone("b").map(|(_, started)| started), Some(CodeStarted::Yes));
+        // Gone from a relist while running: it started.
         seen.observe(&Event::Apply(pod("c", running)));
         // Gone from a relist, last seen pending: its Running may have come and gone in the gap,
         // so whether it started is not known (and it is not run again unasked).
         seen.observe(&Event::Apply(pod("e", waiting)));
         seen.observe(&Event::Init);
         seen.observe(&Event::InitDone);
-        assert_eq!(seen.gone_started("c", Some("u-1")), Some(CodeStarted::Yes));
-        assert_eq!(seen.gone_started("c", Some("u-2")), None, "another attempt's pod");
-        assert_eq!(seen.gone_started("e", None), Some(CodeStarted::NotKnown));
-        assert_eq!(seen.gone_started("d", None), None, "never seen going");
+        assert_eq!(seen.gone("c"), Some((Some("u-1".into()), CodeStarted::Yes)));
+        assert_eq!(seen.gone("e").map(|(_, started)| started), Some(CodeStarted::NotKnown));
+        assert_eq!(seen.gone("d"), None, "never seen going");
+    }
+
+    #[test]
+    fn a_pod_made_and_gone_before_the_watch_showed_it_may_have_run() {
+        let seen = PodsSeen::default();
+        let made = pod("a", json!({"phase": "Pending"}));
+        seen.made(&made);
+        assert_eq!(seen.made_unseen("a").as_deref(), Some("u-1"), "made, not shown by the watch yet");
+        // The reconcile asked the API server and found no pod: it may have run in between.
+        seen.went_unseen("a", "u-1");
+        assert_eq!(seen.made_unseen("a"), None);
+        assert_eq!(seen.gone("a"), Some((Some("u-1".into()), CodeStarted::NotKnown)));
+        // A going the watch did see is never overwritten by the guess.
+        seen.made(&made);
+        seen.observe(&Event::Apply(made.clone()));
+        assert!(!seen.is_news(&made), "the pod as made");
+        assert_eq!(seen.made_unseen("a"), None, "shown by the watch");
+        seen.observe(&Event::Delete(made.clone()));
+        seen.went_unseen("a", "u-1");
+        assert_eq!(seen.gone("a"), Some((Some("u-1".into()), CodeStarted::No)));
+    }
+
+    #[test]
+    fn what_is_remembered_is_bounded_oldest_first() {
+        let mut recent = Recent::default();
+        for n in 0..KEPT + 10 {
+            recent.note(&format!("p{n}"), n);
+            // Taken at once (the usual life of a pod's made note), or noted twice.
+            if n % 2 == 0 {
+                recent.take(&format!("p{n}"));
+            } else {
+                recent.note(&format!("p{n}"), n);
+            }
+        }
+        assert!(recent.order.len() <= KEPT && recent.values.len() <= KEPT);
+        assert_eq!(recent.get(&format!("p{}", KEPT + 9)), Some(&(KEPT + 9)), "the newest stays");
+        assert_eq!(recent.get("p1"), None, "the oldest went");
     }
 
     #[test]

@@ -108,6 +108,8 @@ struct Case {
     /// the default when the status names a pod), after (`Some(true)`), or never saw it go
     /// (`None`, the default when it names none).
     gone_started: Option<CodeStarted>,
+    /// The uid of the pod seen going, when the case names it.
+    gone_uid: Option<&'static str>,
     archive: Archive,
     log_read_error: bool,
     steps: &'static [&'static str],
@@ -116,14 +118,35 @@ struct Case {
 
 fn case(name: &'static str, job: FunctionJob, row: Option<Row>, pod: Option<Pod>) -> Case {
     // A pod the status names was seen going before its code started; one it does not name was
-    // never seen.
-    let gone_started = job.status.as_ref().and_then(|status| status.pod_name.as_ref()).map(|_| CodeStarted::No);
-    Case { name, job, row, pod, gone_started, archive: Archive::Unknown, log_read_error: false, steps: &[], next: "" }
+    // never seen; an ended attempt's is not reported (the reconcile leaves it out).
+    let gone_started = job
+        .status
+        .as_ref()
+        .filter(|status| status.pod_name.is_some())
+        .filter(|status| status.retries.iter().all(|retry| retry.pod_uid.is_none() || retry.pod_uid != status.pod_uid))
+        .map(|_| CodeStarted::No);
+    Case {
+        name,
+        job,
+        row,
+        pod,
+        gone_started,
+        gone_uid: None,
+        archive: Archive::Unknown,
+        log_read_error: false,
+        steps: &[],
+        next: "",
+    }
 }
 
 impl Case {
     fn gone(self, gone_started: Option<CodeStarted>) -> Case {
         Case { gone_started, ..self }
+    }
+
+    /// Made, then gone before the watch or the status named it: seen gone by the reconcile.
+    fn went_unseen(self, uid: &'static str) -> Case {
+        Case { gone_started: Some(CodeStarted::NotKnown), gone_uid: Some(uid), ..self }
     }
 
     fn archive(self, archive: Archive) -> Case {
@@ -145,6 +168,7 @@ impl Case {
             row: self.row.clone(),
             pod: self.pod.clone(),
             gone_pod_started: self.gone_started,
+            gone_pod_uid: self.gone_uid.map(str::to_string),
             archive: self.archive.clone(),
             log_read_error: self.log_read_error.then(|| "the log request was refused".into()),
             moved: None,
@@ -582,6 +606,30 @@ fn what_the_cluster_ended_is_retried_within_the_bound() {
         )
         .gives(&["record retry 2 from PENDING", "write PENDING"], "requeue 10 s"),
         case(
+            "the next attempt's pod came and went before the status named it",
+            resource(retried("PENDING", &[(1, "u1")], -1, "u1"), false, None),
+            row(Pending, false),
+            None,
+        )
+        .went_unseen("u2")
+        .gives(&["move PENDING→FAILED (warning)"], "look at archive"),
+        case(
+            "the next attempt's pod came and went unseen, opted in",
+            opted_in(resource(retried("PENDING", &[(1, "u1")], -1, "u1"), false, None)),
+            row(Pending, false),
+            None,
+        )
+        .went_unseen("u2")
+        .gives(&["record retry 2 from PENDING", "write PENDING"], "requeue 10 s"),
+        case(
+            "the first pod came and went before the status named it",
+            resource(written("PENDING", false, None, &[]), false, None),
+            row(Pending, false),
+            None,
+        )
+        .went_unseen("u1")
+        .gives(&["move PENDING→FAILED (warning)"], "look at archive"),
+        case(
             "retries exhausted",
             resource(retried("PENDING", &[(1, "u1"), (2, "u2")], -1, "u3"), false, None),
             Some(Row { retries: 2, ..row(Pending, false).unwrap() }),
@@ -619,6 +667,14 @@ fn what_the_cluster_ended_is_retried_within_the_bound() {
     let plan = plan(&exhausted.observed(), &WINDOWS);
     let Step::Move { note, .. } = &plan.steps[0] else { panic!("{plan:?}") };
     assert!(note.message.as_deref().unwrap().ends_with("(Evicted): low after 3 attempts"), "{note:?}");
+    // A pod that went unseen is the attempt that ended: recorded by its uid, so the next
+    // reconcile waits for attempt 3 instead of counting the same pod's going again.
+    let unseen = cases.iter().find(|case| case.name.ends_with("came and went unseen, opted in")).unwrap();
+    let unseen_plan = super::plan(&unseen.observed(), &WINDOWS);
+    let Some(Step::WriteStatus(status)) = unseen_plan.steps.last() else { panic!("{unseen_plan:?}") };
+    assert_eq!(status.pod_uid.as_deref(), Some("u2"));
+    assert_eq!(status.retries.last().and_then(|retry| retry.pod_uid.as_deref()), Some("u2"));
+    assert!(status.message.as_deref().unwrap().contains("whether its code had started is not known"), "{status:?}");
 }
 
 #[test]
