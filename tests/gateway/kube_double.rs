@@ -223,6 +223,13 @@ impl ApiServer {
         });
     }
 
+    /// Whether an injected fault matching exactly this method and path is still waiting for
+    /// its request.
+    pub fn fault_armed(&self, method: &str, path_contains: &str) -> bool {
+        let method = method.to_ascii_uppercase();
+        self.lock().faults.iter().any(|f| f.method == method && f.path_contains == path_contains)
+    }
+
     /// Never answers the next `times` requests matching as in [`ApiServer::fail_next`]: each
     /// waits until its client gives up (a connection that went quiet, a stuck API server).
     pub fn hang_next(&self, method: &str, path_contains: &str, times: usize) {

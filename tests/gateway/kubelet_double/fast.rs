@@ -64,8 +64,9 @@ pub struct FastKubelet {
     processes: Kubelet,
     /// Pods whose life is being played (their "containers" run).
     active: Arc<Mutex<HashSet<String>>>,
-    /// Pods seen per job id (a second one is a retry).
-    attempts: Arc<Mutex<HashMap<String, usize>>>,
+    /// The uids of the pods whose life was played, per job id, in order (a second is a retry;
+    /// a uid twice is one pod's life played twice).
+    attempts: Arc<Mutex<HashMap<String, Vec<String>>>>,
     /// (function, job id, user label) of pods that reached the point their owner acts at.
     reached: mpsc::UnboundedSender<(String, String, String)>,
     created: Arc<AtomicUsize>,
@@ -112,11 +113,9 @@ impl FastKubelet {
         self.created.load(Ordering::Relaxed)
     }
 
-    /// Jobs that had more than one pod (each extra pod a retry), and those extra pods.
-    pub fn retried(&self) -> (usize, usize) {
-        let attempts = self.attempts.lock().expect("lock");
-        let retried = attempts.values().filter(|n| **n > 1).count();
-        (retried, attempts.values().map(|n| n.saturating_sub(1)).sum())
+    /// The uids of the pods whose life was played, per job id, in order.
+    pub fn pods_played(&self) -> HashMap<String, Vec<String>> {
+        self.attempts.lock().expect("lock").clone()
     }
 
     async fn follow(self, mut changes: broadcast::Receiver<crate::kube_double::Change>) {
@@ -200,9 +199,9 @@ impl FastKubelet {
         let user = label(&pod, gantry::crd::LABEL_USER).to_string();
         let attempt = {
             let mut attempts = self.attempts.lock().expect("lock");
-            let count = attempts.entry(job.clone()).or_default();
-            *count += 1;
-            *count
+            let played = attempts.entry(job.clone()).or_default();
+            played.push(uid_of(&pod).to_string());
+            played.len()
         };
         let run = match self.runs.lock().expect("lock").get(&function).copied().unwrap_or(Run::Succeed) {
             Run::Process => Run::Process,
