@@ -22,7 +22,7 @@ use tracing::Instrument;
 use super::build::{PodSettings, build_pod};
 use super::leader::LeaseSettings;
 use super::plan::{Archive, Next, Observed, Plan, Row, Step, Windows, ask_for_pod, plan};
-use super::retry::error_backoff;
+use super::retry::{error_backoff, gone_of_current_attempt};
 use super::seen::PodsSeen;
 use super::status::{LogState, NO_LOG};
 use crate::compute::move_job;
@@ -366,11 +366,8 @@ async fn observe<'a>(ctx: &Context, job: &'a FunctionJob, deleting: bool) -> Res
             seen.went_unseen(&name, uid);
         }
     }
-    // The pods of attempts the status records as ended are history.
-    let previous = job.status.as_ref();
-    let ended = |uid: &str| previous.is_some_and(|p| p.retries.iter().any(|r| r.pod_uid.as_deref() == Some(uid)));
     let gone = match (&pod, seen) {
-        (None, Some(seen)) => seen.gone(&name).filter(|(uid, _)| uid.as_deref().is_none_or(|uid| !ended(uid))),
+        (None, Some(seen)) => gone_of_current_attempt(job.status.as_ref(), seen.gone(&name)),
         _ => None,
     };
     let (gone_pod_uid, gone_pod_started) = gone.map_or((None, None), |(uid, started)| (uid, Some(started)));

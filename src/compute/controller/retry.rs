@@ -207,6 +207,16 @@ pub fn stage(previous: &FunctionJobStatus, pod: Option<&Pod>, next_went: bool) -
     }
 }
 
+/// A pod seen going (its uid, whether its code had started), as far as it tells about the
+/// job's current attempt: the pod of an attempt the status records as ended is history.
+pub fn gone_of_current_attempt(
+    previous: Option<&FunctionJobStatus>,
+    gone: Option<(Option<String>, CodeStarted)>,
+) -> Option<(Option<String>, CodeStarted)> {
+    let ended = |uid: &str| previous.is_some_and(|p| p.retries.iter().any(|r| r.pod_uid.as_deref() == Some(uid)));
+    gone.filter(|(uid, _)| uid.as_deref().is_none_or(|uid| !ended(uid)))
+}
+
 /// The wait after the `failures`th failed reconcile of a resource in a row: 1 s, doubling, at
 /// most 5 minutes.
 pub fn error_backoff(failures: u32) -> Duration {
@@ -366,5 +376,12 @@ mod tests {
             "the next pod was made and is gone: a fault of its own"
         );
         assert_eq!(stage(&FunctionJobStatus::default(), Some(&old), false), Stage::Current);
+        // What went: the ended attempt's pod is history, the next one's (or one of no known uid)
+        // is the current attempt's.
+        let went = |uid: Option<&str>| Some((uid.map(str::to_string), CodeStarted::Yes));
+        assert_eq!(gone_of_current_attempt(Some(&status), went(Some("old"))), None, "another attempt's pod");
+        assert_eq!(gone_of_current_attempt(Some(&status), went(Some("new"))), went(Some("new")));
+        assert_eq!(gone_of_current_attempt(Some(&status), went(None)), went(None));
+        assert_eq!(gone_of_current_attempt(None, went(Some("old"))), went(Some("old")));
     }
 }

@@ -119,12 +119,9 @@ struct Case {
 fn case(name: &'static str, job: FunctionJob, row: Option<Row>, pod: Option<Pod>) -> Case {
     // A pod the status names was seen going before its code started; one it does not name was
     // never seen; an ended attempt's is not reported (the reconcile leaves it out).
-    let gone_started = job
-        .status
-        .as_ref()
-        .filter(|status| status.pod_name.is_some())
-        .filter(|status| status.retries.iter().all(|retry| retry.pod_uid.is_none() || retry.pod_uid != status.pod_uid))
-        .map(|_| CodeStarted::No);
+    let status = job.status.as_ref().filter(|status| status.pod_name.is_some());
+    let went = status.map(|status| (status.pod_uid.clone(), CodeStarted::No));
+    let gone_started = retry::gone_of_current_attempt(status, went).map(|(_, started)| started);
     Case {
         name,
         job,
