@@ -90,6 +90,8 @@ db.execute("DELETE FROM job_counts")
 db.execute("DELETE FROM job_counts_by_day")
 db.execute("INSERT INTO job_counts (author_id, program_id, status, n) SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY 1, 2, 3")
 db.execute("INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4")
+db.execute("DELETE FROM job_slot_counts")
+db.execute("INSERT INTO job_slot_counts (gpu, shard, n) SELECT gpu, 0, COUNT(*) FROM jobs WHERE status IN ('PENDING', 'RUNNING') GROUP BY gpu")
 db.commit()
 db.execute("ANALYZE")
 PY
@@ -110,6 +112,9 @@ INSERT INTO job_counts (author_id, program_id, status, n)
 SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY 1, 2, 3;
 INSERT INTO job_counts_by_day (author_id, program_id, status, day, n)
 SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4;
+DELETE FROM job_slot_counts;
+INSERT INTO job_slot_counts (gpu, shard, n)
+SELECT gpu, 0, COUNT(*) FROM jobs WHERE status IN ('PENDING', 'RUNNING') GROUP BY gpu;
 VACUUM ANALYZE jobs;
 SQL
 }

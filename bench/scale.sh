@@ -125,6 +125,9 @@ INSERT INTO job_counts (author_id, program_id, status, n)
 SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY 1, 2, 3;
 INSERT INTO job_counts_by_day (author_id, program_id, status, day, n)
 SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4;
+DELETE FROM job_slot_counts;
+INSERT INTO job_slot_counts (gpu, shard, n)
+SELECT gpu, 0, COUNT(*) FROM jobs WHERE status IN ('PENDING', 'RUNNING') GROUP BY gpu;
 SQL
   psql "$url" -qc "VACUUM ANALYZE"
   echo "- $size: kept counts, VACUUM ANALYZE $(elapsed "$t") s; the whole seed $(elapsed "$t0") s; database $(psql "$url" -qtAc "SELECT pg_size_pretty(pg_database_size(current_database()))")" >>"$OUT/seed.md"
@@ -291,7 +294,7 @@ explain() {
   }
   local count_b="(SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM job_counts jc LEFT JOIN programs p ON p.id = jc.program_id WHERE jc.author_id = '$heavy')"
   local count_c="(SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM job_counts_by_day jc LEFT JOIN programs p ON p.id = jc.program_id WHERE jc.author_id = '$heavy' AND jc.status = 'SUCCEEDED' AND jc.day > $day) + (SELECT COUNT(*) FROM jobs j WHERE j.author_id = '$heavy' AND j.status = 'SUCCEEDED' AND j.created >= $after_us AND j.created < $(( (day + 1) * 86400000000 )))"
-  local count_p="(SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM job_counts jc LEFT JOIN programs p ON p.id = jc.program_id WHERE p.provider_id = '$provider_id')"
+  local count_p="(SELECT CAST(COALESCE(SUM((SELECT SUM(jc.n) FROM job_counts jc WHERE jc.program_id = p.id)), 0) AS BIGINT) FROM programs p WHERE p.provider_id = '$provider_id')"
   local count_g="(SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM job_counts jc LEFT JOIN programs p ON p.id = jc.program_id WHERE jc.program_id IN ('$function'))"
   {
     echo "### $size"

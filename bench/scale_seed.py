@@ -8,7 +8,8 @@ The shape (see docs/benchmarks.md, "Scale"):
 - users `user1` .. `userU` (token = name with the mock_token mechanism); jobs are given to users
   by a Zipf law (s = 1) on their rank: user1 holds about JOBS / H(U) of them (827,000 of 10 M
   over 100,000 users), user100 about 1 % of that, most users a handful;
-- providers `prov0` ..; functions `fn<f>` of provider `prov<f mod P>`, written by user1;
+- providers `prov0` ..; functions `fn<f>` of provider `prov<f mod P>`, written by the user of
+  rank U - (f mod P) (one of the lightest users per provider: the heaviest user writes none);
 - user u (rank u) runs 5 functions if u <= 10, else 1 + u mod 5, picked at random per job among
   them; function m of user u is (u * 7919 + m * 104729) mod F, so the functions of the heaviest
   users (and their providers) are the heaviest;
@@ -55,7 +56,7 @@ def main():
     elif table == "programs":
         # id, title, provider_id, author_id, entrypoint, artifact_key, created, updated
         out.writelines(
-            f"{program_id(f)}\tfn{f}\t{provider_id(f % providers)}\t{user_id(1)}\tmain.py\t"
+            f"{program_id(f)}\tfn{f}\t{provider_id(f % providers)}\t{user_id(users - f % providers)}\tmain.py\t"
             f"seed/fn{f}.tar\t{start}\t{start}\n"
             for f in range(functions)
         )

@@ -327,6 +327,12 @@ impl Caller {
         }
     }
 
+    /// Whether the caller works through an instance, whose permissions may open any provider
+    /// function.
+    pub fn has_instance(&self) -> bool {
+        self.instance.is_some()
+    }
+
     /// The instance's permissions on a function (none without an instance).
     pub fn permissions_on(&self, provider: Option<&str>, title: &str) -> Permissions {
         self.instance.as_ref().map(|access| access.on(provider, title)).unwrap_or_default()

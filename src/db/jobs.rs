@@ -82,6 +82,21 @@ pub(super) const COUNT_ADD: [&str; 2] = [
      ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n",
 ];
 
+/// Adds `$3` to the slots in use of the kind `$1` (GPU or not) in its row `$2` (migration 0016).
+const SLOT_ADD: &str = "INSERT INTO job_slot_counts (gpu, shard, n) VALUES ($1, $2, $3) \
+     ON CONFLICT (gpu, shard) DO UPDATE SET n = job_slot_counts.n + excluded.n";
+
+/// Rows per kind of the slots in use: moves take them in turn, so concurrent moves of one
+/// process never wait for each other's row.
+const SLOT_SHARDS: u64 = 16;
+
+/// The slots-in-use row the next move of this process changes.
+fn slot_shard() -> i64 {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SLOT_SHARDS;
+    i64::try_from(next).unwrap_or(0)
+}
+
 /// Microseconds in a day: the counts are kept per creation day.
 pub(super) const DAY_MICROS: i64 = 86_400_000_000;
 
@@ -285,13 +300,13 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
     let ids = (0..job_ids.len()).map(|i| format!("${}", i + 6)).collect::<Vec<_>>().join(", ");
     let update = format!(
         "{} WHERE status = $2 AND id IN ({ids}) \
-         RETURNING id, author_id, COALESCE(program_id, ''), created, event_seq",
+         RETURNING id, author_id, COALESCE(program_id, ''), created, event_seq, gpu",
         move_job!("$5")
     );
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
         let mut tx = pool.begin().await?;
-        let mut query = sqlx::query_as::<_, (String, String, String, i64, i64)>(&update)
+        let mut query = sqlx::query_as::<_, (String, String, String, i64, i64, bool)>(&update)
             .bind(mv.to.as_str())
             .bind(mv.from.as_str())
             .bind(now)
@@ -304,8 +319,11 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
         // Jobs moved per (author, function, creation day), for the counters.
         let mut counted: std::collections::BTreeMap<(String, String, i64), i64> = Default::default();
         let mut seqs = std::collections::HashMap::new();
-        for (job_id, author_id, program_id, created, seq) in updated {
+        // Jobs moved per kind (CPU, GPU), for the slots in use.
+        let mut kinds = [0i64; 2];
+        for (job_id, author_id, program_id, created, seq, gpu) in updated {
             *counted.entry((author_id, program_id, day_of(created))).or_default() += 1;
+            kinds[usize::from(gpu)] += 1;
             seqs.insert(job_id, seq);
         }
         let moved: Vec<String> = job_ids.iter().filter(|id| seqs.contains_key(*id)).cloned().collect();
@@ -352,22 +370,31 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
                     .await?;
             }
         }
+        // The slots in use last of all, CPU before GPU (every writer's order).
+        if mv.slot_change() != 0 {
+            for (gpu, jobs) in [(false, kinds[0]), (true, kinds[1])] {
+                if jobs > 0 {
+                    sqlx::query(SLOT_ADD).bind(gpu).bind(slot_shard()).bind(jobs * mv.slot_change()).execute(&mut *tx).await?;
+                }
+            }
+        }
         tx.commit().await?;
         Ok(moved)
     }.await)
     .map_err(query_error("move job status"))
 }
 
-/// One job's move on PostgreSQL without outbound sinks: the move, its event and the four
-/// counter changes in one statement, one round trip. Counter rows are locked as every other
-/// writer locks them: totals in status order, and each per-day row after its total (it reads
-/// the totals' rows), so concurrent moves and runs cannot deadlock.
+/// One job's move on PostgreSQL without outbound sinks: the move, its event, the four counter
+/// changes and the slots in use in one statement, one round trip. Counter rows are locked as
+/// every other writer locks them: totals in status order, and each per-day row after its total
+/// (it reads the totals' rows), the slots' row last (its sub-statement is referenced by none,
+/// so it runs after those that are), so concurrent moves and runs cannot deadlock.
 async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Result<Vec<String>, sqlx::Error> {
     let moved: Option<i64> = sqlx::query_scalar(concat!(
         "WITH moved AS (",
         move_job!("$11"),
         " WHERE status = $2 AND id = $5 \
-           RETURNING id, author_id, COALESCE(program_id, '') AS program_id, created / $10 AS day, event_seq), \
+           RETURNING id, author_id, COALESCE(program_id, '') AS program_id, created / $10 AS day, event_seq, gpu), \
          event AS ( \
            INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
            SELECT $6, id, event_seq, $3, 'STATUS_CHANGE', $7, $8, $9 FROM moved), \
@@ -381,7 +408,10 @@ async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Re
            INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
            SELECT c.author_id, c.program_id, c.status, m.day, CASE WHEN c.status = $1 THEN 1 ELSE -1 END \
            FROM counted c CROSS JOIN moved m ORDER BY c.status \
-           ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n) \
+           ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n), \
+         slots AS ( \
+           INSERT INTO job_slot_counts (gpu, shard, n) SELECT gpu, $12, $13 FROM moved WHERE $13 <> 0 \
+           ON CONFLICT (gpu, shard) DO UPDATE SET n = job_slot_counts.n + excluded.n) \
          SELECT event_seq FROM moved"
     ))
     .bind(mv.to.as_str())
@@ -395,6 +425,8 @@ async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Re
     .bind(mv.data.to_string())
     .bind(DAY_MICROS)
     .bind(mv.reason())
+    .bind(slot_shard())
+    .bind(mv.slot_change())
     .fetch_optional(pool)
     .await?;
     Ok(moved.map(|_| vec![job_id.to_string()]).unwrap_or_default())
@@ -663,9 +695,11 @@ pub async fn in_flight_load(db: &Db) -> Result<Vec<(String, bool, i64)>, Error> 
     .map_err(query_error("count running jobs"))
 }
 
-/// How many jobs are in each status (for metrics).
+/// How many jobs are in each status (for metrics), from the kept counts: their rows grow with
+/// users and functions, not with jobs (a `COUNT(*)` of `jobs` read all 10 million rows).
 pub async fn count_by_status(db: &Db) -> Result<Vec<(String, i64)>, Error> {
-    on_db!(db, pool => sqlx::query_as::<_, (String, i64)>("SELECT status, COUNT(*) FROM jobs GROUP BY status")
+    on_db!(db, pool => sqlx::query_as::<_, (String, i64)>(
+        "SELECT status, CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts GROUP BY status")
         .fetch_all(pool)
         .await)
     .map_err(query_error("count jobs by status"))

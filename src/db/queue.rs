@@ -50,13 +50,14 @@ pub async fn active_counts(db: &Db, author_id: &str) -> Result<Vec<(String, i64)
     .map_err(query_error("count the caller's active jobs"))
 }
 
-/// Pending+running jobs of every user: (CPU jobs, GPU jobs), the slots admission fills.
+/// Pending+running jobs of every user: (CPU jobs, GPU jobs), the slots admission fills; from
+/// the slots in use kept with every move (migration 0016), a few rows whatever the history.
 pub async fn slots_in_use(db: &Db) -> Result<(i64, i64), Error> {
     let rows = on_db!(db, pool => sqlx::query_as::<_, (bool, i64)>(
-        "SELECT gpu, COUNT(*) FROM jobs WHERE status IN ('PENDING','RUNNING') GROUP BY gpu")
+        "SELECT gpu, CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_slot_counts GROUP BY gpu")
         .fetch_all(pool)
         .await)
-    .map_err(query_error("count the jobs holding slots"))?;
+    .map_err(query_error("read the slots in use"))?;
     let of = |gpu: bool| rows.iter().filter(|(g, _)| *g == gpu).map(|(_, n)| n).sum::<i64>();
     Ok((of(false), of(true)))
 }

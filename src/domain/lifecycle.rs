@@ -61,6 +61,11 @@ impl JobStatus {
     pub fn is_active(self) -> bool {
         !self.is_terminal()
     }
+
+    /// Holds one of admission's slots (CPU or GPU): admitted and not yet ended.
+    pub fn holds_slot(self) -> bool {
+        matches!(self, JobStatus::Pending | JobStatus::Running)
+    }
 }
 
 impl fmt::Display for JobStatus {
@@ -234,6 +239,12 @@ impl Move {
     pub fn reason(&self) -> Option<&str> {
         self.data.get("reason").and_then(serde_json::Value::as_str)
     }
+
+    /// What the move changes in the slots in use of its job's kind: +1 into PENDING/RUNNING,
+    /// -1 out of them, 0 otherwise.
+    pub fn slot_change(&self) -> i64 {
+        i64::from(self.to.holds_slot()) - i64::from(self.from.holds_slot())
+    }
 }
 
 /// Decides the move for `trigger` from `current`, or `None` when the trigger does not apply
@@ -387,5 +398,18 @@ mod tests {
         assert!("DONE".parse::<JobStatus>().is_err());
         assert_eq!(JobStatus::ACTIVE.iter().filter(|s| s.is_active()).count(), 3);
         assert!(Stopped.is_terminal() && !Running.is_terminal());
+    }
+
+    #[test]
+    fn moves_into_and_out_of_pending_and_running_change_the_slots_in_use() {
+        let change = |from: JobStatus, trigger: Trigger| decide(from, &trigger).unwrap().slot_change();
+        assert_eq!(change(Queued, Trigger::Admitted), 1);
+        assert_eq!(change(Pending, Trigger::Started), 0);
+        assert_eq!(change(Running, Trigger::Retrying { reason: "evicted".into() }), 0);
+        assert_eq!(change(Running, Trigger::Exited { success: true }), -1);
+        assert_eq!(change(Pending, Trigger::StopRequested), -1);
+        assert_eq!(change(Queued, Trigger::StopRequested), 0);
+        let holding: Vec<JobStatus> = JobStatus::ALL.into_iter().filter(|s| s.holds_slot()).collect();
+        assert_eq!(holding, [Pending, Running]);
     }
 }

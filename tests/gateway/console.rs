@@ -13,6 +13,7 @@ both_backends!(
     the_console_is_served_under_a_strict_policy,
     the_queue_says_where_my_jobs_stand,
     the_queue_says_which_limit_holds_each_queued_job,
+    the_slots_in_use_are_kept_with_every_move,
 );
 
 /// A GET without a token: status, headers and body.
@@ -198,4 +199,64 @@ async fn the_queue_says_which_limit_holds_each_queued_job(backend: Backend) {
     let waits: Vec<&str> =
         queue["jobs"].as_array().unwrap()[1..].iter().map(|j| j["waiting_for"].as_str().unwrap()).collect();
     assert_eq!(waits, ["next_admission", "running_limit"], "{queue}");
+}
+
+/// The slots in use (migration 0016) are kept with every move, on each path a move takes: one
+/// job alone (PostgreSQL's one-statement move) or with outbound events, an admission pass of
+/// several, CPU and GPU jobs, a retry, a stop; they always equal a count of the pending and
+/// running jobs.
+async fn the_slots_in_use_are_kept_with_every_move(backend: Backend) {
+    use gantry::db::{Db, jobs, queue};
+    use gantry::domain::lifecycle::{JobStatus, Trigger, decide};
+    let gateway = Gateway::start(backend).await;
+    gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
+    let mut ids = Vec::new();
+    for _ in 0..6 {
+        ids.push(run(&gateway, "alice").await);
+    }
+    let db = &gateway.state.db;
+    // The last two are GPU jobs: a move reads the kind from the job's row.
+    let gpu = "UPDATE jobs SET gpu = TRUE WHERE id IN ($1, $2)";
+    match db {
+        Db::Postgres(pool) => sqlx::query(gpu).bind(&ids[4]).bind(&ids[5]).execute(pool).await.map(|_| ()),
+        Db::Sqlite(pool, _) => sqlx::query(gpu).bind(&ids[4]).bind(&ids[5]).execute(pool).await.map(|_| ()),
+    }
+    .unwrap();
+    let check = |step: &'static str, expected: (i64, i64)| async move {
+        let count = "SELECT gpu, COUNT(*) FROM jobs WHERE status IN ('PENDING', 'RUNNING') GROUP BY gpu";
+        let rows: Vec<(bool, i64)> = match db {
+            Db::Postgres(pool) => sqlx::query_as(count).fetch_all(pool).await,
+            Db::Sqlite(pool, _) => sqlx::query_as(count).fetch_all(pool).await,
+        }
+        .unwrap();
+        let of = |kind: bool| rows.iter().filter(|(g, _)| *g == kind).map(|(_, n)| n).sum::<i64>();
+        assert_eq!((of(false), of(true)), expected, "{step}: the jobs themselves");
+        assert_eq!(queue::slots_in_use(db).await.unwrap(), expected, "{step}: the kept slots");
+    };
+    let mv = |from: JobStatus, trigger: Trigger| decide(from, &trigger).unwrap();
+    let admit = mv(JobStatus::Queued, Trigger::Admitted);
+    check("nothing admitted", (0, 0)).await;
+    let pass = [ids[0].clone(), ids[1].clone(), ids[4].clone()];
+    assert_eq!(jobs::apply_moves(db, &pass, &admit, true).await.unwrap().len(), 3);
+    check("an admission pass of two CPU jobs and a GPU job", (2, 1)).await;
+    assert!(jobs::apply_move(db, &ids[2], &admit, false).await.unwrap());
+    assert!(jobs::apply_move(db, &ids[5], &admit, true).await.unwrap());
+    check("one at a time, without and with outbound events", (3, 2)).await;
+    assert!(!jobs::apply_move(db, &ids[2], &admit, false).await.unwrap());
+    assert!(jobs::apply_moves(db, &pass, &admit, false).await.unwrap().is_empty());
+    check("moves that no longer apply change nothing", (3, 2)).await;
+    assert!(jobs::apply_move(db, &ids[0], &mv(JobStatus::Pending, Trigger::Started), false).await.unwrap());
+    assert!(jobs::apply_move(db, &ids[4], &mv(JobStatus::Pending, Trigger::Started), true).await.unwrap());
+    let retry = mv(JobStatus::Running, Trigger::Retrying { reason: "evicted".into() });
+    assert!(jobs::apply_move(db, &ids[0], &retry, false).await.unwrap());
+    check("started and retried jobs keep their slot", (3, 2)).await;
+    assert!(jobs::apply_move(db, &ids[1], &mv(JobStatus::Pending, Trigger::StopRequested), false).await.unwrap());
+    assert!(jobs::apply_move(db, &ids[3], &mv(JobStatus::Queued, Trigger::StopRequested), false).await.unwrap());
+    let exit = mv(JobStatus::Running, Trigger::Exited { success: false });
+    assert!(jobs::apply_move(db, &ids[4], &exit, true).await.unwrap());
+    check("a stopped pending job and a failed GPU job free theirs, a stopped queued one none", (2, 1)).await;
+    let done = [ids[0].clone(), ids[2].clone(), ids[5].clone()];
+    let stop = mv(JobStatus::Pending, Trigger::StopRequested);
+    assert_eq!(jobs::apply_moves(db, &done, &stop, false).await.unwrap().len(), 3);
+    check("every job ended", (0, 0)).await;
 }

@@ -664,6 +664,19 @@ async fn provider_job_listing_and_logs(backend: Backend) {
     };
     assert_eq!(list("erin", "provider=acme").await.1, 2);
     assert_eq!(list("erin", "provider=acme&function=tool").await.1, 1);
+    // The count sums each of the provider's functions' kept counts: another provider's jobs are
+    // not in it, the status and creation filters narrow it.
+    gateway.provider("beta", None, "bob").await;
+    gateway.upload_function("bob", &[("title", "beta/x"), ("entrypoint", "main.py")]).await;
+    let beta = gateway
+        .post_json("/api/v1/programs/run/", "bob", json!({"title": "x", "provider": "beta", "arguments": "{}"}))
+        .await;
+    assert_eq!(beta.status, 200, "{}", beta.json);
+    assert_eq!(list("bob", "provider=beta").await.1, 1);
+    assert_eq!(list("erin", "provider=acme").await.1, 2);
+    assert_eq!(list("erin", "provider=acme&status=QUEUED&created_after=2000-01-01T00:00:00Z").await.1, 2);
+    assert_eq!(list("erin", "provider=acme&status=SUCCEEDED").await.1, 0);
+    assert_eq!(list("erin", "provider=acme&function=tool&created_after=2999-01-01T00:00:00Z").await.1, 0);
     assert_eq!(list("paul", "provider=acme").await.1, 1, "the author sees the jobs of the function he wrote");
     assert_eq!(list("paul", "provider=acme&function=other").await, (404, -1, "Provider acme doesn't exist.".into()));
     assert_eq!(list("alice", "provider=acme").await, (404, -1, "Provider acme doesn't exist.".into()));

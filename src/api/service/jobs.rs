@@ -338,12 +338,13 @@ pub async fn list_provider(
         None if is_admin => {}
         None => {
             // Authors of provider functions see the jobs of the functions they wrote.
-            let authored: Vec<String> = programs::list_candidates(&state.db, &caller.user_id, Some(&provider_name))
-                .await?
-                .into_iter()
-                .filter(|program| visibility::can_manage(caller.access(program), ProviderOperation::Jobs))
-                .map(|program| program.id)
-                .collect();
+            let authored: Vec<String> =
+                programs::list_candidates(&state.db, &caller.user_id, Some(&provider_name), caller.has_instance())
+                    .await?
+                    .into_iter()
+                    .filter(|program| visibility::can_manage(caller.access(program), ProviderOperation::Jobs))
+                    .map(|program| program.id)
+                    .collect();
             if authored.is_empty() {
                 return Err(ApiError::provider_not_found(&provider_name));
             }

@@ -32,7 +32,8 @@ fn bad(message: impl Into<String>) -> ApiError {
 /// The functions the caller can see, as `filter` narrows them.
 pub async fn list(state: &AppState, caller: &Caller, query: ProgramsQuery) -> Result<Vec<FunctionRecord>, ApiError> {
     let provider = query.provider.as_deref().map(|p| names::sanitize_title(p, false)).filter(|p| !p.is_empty());
-    let rows = programs::list_candidates(&state.db, &caller.user_id, provider.as_deref()).await?;
+    let rows =
+        programs::list_candidates(&state.db, &caller.user_id, provider.as_deref(), caller.has_instance()).await?;
     let rule: fn(FunctionAccess) -> bool = match query.filter.as_deref() {
         Some("serverless") => |access| !access.has_provider && access.is_author,
         Some("catalog") => visibility::in_catalog,

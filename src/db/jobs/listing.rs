@@ -87,13 +87,34 @@ impl JobFilter {
     /// The count of matching jobs, as one SQL expression: from the kept counts; with
     /// `created_after`, the whole days after its day from `job_counts_by_day` plus that day's
     /// rows counted in `jobs`.
+    ///
+    /// A provider's count sums its functions' counts one function at a time (a correlated
+    /// subquery per function: a range of `job_counts_program_idx` each). Joined, the planner
+    /// read all of `job_counts` instead (926,000 rows, 243 ms at 10 million jobs), as it cannot
+    /// know that 100 functions hold a fraction of it.
     fn count_expression(&self, params: &mut Vec<Param>) -> String {
-        let clause = self.clause(&COUNT_COLUMNS, params);
         let table = if self.created_after.is_some() { "job_counts_by_day" } else { "job_counts" };
-        let kept = format!(
-            "(SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM {table} jc \
-             LEFT JOIN programs p ON p.id = jc.program_id {clause})"
-        );
+        let kept = match &self.provider_id {
+            Some(provider) => {
+                let provider = bind(params, Param::Text(provider.clone()));
+                let rest = JobFilter { provider_id: None, ..self.clone() }.clause(&COUNT_COLUMNS, params);
+                let of_function = match rest.is_empty() {
+                    true => "WHERE jc.program_id = p.id".to_string(),
+                    false => format!("{rest} AND jc.program_id = p.id"),
+                };
+                format!(
+                    "(SELECT CAST(COALESCE(SUM((SELECT SUM(jc.n) FROM {table} jc {of_function})), 0) AS BIGINT) \
+                     FROM programs p WHERE p.provider_id = {provider})"
+                )
+            }
+            None => {
+                let clause = self.clause(&COUNT_COLUMNS, params);
+                format!(
+                    "(SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM {table} jc \
+                     LEFT JOIN programs p ON p.id = jc.program_id {clause})"
+                )
+            }
+        };
         match self.created_after {
             None => kept,
             Some(after) => {
