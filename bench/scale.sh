@@ -15,7 +15,9 @@
 #   g  GET programs/{the heaviest function}/get_jobs/ (one of its provider's admins: 1,000 jobs)
 #   l  GET files/list/?function=<user1's function>
 #   q  GET jobs/queue/?limit=0 (the console's jobs page asks it with every page)
+#   w  GET jobs/queue/?limit=100 (the console's queue page: the places of user1's oldest 100)
 #   o  GET jobs/?limit=10&offset=<the middle>   k  GET jobs/?limit=10&cursor=<the middle>
+# Each row also gives serve's peak RSS during that test (VmHWM, reset before it).
 # Then EXPLAIN (ANALYZE, BUFFERS) of the listings' statements on both sizes, the time the
 # migrations take on the 10M database when they add an index (CREATE INDEX CONCURRENTLY), and
 # retention: `gantry admin gc` deleting about GC_JOBS finished jobs of the 10M database (10,000
@@ -24,7 +26,7 @@
 # usage: bench/scale.sh        (hold /tmp/gantry-bench.lock; needs ~25 GB free disk, wrk, psql)
 # env:   DATABASE_URL (PostgreSQL superuser; default postgres://postgres@127.0.0.1:5432/test),
 #        SIZES ("base scale"), SCALE_JOBS (10000000), GC_JOBS (1000000; 0 skips retention),
-#        DURATION (10) WARMUP (3) CONNS (16) for wrk, TESTS ("a b c c1 d e p g l q o k"),
+#        DURATION (10) WARMUP (3) CONNS (16) for wrk, TESTS ("a b c c1 d e p g l q w o k"),
 #        GANTRY_BIN (a binary to measure), KEEP_DB=1 (keep the databases), REUSE_DB=1 (measure
 #        on databases a KEEP_DB run seeded, with the same OUT), OUT (where the raw
 #        outputs go; default a temporary folder, printed at the end).
@@ -38,7 +40,7 @@ GC_JOBS=${GC_JOBS:-1000000}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-3}
 CONNS=${CONNS:-16}
-TESTS=${TESTS-"a b c c1 d e p g l q o k"}
+TESTS=${TESTS-"a b c c1 d e p g l q w o k"}
 for tool in wrk curl python3 psql pgrep; do
   command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 2; }
 done
@@ -197,19 +199,22 @@ measure() {
   local g0 p0 x0 g1 p1 x1
   x0=${X_LAST:-$(pg_xacts "gantry_$size")}
   g0=$(cpu_ticks "$SERVER"); p0=$(cpu_ticks $(pg_pids))
+  echo 5 >"/proc/$SERVER/clear_refs" 2>/dev/null || true # the peak RSS below is this test's
   wrk -t"$threads" -c"$conns" -d"${WARMUP}s" --timeout 30s -s "$lua" "$url" >"$OUT/$size.$test.warmup" 2>&1 || true
   wrk -t"$threads" -c"$conns" -d"${DURATION}s" --timeout 30s -s "$lua" "$url" >"$OUT/$size.$test.wrk" 2>&1 || true
   g1=$(cpu_ticks "$SERVER")
+  local peak
+  peak=$(awk '/^VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$SERVER/status")
   sleep 11 # a backend reports its transactions up to 10 s after it goes idle
   p1=$(cpu_ticks $(pg_pids)); x1=$(pg_xacts "gantry_$size"); X_LAST=$x1
   cat "$OUT/$size.$test.warmup" "$OUT/$size.$test.wrk" | awk -v test="$test" -v label="$label" -v hz="$(getconf CLK_TCK)" \
-    -v g="$((g1 - g0))" -v p="$((p1 - p0))" -v x="$((x1 - x0))" '
+    -v g="$((g1 - g0))" -v p="$((p1 - p0))" -v x="$((x1 - x0))" -v peak="$peak" '
     /^WRKRESULT/ { n += $2; last = $0 }
     END {
-      if (last == "") { printf "| %s | %s | wrk failed | | | | | |\n", test, label; exit }
+      if (last == "") { printf "| %s | %s | wrk failed | | | | | | |\n", test, label; exit }
       split(last, f, " "); n += 1
-      printf "| %s | %s | %.0f | %.2f | %.0f | %.0f | %.2f | %d |\n", test, label, f[2] / (f[3] / 1e6), f[6] / 1000,
-        g * 1e6 / hz / n, p * 1e6 / hz / n, x / n, f[4]
+      printf "| %s | %s | %.0f | %.2f | %.0f | %.0f | %.2f | %d | %s |\n", test, label, f[2] / (f[3] / 1e6), f[6] / 1000,
+        g * 1e6 / hz / n, p * 1e6 / hz / n, x / n, f[4], peak
     }' >>"$OUT/$size.rows"
 }
 
@@ -270,6 +275,7 @@ run_size() {
       g) measure "$size" g "GET programs/{id}/get_jobs/ (1,000 jobs)" GET "/api/v1/programs/$function/get_jobs/" padmin ;;
       l) measure "$size" l "GET files/list/?function=…" GET "/api/v1/files/list/?function=bench-fn" user1 ;;
       q) measure "$size" q "GET jobs/queue/?limit=0" GET "/api/v1/jobs/queue/?limit=0" user1 ;;
+      w) measure "$size" w "GET jobs/queue/?limit=100" GET "/api/v1/jobs/queue/?limit=100" user1 ;;
       o) measure "$size" o "GET jobs/?limit=10&offset=<middle>" GET "/api/v1/jobs/?limit=10&offset=$offset" user1 ;;
       k) measure "$size" k "GET jobs/?limit=10&cursor=<middle>" GET "/api/v1/jobs/?limit=10&cursor=$cursor" user1 ;;
     esac
@@ -321,7 +327,7 @@ explain() {
   } >>"$OUT/explain.md"
 }
 
-# The big index of migration 0014 built again on the 10M database as a pending migration would
+# The big index of migration 0018 built again on the 10M database as a pending migration would
 # be (dropped, its migration unrecorded), by `gantry migrate` while wrk drives `run`: how long
 # the concurrent build takes and run's latency meanwhile (20 s windows).
 migrate_timing() {
@@ -333,7 +339,7 @@ migrate_timing() {
   make_lua "$lua" POST user1 '{"title": "bench-fn", "arguments": "{}", "config": {}}'
   echo "| window | state | run req/s | run p50 ms | run p99 ms |" >"$OUT/migrate.md"
   echo "|---|---|---:|---:|---:|" >>"$OUT/migrate.md"
-  psql "$url" -qc "DROP INDEX job_counts_by_day_author_status_idx" -c "DELETE FROM _sqlx_migrations WHERE version = 14"
+  psql "$url" -qc "DROP INDEX job_counts_program_n_idx" -c "DELETE FROM _sqlx_migrations WHERE version = 18"
   run_window "$lua" "before the migration" "$OUT/migrate.md"
   local t0 migrate status took
   t0=$(now_s)
@@ -343,7 +349,7 @@ migrate_timing() {
   wait "$migrate"
   read -r status took <"$OUT/migrate.end"
   [ "$status" = 0 ] || echo "migrate failed: $(tail -5 "$OUT/migrate.out")" >&2
-  echo "- \`gantry migrate\` with 0014 pending on the 10M database: $took s ($(psql "$url" -qtAc "SELECT pg_size_pretty(pg_relation_size('job_counts_by_day_author_status_idx'))") index over $(psql "$url" -qtAc "SELECT COUNT(*) FROM job_counts_by_day") rows of job_counts_by_day), valid: $(psql "$url" -qtAc "SELECT indisvalid FROM pg_index WHERE indexrelid = 'job_counts_by_day_author_status_idx'::regclass")" >>"$OUT/seed.md"
+  echo "- \`gantry migrate\` with 0018 pending on the 10M database: $took s ($(psql "$url" -qtAc "SELECT pg_size_pretty(pg_relation_size('job_counts_program_n_idx'))") index over $(psql "$url" -qtAc "SELECT COUNT(*) FROM job_counts") rows of job_counts), valid: $(psql "$url" -qtAc "SELECT indisvalid FROM pg_index WHERE indexrelid = 'job_counts_program_n_idx'::regclass")" >>"$OUT/seed.md"
   stop_server
 }
 
@@ -395,10 +401,10 @@ echo "## Scale benchmark — $(date -u +%Y-%m-%dT%H:%M:%SZ), $(nproc) CPUs, load
 echo
 cat "$OUT/seed.md"
 echo
-echo "Per request: req/s, p99 ms, CPU of the gateway and of PostgreSQL (µs, warm-up included), PostgreSQL transactions, non-2xx+socket errors"
+echo "Per request: req/s, p99 ms, CPU of the gateway and of PostgreSQL (µs, warm-up included), PostgreSQL transactions, non-2xx+socket errors, serve's peak RSS during the test (MiB)"
 echo
 header="| test | request |"; rule="|---|---|"
-for size in $SIZES; do header+=" $size req/s | p99 | gantry µs | PG µs | xacts | errors |"; rule+="---:|---:|---:|---:|---:|---:|"; done
+for size in $SIZES; do header+=" $size req/s | p99 | gantry µs | PG µs | xacts | errors | MiB |"; rule+="---:|---:|---:|---:|---:|---:|---:|"; done
 echo "$header"; echo "$rule"
 python3 - "$OUT" $SIZES <<'PY'
 import sys
@@ -417,7 +423,7 @@ for key in order:
     label, *per_size = rows[key]
     print(f"| {key} | {label} | " + " | ".join(" | ".join(cells) for cells in per_size) + " |")
 PY
-if [ -s "$OUT/migrate.md" ]; then echo; echo "run while gantry migrate builds 0014's index concurrently:"; echo; cat "$OUT/migrate.md"; fi
+if [ -s "$OUT/migrate.md" ]; then echo; echo "run while gantry migrate builds 0018's index concurrently:"; echo; cat "$OUT/migrate.md"; fi
 if [ -s "$OUT/gc.md" ]; then echo; echo "run while gc deletes:"; echo; cat "$OUT/gc.md"; echo; echo "gc's progress:"; echo; sed 's/^/    /' "$OUT/gc.err" | grep -v "^    $" | tail -40; fi
 echo
 echo "EXPLAINs: $OUT/explain.md; raw outputs in $OUT"

@@ -228,7 +228,7 @@ pub async fn migrate_storage(db: &Db, storage: &Storage) -> anyhow::Result<()> {
     if db::storage_steps::is_done(db, migrate::USER_AREA_MERGE).await? {
         return Ok(());
     }
-    let in_flight = db::jobs::in_flight(db).await?.len();
+    let in_flight = db::jobs::any_in_flight(db).await?;
     let report = migrate::merge_custom_user_areas(storage)
         .await
         .context("failed to move custom functions' files into their users' areas")?;
@@ -238,7 +238,7 @@ pub async fn migrate_storage(db: &Db, storage: &Storage) -> anyhow::Result<()> {
             report.moved, report.dropped
         );
     }
-    if in_flight == 0 {
+    if !in_flight {
         db::storage_steps::mark_done(db, migrate::USER_AREA_MERGE).await?;
     }
     Ok(())

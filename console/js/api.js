@@ -34,11 +34,15 @@ export function onUnauthorized(listener) {
   listeners.add(listener);
 }
 
-/** `path` below /api/v1/ with `query` (an object; empty values left out). */
+/** A query value sent as the empty text (`name=`), which other empty values are not. */
+export const BLANK = Symbol("blank");
+
+/** `path` below /api/v1/ with `query` (an object; empty values left out, `BLANK` sent empty). */
 export function url(path, query) {
   const params = new URLSearchParams();
   for (const [name, value] of Object.entries(query || {})) {
-    if (value !== undefined && value !== null && value !== "") params.set(name, String(value));
+    if (value === BLANK) params.set(name, "");
+    else if (value !== undefined && value !== null && value !== "") params.set(name, String(value));
   }
   const text = params.toString();
   return API + path + (text ? `?${text}` : "");

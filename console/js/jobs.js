@@ -1,5 +1,6 @@
 // The jobs list: filters (status, function, provider, created after), server-side pages
-// (`limit`/`offset`: the gateway counts and slices, so 100,000 jobs page as fast as 10), and
+// (keyset: `cursor` from the page's own next/previous links, so page 50,000 of a long history
+// costs the gateway what the first does; an old `offset` link still opens its page), and
 // statuses kept current by re-reading the page shown every few seconds while the tab is visible.
 
 import * as api from "./api.js";
@@ -19,7 +20,12 @@ function toLocalInput(iso) {
 export async function jobsView(root, { query, scope }) {
   document.title = "Jobs · Gantry";
   const limit = PAGE_SIZES.includes(Number(query.limit)) ? Number(query.limit) : 10;
+  // Where the page is: a cursor the gateway gave (none: the first page), or an old link's
+  // `offset`. `at` is the position of the page's first job, carried in the route only to show
+  // the range (a cursor does not say it); the first and last pages set it right again.
+  const byOffset = !query.cursor && query.offset !== undefined;
   const offset = Math.max(0, Number.parseInt(query.offset, 10) || 0);
+  const at = byOffset ? offset : Math.max(0, Number.parseInt(query.at, 10) || 0);
 
   const status = h("select", { name: "status" }, h("option", { value: "" }, "Any"), STATUSES.map((s) => h("option", { value: s }, s)));
   status.value = query.status || "";
@@ -97,7 +103,8 @@ export async function jobsView(root, { query, scope }) {
     let page;
     const queueRead = api.get("jobs/queue/", { limit: 0 }).catch(() => null);
     try {
-      page = await api.get("jobs/", { ...filters, limit, offset });
+      const where = byOffset ? { offset } : { cursor: query.cursor || api.BLANK };
+      page = await api.get("jobs/", { ...filters, limit, ...where });
     } catch (error) {
       // A function (or provider) that does not exist matches no job: not an error of the page.
       if (error.status === 404 && (filters.function || filters.provider)) {
@@ -154,24 +161,37 @@ export async function jobsView(root, { query, scope }) {
         );
       }
     }
-    const first = page.results.length ? offset + 1 : 0;
-    const last = offset + page.results.length;
-    const href = (to) => route("jobs", { ...filters, limit: limit === 10 ? "" : limit, offset: to || "" });
-    const pageLink = (to, label, enabled) =>
-      enabled
-        ? h("a", { class: "button quiet", href: href(to), rel: label === "Next" ? "next" : "prev" }, label)
+    // The position of the page's first job: 0 on the first page, count - shown on the last.
+    const start = !page.previous ? 0 : !page.next && page.results.length ? Math.max(0, page.count - page.results.length) : at;
+    const first = page.results.length ? start + 1 : 0;
+    const last = start + page.results.length;
+    const base = { ...filters, limit: limit === 10 ? "" : limit };
+    const offsetHref = (to) => route("jobs", { ...base, offset: to || "" });
+    // A link of the page's own: its cursor, and where that page starts.
+    const linkHref = (link, position) => {
+      const cursor = link ? new URL(link, location.href).searchParams.get("cursor") : null;
+      return cursor ? route("jobs", { ...base, cursor, at: position || "" }) : offsetHref(position);
+    };
+    const pageLink = (link, position, label) =>
+      link
+        ? h("a", { class: "button quiet", href: linkHref(link, position), rel: label === "Next" ? "next" : "prev" }, label)
         : h("span", { class: "button quiet disabled", "aria-disabled": "true" }, label);
-    // A page past the end (an old link, or jobs deleted since) says so and leads to the last one.
+    // A page past the end (an old link, or jobs deleted since) says so and leads back.
     const lastPage = page.count ? Math.floor((page.count - 1) / limit) * limit : 0;
-    const pastEnd = !page.results.length && offset > 0;
+    const pastEnd = !page.results.length && (byOffset ? offset > 0 : Boolean(query.cursor));
+    const back = byOffset
+      ? page.count
+        ? h("a", { class: "button quiet", href: offsetHref(lastPage) }, "Go to the last page")
+        : h("a", { class: "button quiet", href: offsetHref(0) }, "Go to the first page")
+      : h("a", { class: "button quiet", href: route("jobs", base) }, "Go to the first page");
     fill(
       pager,
       pastEnd
-        ? [h("span", { class: "range" }, `${page.count} ${page.count === 1 ? "job" : "jobs"} in all`), page.count ? h("a", { class: "button quiet", href: href(lastPage) }, "Go to the last page") : h("a", { class: "button quiet", href: href(0) }, "Go to the first page")]
+        ? [h("span", { class: "range" }, `${page.count} ${page.count === 1 ? "job" : "jobs"} in all`), back]
         : [
-            pageLink(Math.max(0, offset - limit), "Previous", Boolean(page.previous)),
+            pageLink(page.previous, Math.max(0, start - limit), "Previous"),
             h("span", { class: "range" }, `${first}–${last} of ${page.count}`),
-            pageLink(offset + limit, "Next", Boolean(page.next)),
+            pageLink(page.next, start + page.results.length, "Next"),
           ],
     );
   };

@@ -20,6 +20,19 @@ pub struct BigIndex {
     pub table: &'static str,
     /// What follows `ON <table>`, word for word as in the migration.
     pub columns: &'static str,
+    /// The version of the migration that adds it.
+    pub migration: i64,
+}
+
+impl BigIndex {
+    /// Whether `build_concurrently` builds this index when it is missing, given the versions of
+    /// the migrations applied: only while the migration that adds it is pending (once applied,
+    /// a missing index is one a later migration dropped). An index a pending later migration
+    /// drops is still built concurrently first: its own migration would otherwise build it
+    /// while holding writes.
+    pub fn wanted(&self, applied: &[i64]) -> bool {
+        !applied.contains(&self.migration)
+    }
 }
 
 /// Every such index, in the order of the migrations that add them.
@@ -29,6 +42,21 @@ pub const BIG_INDEXES: &[BigIndex] = &[
         name: "job_counts_by_day_author_status_idx",
         table: "job_counts_by_day",
         columns: "(author_id, status, day)",
+        migration: 14,
+    },
+    // 0018: functions' counts with `n`, so a provider's count reads the index alone.
+    BigIndex {
+        name: "job_counts_program_n_idx",
+        table: "job_counts",
+        columns: "(program_id, status, n)",
+        migration: 18,
+    },
+    // 0019: a user's unfinished jobs in creation order (`jobs/queue/`).
+    BigIndex {
+        name: "jobs_active_author_created_idx",
+        table: "jobs",
+        columns: "(author_id, created, id) WHERE status IN ('QUEUED','PENDING','RUNNING')",
+        migration: 19,
     },
 ];
 
@@ -40,13 +68,24 @@ pub fn create_statement(index: &BigIndex) -> String {
     format!("CREATE INDEX CONCURRENTLY IF NOT EXISTS {} ON {} {}", index.name, index.table, index.columns)
 }
 
-/// Builds, concurrently, each index of `BIG_INDEXES` whose table exists and that is missing or
-/// invalid; answers the names of those it built.
+/// Builds, concurrently, each index of `BIG_INDEXES` whose table exists and that is invalid, or
+/// missing and `wanted`; answers the names of those it built.
 pub(super) async fn build_concurrently(pool: &PgPool) -> Result<Vec<&'static str>, sqlx::Error> {
     let mut connection = pool.acquire().await?;
     sqlx::query("SELECT pg_advisory_lock($1)").bind(BUILD_LOCK_KEY).execute(&mut *connection).await?;
     let built = async {
         let mut built = Vec::new();
+        let recorded: Option<String> = sqlx::query_scalar("SELECT CAST(to_regclass('_sqlx_migrations') AS TEXT)")
+            .fetch_one(&mut *connection)
+            .await?;
+        let applied: Vec<i64> = match recorded {
+            Some(_) => {
+                sqlx::query_scalar("SELECT version FROM _sqlx_migrations WHERE success")
+                    .fetch_all(&mut *connection)
+                    .await?
+            }
+            None => Vec::new(),
+        };
         for index in BIG_INDEXES {
             let table: Option<String> = sqlx::query_scalar("SELECT CAST(to_regclass($1) AS TEXT)")
                 .bind(index.table)
@@ -73,6 +112,7 @@ pub(super) async fn build_concurrently(pool: &PgPool) -> Result<Vec<&'static str
                         .execute(&mut *connection)
                         .await?;
                 }
+                None if !index.wanted(&applied) => continue,
                 None => {}
             }
             tracing::info!(index = index.name, table = index.table, "building an index concurrently (writes go on)");
@@ -107,6 +147,10 @@ mod tests {
             let plain = format!("CREATE INDEX {} ", index.name);
             assert!(migrations.iter().all(|text| !text.contains(&plain)), "{plain}");
         }
+        // An index is built while its migration is pending, not once it is applied.
+        let [by_day, covering, _] = BIG_INDEXES else { panic!("three big indexes") };
+        assert!(by_day.wanted(&[13]) && !by_day.wanted(&[13, 14, 18]));
+        assert!(covering.wanted(&[14, 17]) && !covering.wanted(&[14, 17, 18]));
         assert_eq!(
             create_statement(&BIG_INDEXES[0]),
             "CREATE INDEX CONCURRENTLY IF NOT EXISTS job_counts_by_day_author_status_idx ON job_counts_by_day (author_id, status, day)"

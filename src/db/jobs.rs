@@ -705,6 +705,16 @@ pub async fn count_by_status(db: &Db) -> Result<Vec<(String, i64)>, Error> {
     .map_err(query_error("count jobs by status"))
 }
 
+/// Whether any job is pending or running: one entry of the partial index, however many there
+/// are (loading them all, as `in_flight` does, took 13 s and 500 MiB at 1.5 million).
+pub async fn any_in_flight(db: &Db) -> Result<bool, Error> {
+    on_db!(db, pool => sqlx::query_scalar::<_, bool>(
+        "SELECT EXISTS (SELECT 1 FROM jobs WHERE status IN ('PENDING', 'RUNNING'))")
+        .fetch_one(pool)
+        .await)
+    .map_err(query_error("look for running jobs"))
+}
+
 /// Pending and running jobs (for load, timeouts and reconciliation).
 pub async fn in_flight(db: &Db) -> Result<Vec<JobRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, JobRow>(concat!(job_select!(), "WHERE j.status IN ('PENDING', 'RUNNING')"))

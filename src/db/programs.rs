@@ -151,17 +151,23 @@ pub async fn list_candidates(
     provider: Option<&str>,
     every_provider_function: bool,
 ) -> Result<Vec<ProgramRow>, Error> {
-    const RELATED: &str = "AND p.id IN ( \
-           SELECT o.id FROM programs o WHERE o.author_id = $1 \
+    const RELATED: &str = "SELECT o.id FROM programs o WHERE o.author_id = $1 \
            UNION SELECT f.id FROM programs f JOIN provider_admin_groups a ON a.provider_id = f.provider_id \
              JOIN group_members m ON m.group_id = a.group_id WHERE m.user_id = $1 \
            UNION SELECT g.program_id FROM program_grants g JOIN group_members m ON m.group_id = g.group_id \
-             WHERE m.user_id = $1) ";
+             WHERE m.user_id = $1";
+    // On PostgreSQL the related ids are gathered first, as an array, and then looked up by key:
+    // written as `IN (subquery)` the planner cannot know how few they are and scanned every
+    // function to join them (1.3 ms of PostgreSQL per request at 10,000 functions, 0.1 ms so).
+    let related = match (every_provider_function, db) {
+        (true, _) => String::new(),
+        (false, Db::Postgres(_)) => format!("AND p.id = ANY (ARRAY ({RELATED})) "),
+        (false, Db::Sqlite(..)) => format!("AND p.id IN ({RELATED}) "),
+    };
     let sql = format!(
         "{}WHERE ((p.provider_id IS NULL AND p.author_id = $1) OR p.provider_id IS NOT NULL) \
-         AND ($2 IS NULL OR pr.name = $2) {}ORDER BY p.created, p.id",
+         AND ($2 IS NULL OR pr.name = $2) {related}ORDER BY p.created, p.id",
         program_select!(),
-        if every_provider_function { "" } else { RELATED }
     );
     on_db!(db, pool => sqlx::query_as::<_, ProgramRow>(&sql)
         .bind(user_id)

@@ -292,6 +292,16 @@ def test_jobs_list_filters_pages_and_updates_statuses_live(page, user, recorder)
     page.get_by_role("link", name="Next").click()
     expect(page.locator(".pager .range")).to_have_text("11–11 of 11")
     expect(page.locator("table.jobs tbody tr")).to_have_attribute("data-job", quick[0])
+    # Pages are keyset pages: the route carries the gateway's cursor, never an offset, and every
+    # list read asks by cursor (empty for the first page), so a deep page costs what the first does.
+    assert "cursor=" in page.url and "offset=" not in page.url, page.url
+    page.get_by_role("link", name="Previous").click()
+    expect(page.locator(".pager .range")).to_have_text("1–10 of 11")
+    expect(page.locator("table.jobs tbody tr").first).to_have_attribute("data-job", quick[-1])
+    reads = recorder.urls("/api/v1/jobs/?")
+    assert reads and all("cursor=" in url and "offset=" not in url for url in reads), reads
+    page.get_by_role("link", name="Next").click()
+    expect(page.locator(".pager .range")).to_have_text("11–11 of 11")
     # Filters: status, function, created after.
     page.get_by_label("Status").select_option("RUNNING")
     page.get_by_role("button", name="Apply").click()

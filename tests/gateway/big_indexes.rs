@@ -41,28 +41,42 @@ async fn sqlite_builds_the_big_indexes_in_their_migrations() {
     for index in BIG_INDEXES {
         assert_eq!(validity(&gateway.state.db, index.name).await, Some(true), "{}", index.name);
     }
+    // 0018 and 0019 replaced 0003's index of the functions' counts and 0001's of the unfinished
+    // jobs by author.
+    assert_eq!(validity(&gateway.state.db, REPLACED).await, None);
+    assert_eq!(validity(&gateway.state.db, "jobs_active_author_idx").await, None);
 }
+
+/// The index migration 0018 replaces (by `BIG_INDEXES[1]`, the same with `n`).
+const REPLACED: &str = "job_counts_program_idx";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_builds_a_missing_or_invalid_big_index_concurrently_before_its_migration() {
     let gateway = Gateway::start(Backend::PostgresS3).await;
     let db = &gateway.state.db;
-    let index = BIG_INDEXES[0];
+    let [by_day, index, _] = BIG_INDEXES else { panic!("three big indexes") };
     assert_eq!(validity(db, index.name).await, Some(true));
+    // Migrating again builds nothing back: 0014's index stays, 0003's stays dropped.
+    db.migrate().await.unwrap();
+    assert_eq!(validity(db, by_day.name).await, Some(true));
+    assert_eq!(validity(db, REPLACED).await, None);
     gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
     let run = serde_json::json!({"title": "fn", "arguments": "{}"});
     assert_eq!(gateway.post_json("/api/v1/programs/run/", "alice", run.clone()).await.status, 200);
 
-    // A database whose migration 14 is pending, its table holding rows: migrate builds the
-    // index first (concurrently), then the migration finds it and is recorded.
+    // A database whose migration 18 is pending (0003's index still there), its table holding
+    // rows: migrate builds the index first (concurrently), then the migration finds it, drops
+    // the one it replaces and is recorded.
     execute(db, &format!("DROP INDEX {}", index.name)).await;
-    execute(db, "DELETE FROM _sqlx_migrations WHERE version = 14").await;
+    execute(db, &format!("CREATE INDEX {REPLACED} ON job_counts (program_id, status)")).await;
+    execute(db, "DELETE FROM _sqlx_migrations WHERE version = 18").await;
     assert_eq!(validity(db, index.name).await, None);
     db.migrate().await.unwrap();
     assert_eq!(validity(db, index.name).await, Some(true));
+    assert_eq!(validity(db, REPLACED).await, None);
     let Db::Postgres(pool) = db else { unreachable!() };
     let applied: i64 =
-        sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE version = 14").fetch_one(pool).await.unwrap();
+        sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE version = 18").fetch_one(pool).await.unwrap();
     assert_eq!(applied, 1);
 
     // An interrupted concurrent build leaves the index invalid: the next start builds it again.

@@ -222,6 +222,12 @@ async fn the_slots_in_use_are_kept_with_every_move(backend: Backend) {
         Db::Sqlite(pool, _) => sqlx::query(gpu).bind(&ids[4]).bind(&ids[5]).execute(pool).await.map(|_| ()),
     }
     .unwrap();
+    let author = "SELECT author_id FROM jobs WHERE id = $1";
+    let alice: &str = &match db {
+        Db::Postgres(pool) => sqlx::query_scalar::<_, String>(author).bind(&ids[0]).fetch_one(pool).await,
+        Db::Sqlite(pool, _) => sqlx::query_scalar::<_, String>(author).bind(&ids[0]).fetch_one(pool).await,
+    }
+    .unwrap();
     let check = |step: &'static str, expected: (i64, i64)| async move {
         let count = "SELECT gpu, COUNT(*) FROM jobs WHERE status IN ('PENDING', 'RUNNING') GROUP BY gpu";
         let rows: Vec<(bool, i64)> = match db {
@@ -231,7 +237,11 @@ async fn the_slots_in_use_are_kept_with_every_move(backend: Backend) {
         .unwrap();
         let of = |kind: bool| rows.iter().filter(|(g, _)| *g == kind).map(|(_, n)| n).sum::<i64>();
         assert_eq!((of(false), of(true)), expected, "{step}: the jobs themselves");
-        assert_eq!(queue::slots_in_use(db).await.unwrap(), expected, "{step}: the kept slots");
+        // One statement reads the author's kept counts and the slots (all six jobs are alice's).
+        let counts = queue::counts(db, alice, true).await.unwrap();
+        assert_eq!(counts.slots, Some(expected), "{step}: the kept slots");
+        assert_eq!(counts.of("PENDING") + counts.of("RUNNING"), expected.0 + expected.1, "{step}: alice's counts");
+        assert_eq!(queue::counts(db, alice, false).await.unwrap().slots, None, "{step}: slots not asked");
     };
     let mv = |from: JobStatus, trigger: Trigger| decide(from, &trigger).unwrap();
     let admit = mv(JobStatus::Queued, Trigger::Admitted);

@@ -596,15 +596,12 @@ pub async fn queue(state: &AppState, caller: &Caller, limit: Option<&str>) -> Re
             ApiError::BadRequest(format!("'limit' must be an integer from 0 to {MAX_QUEUE_LISTED}, got '{text}'."))
         })?,
     };
-    let counts = queue::active_counts(&state.db, &caller.user_id).await?;
-    let count = |status: &str| counts.iter().filter(|(s, _)| s == status).map(|(_, n)| n).sum::<i64>();
+    let admission = state.config.admission;
+    let counts = queue::counts(&state.db, &caller.user_id, admission.is_some()).await?;
+    let count = |status: &str| counts.of(status);
     let running = count("PENDING") + count("RUNNING");
     let places = if limit > 0 { queue::places(&state.db, &caller.user_id, limit).await? } else { Vec::new() };
-    let admission = state.config.admission;
-    let in_use = match admission {
-        Some(_) => Some(queue::slots_in_use(&state.db).await?),
-        None => None,
-    };
+    let in_use = counts.slots;
     let waits = match (admission, in_use) {
         (Some(limits), Some(in_use)) => waiting_for(&places, running, limits, in_use),
         _ => vec![None; places.len()],
