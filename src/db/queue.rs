@@ -21,74 +21,90 @@ pub struct QueuePlace {
     pub provider_name: Option<String>,
 }
 
-/// The author's QUEUED, PENDING and RUNNING jobs, oldest first (at most `limit`). The places
-/// of the queued ones come from one numbered walk of the queue (every user's QUEUED jobs, by
-/// the partial index, oldest first) up to the last of them listed: one pass over the jobs
-/// ahead of it, not one count per listed job (100 jobs deep in a queue of 10,000 would read a
-/// million index entries so).
-pub async fn places(db: &Db, author_id: &str, limit: i64) -> Result<Vec<QueuePlace>, Error> {
-    on_db!(db, pool => sqlx::query_as::<_, QueuePlace>(
-        "WITH mine AS ( \
-           SELECT j.id, j.program_id, j.provider_id, j.status, j.created, j.gpu FROM jobs j \
-           WHERE j.author_id = $1 AND j.status IN ('QUEUED','PENDING','RUNNING') \
-           ORDER BY j.created, j.id LIMIT $2), \
-         last AS (SELECT created, id FROM mine WHERE status = 'QUEUED' ORDER BY created DESC, id DESC LIMIT 1), \
-         ranked AS ( \
-           SELECT q.id, ROW_NUMBER() OVER (ORDER BY q.created, q.id) - 1 AS ahead FROM jobs q, last \
-           WHERE q.status = 'QUEUED' AND q.created <= last.created \
-             AND (q.created < last.created OR q.id <= last.id)) \
-         SELECT m.id, m.program_id, m.status, m.created, \
-           CASE WHEN m.status = 'QUEUED' THEN CAST(COALESCE(r.ahead, 0) AS BIGINT) ELSE 0 END AS ahead, \
-           m.gpu, p.title AS program_title, pr.name AS provider_name \
-         FROM mine m LEFT JOIN ranked r ON r.id = m.id \
-           LEFT JOIN programs p ON p.id = m.program_id LEFT JOIN providers pr ON pr.id = m.provider_id \
-         ORDER BY m.created, m.id")
-        .bind(author_id)
-        .bind(limit)
-        .fetch_all(pool)
-        .await)
-    .map_err(query_error("read the caller's queue places"))
-}
-
-/// The author's QUEUED, PENDING and RUNNING jobs by status, from the kept counts (exact
-/// however many there are), and, when asked, the slots in use.
+/// The author's unfinished jobs by status, from the kept counts (exact however many there
+/// are), and, when asked, the slots in use.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct QueueCounts {
-    /// (status, jobs) of the author's unfinished jobs.
-    pub active: Vec<(String, i64)>,
+    pub queued: i64,
+    pub pending: i64,
+    pub running: i64,
     /// Pending+running jobs of every user: (CPU jobs, GPU jobs), the slots admission fills.
     pub slots: Option<(i64, i64)>,
 }
 
 impl QueueCounts {
-    /// The author's jobs in `status`.
+    /// The author's jobs in `status` (QUEUED, PENDING or RUNNING; 0 for any other).
     pub fn of(&self, status: &str) -> i64 {
-        self.active.iter().filter(|(s, _)| s == status).map(|(_, n)| n).sum()
+        match status {
+            "QUEUED" => self.queued,
+            "PENDING" => self.pending,
+            "RUNNING" => self.running,
+            _ => 0,
+        }
     }
 }
 
-/// The rows naming the slots in the one statement of `counts` (no status is written so).
-const CPU_SLOTS: &str = "#cpu";
-const GPU_SLOTS: &str = "#gpu";
-
-/// The author's active counts and (with `slots`) the slots in use, in one statement (one
-/// transaction): the author's rows of the kept counts, and the slots kept with every move
-/// (migration 0016), a few rows whatever the history.
-pub async fn counts(db: &Db, author_id: &str, slots: bool) -> Result<QueueCounts, Error> {
-    let rows = on_db!(db, pool => sqlx::query_as::<_, (String, i64)>(
-        "SELECT status, CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts \
-         WHERE author_id = $1 AND status IN ('QUEUED','PENDING','RUNNING') GROUP BY status \
-         UNION ALL \
-         SELECT CASE WHEN gpu THEN $2 ELSE $3 END, CAST(COALESCE(SUM(n), 0) AS BIGINT) \
-         FROM job_slot_counts WHERE $4 GROUP BY gpu")
-        .bind(author_id)
-        .bind(GPU_SLOTS)
-        .bind(CPU_SLOTS)
-        .bind(slots)
-        .fetch_all(pool)
-        .await)
-    .map_err(query_error("count the caller's active jobs and the slots in use"))?;
-    let (named, active): (Vec<_>, Vec<_>) = rows.into_iter().partition(|(name, _)| name.starts_with('#'));
-    let of = |which: &str| named.iter().filter(|(name, _)| name == which).map(|(_, n)| n).sum::<i64>();
-    Ok(QueueCounts { slots: slots.then(|| (of(CPU_SLOTS), of(GPU_SLOTS))), active })
+/// Where the author's jobs stand, in one statement (one transaction): the counts of the
+/// author's unfinished jobs (their kept counts), the slots in use when `slots` (kept with every
+/// move, migration 0016: a few rows whatever the history), and the author's QUEUED, PENDING and
+/// RUNNING jobs, oldest first (at most `limit`; none for 0), from `jobs_active_author_created_idx`,
+/// each queued one with the number of every user's queued jobs ahead of it. As in the job
+/// listings, the counts are joined to the page, so they come back when no job is listed (a row
+/// of NULL job columns).
+///
+/// Each place is a count over the queued jobs' index up to that job: listing k queued jobs
+/// costs the sum of their positions. With a long queue that is the cost that grows (see
+/// docs/benchmarks.md: at 2 million queued jobs PostgreSQL's estimate for such a range sends it
+/// to a scan of the table).
+pub async fn read(db: &Db, author_id: &str, limit: i64, slots: bool) -> Result<(QueueCounts, Vec<QueuePlace>), Error> {
+    const COUNTS: &str = "SELECT \
+             (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts WHERE author_id = $1 AND status = 'QUEUED') AS queued_n, \
+             (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts WHERE author_id = $1 AND status = 'PENDING') AS pending_n, \
+             (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts WHERE author_id = $1 AND status = 'RUNNING') AS running_n, \
+             CASE WHEN $3 THEN (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_slot_counts WHERE NOT gpu) END AS cpu_n, \
+             CASE WHEN $3 THEN (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_slot_counts WHERE gpu) END AS gpu_n, \
+             CAST($2 AS BIGINT) AS asked";
+    const PLACES: &str = "SELECT c.*, page.* FROM (COUNTS) c \
+         LEFT JOIN ( \
+           SELECT j.id, j.program_id, j.status, j.created, \
+             CASE WHEN j.status = 'QUEUED' THEN \
+               (SELECT COUNT(*) FROM jobs q WHERE q.status = 'QUEUED' AND q.created <= j.created \
+                  AND (q.created < j.created OR q.id < j.id)) \
+             ELSE 0 END AS ahead, \
+             j.gpu, p.title AS program_title, pr.name AS provider_name \
+           FROM (SELECT * FROM jobs j WHERE j.author_id = $1 AND j.status IN ('QUEUED','PENDING','RUNNING') \
+                 ORDER BY j.created, j.id LIMIT $2) j \
+             LEFT JOIN programs p ON p.id = j.program_id LEFT JOIN providers pr ON pr.id = j.provider_id) page ON 1 = 1 \
+         ORDER BY page.created, page.id";
+    // Without places, the counts alone (a prepared statement). With them, the counts joined to
+    // the page, planned for this caller's values each time: the generic plan of a prepared
+    // statement cannot know how many jobs the caller has nor `limit`, and read every unfinished
+    // job (1.7 M of the 10 M scale seed) instead of the caller's first ones.
+    let (sql, persistent) = match limit > 0 {
+        false => (std::borrow::Cow::Borrowed(COUNTS), true),
+        true => (std::borrow::Cow::Owned(PLACES.replace("COUNTS", COUNTS)), false),
+    };
+    on_db!(db, pool => async {
+        let query = sqlx::query(&sql).persistent(persistent).bind(author_id).bind(limit.max(0)).bind(slots);
+        let rows = query.fetch_all(pool).await?;
+        let mut counts = QueueCounts::default();
+        let mut places = Vec::with_capacity(rows.len());
+        for row in &rows {
+            use sqlx::Row as _;
+            counts = QueueCounts {
+                queued: row.try_get("queued_n")?,
+                pending: row.try_get("pending_n")?,
+                running: row.try_get("running_n")?,
+                slots: match (row.try_get::<Option<i64>, _>("cpu_n")?, row.try_get::<Option<i64>, _>("gpu_n")?) {
+                    (Some(cpu), Some(gpu)) => Some((cpu, gpu)),
+                    _ => None,
+                },
+            };
+            if limit > 0 && row.try_get::<Option<String>, _>("id")?.is_some() {
+                places.push(<QueuePlace as sqlx::FromRow<_>>::from_row(row)?);
+            }
+        }
+        Ok::<_, sqlx::Error>((counts, places))
+    }.await)
+    .map_err(query_error("read the caller's queue"))
 }

@@ -75,6 +75,9 @@ async fn postgres_builds_a_missing_or_invalid_big_index_concurrently_before_its_
     assert_eq!(validity(db, index.name).await, Some(true));
     assert_eq!(validity(db, REPLACED).await, None);
     let Db::Postgres(pool) = db else { unreachable!() };
+    // The gateway's sessions run without JIT compilation (short statements; see `db`).
+    let jit: String = sqlx::query_scalar("SELECT current_setting('jit')").fetch_one(pool).await.unwrap();
+    assert_eq!(jit, "off");
     let applied: i64 =
         sqlx::query_scalar("SELECT COUNT(*) FROM _sqlx_migrations WHERE version = 18").fetch_one(pool).await.unwrap();
     assert_eq!(applied, 1);

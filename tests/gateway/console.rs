@@ -238,10 +238,13 @@ async fn the_slots_in_use_are_kept_with_every_move(backend: Backend) {
         let of = |kind: bool| rows.iter().filter(|(g, _)| *g == kind).map(|(_, n)| n).sum::<i64>();
         assert_eq!((of(false), of(true)), expected, "{step}: the jobs themselves");
         // One statement reads the author's kept counts and the slots (all six jobs are alice's).
-        let counts = queue::counts(db, alice, true).await.unwrap();
+        let (counts, places) = queue::read(db, alice, 0, true).await.unwrap();
         assert_eq!(counts.slots, Some(expected), "{step}: the kept slots");
         assert_eq!(counts.of("PENDING") + counts.of("RUNNING"), expected.0 + expected.1, "{step}: alice's counts");
-        assert_eq!(queue::counts(db, alice, false).await.unwrap().slots, None, "{step}: slots not asked");
+        assert!(places.is_empty(), "{step}: limit 0 lists no job");
+        let (unasked, listed) = queue::read(db, alice, 10, false).await.unwrap();
+        assert_eq!((unasked.slots, unasked.running, unasked.pending), (None, counts.running, counts.pending), "{step}");
+        assert_eq!(listed.len() as i64, counts.queued + counts.pending + counts.running, "{step}: alice's jobs listed");
     };
     let mv = |from: JobStatus, trigger: Trigger| decide(from, &trigger).unwrap();
     let admit = mv(JobStatus::Queued, Trigger::Admitted);

@@ -597,10 +597,9 @@ pub async fn queue(state: &AppState, caller: &Caller, limit: Option<&str>) -> Re
         })?,
     };
     let admission = state.config.admission;
-    let counts = queue::counts(&state.db, &caller.user_id, admission.is_some()).await?;
+    let (counts, places) = queue::read(&state.db, &caller.user_id, limit, admission.is_some()).await?;
     let count = |status: &str| counts.of(status);
     let running = count("PENDING") + count("RUNNING");
-    let places = if limit > 0 { queue::places(&state.db, &caller.user_id, limit).await? } else { Vec::new() };
     let in_use = counts.slots;
     let waits = match (admission, in_use) {
         (Some(limits), Some(in_use)) => waiting_for(&places, running, limits, in_use),
