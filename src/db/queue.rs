@@ -63,7 +63,7 @@ pub async fn read(db: &Db, author_id: &str, limit: i64, slots: bool) -> Result<(
              (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts WHERE author_id = $1 AND status = 'RUNNING') AS running_n, \
              CASE WHEN $3 THEN (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_slot_counts WHERE NOT gpu) END AS cpu_n, \
              CASE WHEN $3 THEN (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_slot_counts WHERE gpu) END AS gpu_n, \
-             CAST($2 AS BIGINT) AS asked";
+             CAST($2 AS BIGINT) AS asked"; // `asked`: both statements take the same three parameters
     const PLACES: &str = "SELECT c.*, page.* FROM (COUNTS) c \
          LEFT JOIN ( \
            SELECT j.id, j.program_id, j.status, j.created, \

@@ -1,0 +1,43 @@
+//! What is in flight: the pending and running jobs (for admission's load, timeouts and
+//! reconciliation) and the job counts by status (for metrics).
+
+use super::JobRow;
+use crate::db::{Db, Error, on_db, query_error};
+
+/// Pending and running jobs counted per author and kind (GPU or not): the load admission works
+/// against, without loading the jobs themselves.
+pub async fn in_flight_load(db: &Db) -> Result<Vec<(String, bool, i64)>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, (String, bool, i64)>(
+        "SELECT author_id, gpu, COUNT(*) FROM jobs WHERE status IN ('PENDING', 'RUNNING') GROUP BY author_id, gpu")
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("count running jobs"))
+}
+
+/// How many jobs are in each status (for metrics), from the kept counts: their rows grow with
+/// users and functions, not with jobs (a `COUNT(*)` of `jobs` read all 10 million rows).
+pub async fn count_by_status(db: &Db) -> Result<Vec<(String, i64)>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, (String, i64)>(
+        "SELECT status, CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts GROUP BY status")
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("count jobs by status"))
+}
+
+/// Whether any job is pending or running: one entry of the partial index, however many there
+/// are (loading them all, as `in_flight` does, took 13 s and 500 MiB at 1.5 million).
+pub async fn any_in_flight(db: &Db) -> Result<bool, Error> {
+    on_db!(db, pool => sqlx::query_scalar::<_, bool>(
+        "SELECT EXISTS (SELECT 1 FROM jobs WHERE status IN ('PENDING', 'RUNNING'))")
+        .fetch_one(pool)
+        .await)
+    .map_err(query_error("look for running jobs"))
+}
+
+/// Pending and running jobs (for load, timeouts and reconciliation).
+pub async fn in_flight(db: &Db) -> Result<Vec<JobRow>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, JobRow>(concat!(job_select!(), "WHERE j.status IN ('PENDING', 'RUNNING')"))
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("list running jobs"))
+}
