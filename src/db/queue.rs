@@ -32,16 +32,18 @@ pub struct QueueCounts {
     pub slots: Option<(i64, i64)>,
 }
 
-impl QueueCounts {
-    /// The author's jobs in `status` (QUEUED, PENDING or RUNNING; 0 for any other).
-    pub fn of(&self, status: &str) -> i64 {
-        match status {
-            "QUEUED" => self.queued,
-            "PENDING" => self.pending,
-            "RUNNING" => self.running,
-            _ => 0,
-        }
-    }
+/// The author's counts and the slots in use, one row; `asked` only gives `$2` a place, so both
+/// statements of `read` take the same three parameters.
+macro_rules! queue_counts {
+    () => {
+        "SELECT \
+             (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts WHERE author_id = $1 AND status = 'QUEUED') AS queued_n, \
+             (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts WHERE author_id = $1 AND status = 'PENDING') AS pending_n, \
+             (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts WHERE author_id = $1 AND status = 'RUNNING') AS running_n, \
+             CASE WHEN $3 THEN (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_slot_counts WHERE NOT gpu) END AS cpu_n, \
+             CASE WHEN $3 THEN (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_slot_counts WHERE gpu) END AS gpu_n, \
+             CAST($2 AS BIGINT) AS asked"
+    };
 }
 
 /// Where the author's jobs stand, in one statement (one transaction): the counts of the
@@ -57,14 +59,17 @@ impl QueueCounts {
 /// docs/benchmarks.md: at 2 million queued jobs PostgreSQL's estimate for such a range sends it
 /// to a scan of the table).
 pub async fn read(db: &Db, author_id: &str, limit: i64, slots: bool) -> Result<(QueueCounts, Vec<QueuePlace>), Error> {
-    const COUNTS: &str = "SELECT \
-             (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts WHERE author_id = $1 AND status = 'QUEUED') AS queued_n, \
-             (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts WHERE author_id = $1 AND status = 'PENDING') AS pending_n, \
-             (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts WHERE author_id = $1 AND status = 'RUNNING') AS running_n, \
-             CASE WHEN $3 THEN (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_slot_counts WHERE NOT gpu) END AS cpu_n, \
-             CASE WHEN $3 THEN (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_slot_counts WHERE gpu) END AS gpu_n, \
-             CAST($2 AS BIGINT) AS asked"; // `asked`: both statements take the same three parameters
-    const PLACES: &str = "SELECT c.*, page.* FROM (COUNTS) c \
+    // Without places, the counts alone (a prepared statement). With them, the counts joined to
+    // the page, planned for this caller's values each time: the generic plan of a prepared
+    // statement cannot know how many jobs the caller has nor `limit`, and read every unfinished
+    // job (1.7 M of the 10 M scale seed) instead of the caller's first ones.
+    let (sql, persistent) = match limit > 0 {
+        false => (queue_counts!(), true),
+        true => (
+            concat!(
+                "SELECT c.*, page.* FROM (",
+                queue_counts!(),
+                ") c \
          LEFT JOIN ( \
            SELECT j.id, j.program_id, j.status, j.created, \
              CASE WHEN j.status = 'QUEUED' THEN \
@@ -75,17 +80,13 @@ pub async fn read(db: &Db, author_id: &str, limit: i64, slots: bool) -> Result<(
            FROM (SELECT * FROM jobs j WHERE j.author_id = $1 AND j.status IN ('QUEUED','PENDING','RUNNING') \
                  ORDER BY j.created, j.id LIMIT $2) j \
              LEFT JOIN programs p ON p.id = j.program_id LEFT JOIN providers pr ON pr.id = j.provider_id) page ON 1 = 1 \
-         ORDER BY page.created, page.id";
-    // Without places, the counts alone (a prepared statement). With them, the counts joined to
-    // the page, planned for this caller's values each time: the generic plan of a prepared
-    // statement cannot know how many jobs the caller has nor `limit`, and read every unfinished
-    // job (1.7 M of the 10 M scale seed) instead of the caller's first ones.
-    let (sql, persistent) = match limit > 0 {
-        false => (std::borrow::Cow::Borrowed(COUNTS), true),
-        true => (std::borrow::Cow::Owned(PLACES.replace("COUNTS", COUNTS)), false),
+         ORDER BY page.created, page.id"
+            ),
+            false,
+        ),
     };
     on_db!(db, pool => async {
-        let query = sqlx::query(&sql).persistent(persistent).bind(author_id).bind(limit.max(0)).bind(slots);
+        let query = sqlx::query(sql).persistent(persistent).bind(author_id).bind(limit.max(0)).bind(slots);
         let rows = query.fetch_all(pool).await?;
         let mut counts = QueueCounts::default();
         let mut places = Vec::with_capacity(rows.len());

@@ -240,7 +240,7 @@ async fn the_slots_in_use_are_kept_with_every_move(backend: Backend) {
         // One statement reads the author's kept counts and the slots (all six jobs are alice's).
         let (counts, places) = queue::read(db, alice, 0, true).await.unwrap();
         assert_eq!(counts.slots, Some(expected), "{step}: the kept slots");
-        assert_eq!(counts.of("PENDING") + counts.of("RUNNING"), expected.0 + expected.1, "{step}: alice's counts");
+        assert_eq!(counts.pending + counts.running, expected.0 + expected.1, "{step}: alice's counts");
         assert!(places.is_empty(), "{step}: limit 0 lists no job");
         let (unasked, listed) = queue::read(db, alice, 10, false).await.unwrap();
         assert_eq!((unasked.slots, unasked.running, unasked.pending), (None, counts.running, counts.pending), "{step}");

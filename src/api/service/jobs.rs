@@ -598,8 +598,7 @@ pub async fn queue(state: &AppState, caller: &Caller, limit: Option<&str>) -> Re
     };
     let admission = state.config.admission;
     let (counts, places) = queue::read(&state.db, &caller.user_id, limit, admission.is_some()).await?;
-    let count = |status: &str| counts.of(status);
-    let running = count("PENDING") + count("RUNNING");
+    let running = counts.pending + counts.running;
     let in_use = counts.slots;
     let waits = match (admission, in_use) {
         (Some(limits), Some(in_use)) => waiting_for(&places, running, limits, in_use),
@@ -608,8 +607,8 @@ pub async fn queue(state: &AppState, caller: &Caller, limit: Option<&str>) -> Re
     let slots = |limit: usize, used: i64| SlotUse { used, limit: i64::try_from(limit).unwrap_or(i64::MAX) };
     Ok(QueueAnswer {
         active_limit: state.config.active_jobs_per_user,
-        active: count("QUEUED") + running,
-        queued: count("QUEUED"),
+        active: counts.queued + running,
+        queued: counts.queued,
         running,
         running_limit: admission.map(|limits| i64::try_from(limits.jobs_per_user).unwrap_or(i64::MAX)),
         cpu_slots: admission.zip(in_use).map(|(limits, (cpu, _))| slots(limits.cpu_slots, cpu)),
