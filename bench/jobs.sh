@@ -86,15 +86,10 @@ for i in range(100_000):
     rows.append((f"be0c0000-0000-0000-0000-{i:012x}", program, author, status, created, created, created,
                  '{"value": 42}' if status == "SUCCEEDED" else None))
 db.executemany("INSERT INTO jobs (id, program_id, author_id, status, created, updated, last_activity, result) VALUES (?, ?, ?, ?, ?, ?, ?, ?)", rows)
-db.execute("DELETE FROM job_counts")
-db.execute("DELETE FROM job_counts_by_day")
-db.execute("INSERT INTO job_counts (author_id, program_id, status, n) SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY 1, 2, 3")
-db.execute("INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4")
-db.execute("DELETE FROM job_slot_counts")
-db.execute("INSERT INTO job_slot_counts (gpu, shard, n) SELECT gpu, 0, COUNT(*) FROM jobs WHERE status IN ('PENDING', 'RUNNING') GROUP BY gpu")
 db.commit()
 db.execute("ANALYZE")
 PY
+  "$GANTRY" admin --data-dir "$(dirname "$1")" recount >/dev/null
 }
 
 seed_postgres() { # URL PROGRAM_ID
@@ -106,17 +101,9 @@ SELECT 'be0c0000-0000-0000-0000-' || lpad(to_hex(i), 12, '0'), '$2',
 FROM generate_series(0, 99999) AS i
 CROSS JOIN LATERAL (SELECT (string_to_array('$SEED_STATUSES', ','))[i % 20 + 1] AS status) s
 CROSS JOIN LATERAL (SELECT 1735689600000000::bigint + i::bigint * 300000000 AS created) c;
-DELETE FROM job_counts;
-DELETE FROM job_counts_by_day;
-INSERT INTO job_counts (author_id, program_id, status, n)
-SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY 1, 2, 3;
-INSERT INTO job_counts_by_day (author_id, program_id, status, day, n)
-SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4;
-DELETE FROM job_slot_counts;
-INSERT INTO job_slot_counts (gpu, shard, n)
-SELECT gpu, 0, COUNT(*) FROM jobs WHERE status IN ('PENDING', 'RUNNING') GROUP BY gpu;
-VACUUM ANALYZE jobs;
 SQL
+  "$GANTRY" admin --database-url "$1" recount >/dev/null
+  psql "$1" -qc "VACUUM ANALYZE"
 }
 
 # measure_starts PORT: run → first output line of the job's python, STARTS sequential runs.

@@ -16,6 +16,7 @@
 #   l  GET files/list/?function=<user1's function>
 #   q  GET jobs/queue/?limit=0 (the console's jobs page asks it with every page)
 #   w  GET jobs/queue/?limit=100 (the console's queue page: the places of user1's oldest 100)
+#   x  the same as the author of the newest queued job (its places sum the whole queue's hours)
 #   o  GET jobs/?limit=10&offset=<the middle>   k  GET jobs/?limit=10&cursor=<the middle>
 # Each row also gives serve's peak RSS during that test (VmHWM, reset before it).
 # Then EXPLAIN (ANALYZE, BUFFERS) of the listings' statements on both sizes, the time the
@@ -26,7 +27,7 @@
 # usage: bench/scale.sh        (hold /tmp/gantry-bench.lock; needs ~25 GB free disk, wrk, psql)
 # env:   DATABASE_URL (PostgreSQL superuser; default postgres://postgres@127.0.0.1:5432/test),
 #        SIZES ("base scale"), SCALE_JOBS (10000000), GC_JOBS (1000000; 0 skips retention),
-#        DURATION (10) WARMUP (3) CONNS (16) for wrk, TESTS ("a b c c1 d e p g l q w o k"),
+#        DURATION (10) WARMUP (3) CONNS (16) for wrk, TESTS ("a b c c1 d e p g l q w x o k"),
 #        GANTRY_BIN (a binary to measure), KEEP_DB=1 (keep the databases), REUSE_DB=1 (measure
 #        on databases a KEEP_DB run seeded, with the same OUT), OUT (where the raw
 #        outputs go; default a temporary folder, printed at the end).
@@ -40,7 +41,7 @@ GC_JOBS=${GC_JOBS:-1000000}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-3}
 CONNS=${CONNS:-16}
-TESTS=${TESTS-"a b c c1 d e p g l q w o k"}
+TESTS=${TESTS-"a b c c1 d e p g l q w x o k"}
 for tool in wrk curl python3 psql pgrep; do
   command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 2; }
 done
@@ -119,18 +120,7 @@ seed() {
   { echo "SET maintenance_work_mem = '1GB';"; cat "$OUT/$size.jobs-indexes.sql"; } | psql "$url" -qv ON_ERROR_STOP=1
   echo "- $size: the jobs' $(wc -l <"$OUT/$size.jobs-indexes.sql") indexes built again $(elapsed "$t") s" >>"$OUT/seed.md"
   t=$(now_s)
-  psql "$url" -qv ON_ERROR_STOP=1 <<'SQL'
-SET work_mem = '256MB';
-DELETE FROM job_counts;
-DELETE FROM job_counts_by_day;
-INSERT INTO job_counts (author_id, program_id, status, n)
-SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY 1, 2, 3;
-INSERT INTO job_counts_by_day (author_id, program_id, status, day, n)
-SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4;
-DELETE FROM job_slot_counts;
-INSERT INTO job_slot_counts (gpu, shard, n)
-SELECT gpu, 0, COUNT(*) FROM jobs WHERE status IN ('PENDING', 'RUNNING') GROUP BY gpu;
-SQL
+  "$GANTRY" admin --database-url "$url" recount >/dev/null
   psql "$url" -qc "VACUUM ANALYZE"
   echo "- $size: kept counts, VACUUM ANALYZE $(elapsed "$t") s; the whole seed $(elapsed "$t0") s; database $(psql "$url" -qtAc "SELECT pg_size_pretty(pg_database_size(current_database()))")" >>"$OUT/seed.md"
 }
@@ -232,7 +222,7 @@ run_size() {
     seed "$size" "$url"
     seed_objects "$data" "$url" 10000
   fi
-  local heavy padmin provider function job mid count cursor
+  local heavy padmin provider function job mid count cursor last_user
   heavy=5ca1e000-0000-0000-0001-000000000001
   # The heaviest function (most jobs), its provider, and an admin of that provider.
   read -r function provider < <(psql "$url" -qtAF ' ' -c \
@@ -250,6 +240,8 @@ run_size() {
   curl -fsS -H "Authorization: Bearer user1" -F file=@"$data/fn/main.py" \
     "http://127.0.0.1:$PORT/api/v1/files/upload/?function=bench-fn" >/dev/null
   count=$(psql "$url" -qtAc "SELECT SUM(n) FROM job_counts WHERE author_id = '$heavy'")
+  # The author of the newest queued job: its places sum every hour of the queue before it.
+  last_user=$(psql "$url" -qtAc "SELECT u.username FROM jobs j JOIN users u ON u.id = j.author_id WHERE j.status = 'QUEUED' ORDER BY j.created DESC, j.id DESC LIMIT 1")
   mid=$(psql "$url" -qtAc "SELECT (MIN(created) + MAX(created)) / 2 FROM jobs")
   read -r job jobcreated < <(psql "$url" -qtAF ' ' -c "SELECT id, created FROM jobs WHERE author_id = '$heavy' AND created >= $mid ORDER BY created, id LIMIT 1")
   cursor=$(printf 'o:%s:%s' "$jobcreated" "$job" | base64 -w0 | tr '+/' '-_' | tr -d '=')
@@ -276,6 +268,7 @@ run_size() {
       l) measure "$size" l "GET files/list/?function=…" GET "/api/v1/files/list/?function=bench-fn" user1 ;;
       q) measure "$size" q "GET jobs/queue/?limit=0" GET "/api/v1/jobs/queue/?limit=0" user1 ;;
       w) measure "$size" w "GET jobs/queue/?limit=100" GET "/api/v1/jobs/queue/?limit=100" user1 ;;
+      x) measure "$size" x "GET jobs/queue/?limit=100 (last in the queue)" GET "/api/v1/jobs/queue/?limit=100" "$last_user" ;;
       o) measure "$size" o "GET jobs/?limit=10&offset=<middle>" GET "/api/v1/jobs/?limit=10&offset=$offset" user1 ;;
       k) measure "$size" k "GET jobs/?limit=10&cursor=<middle>" GET "/api/v1/jobs/?limit=10&cursor=$cursor" user1 ;;
     esac

@@ -109,6 +109,9 @@ pub enum AdminCommand {
     },
     /// Queue every undeliverable job event again (after fixing the sink), to be sent at once.
     EventsRetry,
+    /// Count the kept job counts again from the jobs (after loading jobs by other means, or to
+    /// repair drift); holds writes to the jobs while it counts.
+    Recount,
     /// Delete finished jobs (SUCCEEDED, FAILED, STOPPED) last updated more than --older-than days
     /// ago, with their events, runtime jobs and objects (arguments, result, logs), in batches.
     Gc {
@@ -270,6 +273,7 @@ pub async fn admin_with(db: &Db, storage: Option<&Storage>, command: AdminComman
                 "{requeued} undeliverable events queued again (a running publisher sends them within its poll period)"
             )
         }
+        AdminCommand::Recount => db::counts::recount(db).await?.to_string(),
         AdminCommand::Gc { older_than, dry_run } => {
             let storage = storage.context("gantry admin gc needs the object storage")?;
             let policy = crate::retention::Policy::new(older_than);

@@ -3,6 +3,7 @@
 //! ids, integer timestamps) and run on either pool through `on_db!`; each table's queries live in
 //! `db/<table>.rs` with their row types. One set of migrations (`migrations/`) serves both.
 
+pub mod counts;
 pub mod idempotency;
 pub mod indexes;
 pub mod jobs;

@@ -45,8 +45,10 @@ impl RetentionArgs {
         self.retain_finished_days.map(Policy::new)
     }
 
-    /// Starts the background passes when retention is on, and says what it does.
+    /// Starts the background passes when retention is on, and says what it does. The queue's
+    /// spent hours (`db::queue::prune_spent_blocks`) are pruned in any case.
     pub fn start(&self, db: &Db, storage: &Storage) -> String {
+        tokio::spawn(prune_queue_periodically(db.clone(), PRUNE_QUEUE_EVERY));
         match self.policy() {
             Some(policy) => {
                 let description = format!(
@@ -392,6 +394,24 @@ async fn delete_batch(
 /// The pause after a batch that took `took`: at least `shortest`, and as long as the batch.
 fn pause_after(shortest: Duration, took: Duration) -> Duration {
     shortest.max(took)
+}
+
+/// Time between two prunings of the queue's spent hours.
+pub const PRUNE_QUEUE_EVERY: Duration = Duration::from_secs(600);
+
+/// Prunes the queue's spent hours now and then every `every`, for as long as the process runs;
+/// failures are logged and the next pass tries again.
+pub async fn prune_queue_periodically(db: Db, every: Duration) {
+    loop {
+        match db::queue::prune_spent_blocks(&db, db::now_micros()).await {
+            Ok(rows) => tracing::debug!(rows, "queue's spent hours pruned"),
+            Err(error) => tracing::warn!(
+                error = &error as &dyn std::error::Error,
+                "pruning the queue's spent hours failed; the next pass tries again"
+            ),
+        }
+        tokio::time::sleep(every).await;
+    }
 }
 
 /// A pass now and then every `every`, for as long as the process runs; failures are logged and

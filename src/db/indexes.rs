@@ -58,6 +58,14 @@ pub const BIG_INDEXES: &[BigIndex] = &[
         columns: "(author_id, created, id) WHERE status IN ('QUEUED','PENDING','RUNNING')",
         migration: 19,
     },
+    // 0020: unfinished jobs by status with the id (an hour's queued jobs before one, counted
+    // from the index: `jobs/queue/`'s places).
+    BigIndex {
+        name: "jobs_active_status_created_id_idx",
+        table: "jobs",
+        columns: "(status, created, id) WHERE status IN ('QUEUED','PENDING','RUNNING')",
+        migration: 20,
+    },
 ];
 
 /// The PostgreSQL advisory lock key of the builds ("gantryix").

@@ -5,6 +5,7 @@
 
 use std::collections::HashSet;
 
+use super::queue::{QUEUE_ADD, QUEUE_BLOCK_MICROS, block_of};
 use super::{Db, Error, new_id, now_micros, on_db, query_error};
 use crate::domain::admission::QueuedJob;
 use crate::domain::lifecycle::{JobStatus, Move};
@@ -90,8 +91,8 @@ const SLOT_ADD: &str = "INSERT INTO job_slot_counts (gpu, shard, n) VALUES ($1, 
 /// process never wait for each other's row.
 const SLOT_SHARDS: u64 = 16;
 
-/// The slots-in-use row the next move of this process changes.
-fn slot_shard() -> i64 {
+/// The slots-in-use (or queue block) row the next move of this process changes.
+pub(super) fn slot_shard() -> i64 {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let next = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed) % SLOT_SHARDS;
     i64::try_from(next).unwrap_or(0)
@@ -319,11 +320,13 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
         // Jobs moved per (author, function, creation day), for the counters.
         let mut counted: std::collections::BTreeMap<(String, String, i64), i64> = Default::default();
         let mut seqs = std::collections::HashMap::new();
-        // Jobs moved per kind (CPU, GPU), for the slots in use.
+        // Jobs moved per kind (CPU, GPU), for the slots in use, and per queue block.
         let mut kinds = [0i64; 2];
+        let mut blocks: std::collections::BTreeMap<i64, i64> = Default::default();
         for (job_id, author_id, program_id, created, seq, gpu) in updated {
             *counted.entry((author_id, program_id, day_of(created))).or_default() += 1;
             kinds[usize::from(gpu)] += 1;
+            *blocks.entry(block_of(created)).or_default() += 1;
             seqs.insert(job_id, seq);
         }
         let moved: Vec<String> = job_ids.iter().filter(|id| seqs.contains_key(*id)).cloned().collect();
@@ -378,6 +381,12 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
                 }
             }
         }
+        // Then the queued jobs per hour of creation, in block order.
+        if mv.queue_change() != 0 {
+            for (block, jobs) in blocks {
+                sqlx::query(QUEUE_ADD).bind(block).bind(slot_shard()).bind(jobs * mv.queue_change()).execute(&mut *tx).await?;
+            }
+        }
         tx.commit().await?;
         Ok(moved)
     }.await)
@@ -385,16 +394,18 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
 }
 
 /// One job's move on PostgreSQL without outbound sinks: the move, its event, the four counter
-/// changes and the slots in use in one statement, one round trip. Counter rows are locked as
-/// every other writer locks them: totals in status order, and each per-day row after its total
-/// (it reads the totals' rows), the slots' row last (its sub-statement is referenced by none,
-/// so it runs after those that are), so concurrent moves and runs cannot deadlock.
+/// changes, the slots in use and the queued jobs of its hour in one statement, one round trip.
+/// Counter rows are locked as every other writer locks them: totals in status order, and each
+/// per-day row after its total (it reads the totals' rows), then the slots' row, then the queue
+/// block's (it reads the slots' sub-statement, which is referenced by nothing else, so both run
+/// after those that are), so concurrent moves and runs cannot deadlock.
 async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Result<Vec<String>, sqlx::Error> {
     let moved: Option<i64> = sqlx::query_scalar(concat!(
         "WITH moved AS (",
         move_job!("$11"),
         " WHERE status = $2 AND id = $5 \
-           RETURNING id, author_id, COALESCE(program_id, '') AS program_id, created / $10 AS day, event_seq, gpu), \
+           RETURNING id, author_id, COALESCE(program_id, '') AS program_id, created / $10 AS day, \
+             created / $15 AS block, event_seq, gpu), \
          event AS ( \
            INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
            SELECT $6, id, event_seq, $3, 'STATUS_CHANGE', $7, $8, $9 FROM moved), \
@@ -411,7 +422,11 @@ async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Re
            ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n), \
          slots AS ( \
            INSERT INTO job_slot_counts (gpu, shard, n) SELECT gpu, $12, $13 FROM moved WHERE $13 <> 0 \
-           ON CONFLICT (gpu, shard) DO UPDATE SET n = job_slot_counts.n + excluded.n) \
+           ON CONFLICT (gpu, shard) DO UPDATE SET n = job_slot_counts.n + excluded.n RETURNING n), \
+         queue AS ( \
+           INSERT INTO job_queue_counts (block, shard, n) SELECT block, $12, $14 FROM moved \
+           WHERE $14 <> 0 AND (SELECT COUNT(*) FROM slots) >= 0 \
+           ON CONFLICT (block, shard) DO UPDATE SET n = job_queue_counts.n + excluded.n) \
          SELECT event_seq FROM moved"
     ))
     .bind(mv.to.as_str())
@@ -427,6 +442,8 @@ async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Re
     .bind(mv.reason())
     .bind(slot_shard())
     .bind(mv.slot_change())
+    .bind(mv.queue_change())
+    .bind(QUEUE_BLOCK_MICROS)
     .fetch_optional(pool)
     .await?;
     Ok(moved.map(|_| vec![job_id.to_string()]).unwrap_or_default())

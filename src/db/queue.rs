@@ -1,7 +1,7 @@
 //! Where a user's jobs stand in the queue: their unfinished jobs and, for each queued one, how
-//! many queued jobs (of every user) came before it, on the partial indexes of unfinished jobs
-//! (`jobs_active_author_created_idx`, `jobs_active_status_created_idx`); their counts and the slots in
-//! use from the kept counts.
+//! many queued jobs (of every user) came before it, from the queued jobs kept per hour of
+//! creation and the partial indexes of unfinished jobs (`jobs_active_author_created_idx`,
+//! `jobs_active_status_created_id_idx`); their counts and the slots in use from the kept counts.
 
 use super::{Db, Error, on_db, query_error};
 
@@ -46,6 +46,48 @@ macro_rules! queue_counts {
     };
 }
 
+/// Microseconds of creation time per queue block, as SQL text: the queued jobs are counted per
+/// hour of their creation (`job_queue_counts`, migration 0020, which has the same number).
+macro_rules! block_micros {
+    () => {
+        "3600000000"
+    };
+}
+
+/// `block_micros!` as a number.
+pub const QUEUE_BLOCK_MICROS: i64 = 3_600_000_000;
+
+/// Adds `$3` to the queued jobs of block `$1` in its row `$2` (migration 0020).
+pub const QUEUE_ADD: &str = "INSERT INTO job_queue_counts (block, shard, n) VALUES ($1, $2, $3) \
+     ON CONFLICT (block, shard) DO UPDATE SET n = job_queue_counts.n + excluded.n";
+
+/// The queue block of a job created at `created`.
+pub fn block_of(created: i64) -> i64 {
+    created.div_euclid(QUEUE_BLOCK_MICROS)
+}
+
+/// Deletes the kept rows of the hours that hold no queued job any more, created before
+/// `now`'s hour minus `QUIET_HOURS`: each hour leaves up to one row per shard behind when its
+/// last job leaves the queue, and `read` sums every row up to the hours it lists. Only hours
+/// whose count is zero and which no run can add to (a job is created in the hour of its run;
+/// two hours spare a clock behind by that much) are deleted, so no concurrent move changes
+/// them. Answers the rows deleted.
+pub async fn prune_spent_blocks(db: &Db, now: i64) -> Result<u64, Error> {
+    let before = block_of(now) - QUIET_HOURS;
+    let _writer = db.write_lock().await;
+    on_db!(db, pool => sqlx::query(
+        "DELETE FROM job_queue_counts WHERE block < $1 AND block IN ( \
+           SELECT block FROM job_queue_counts WHERE block < $1 GROUP BY block HAVING SUM(n) = 0)")
+        .bind(before)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))
+    .map_err(query_error("prune the queue's spent hours"))
+}
+
+/// Hours before the current one whose spent rows `prune_spent_blocks` leaves alone.
+pub const QUIET_HOURS: i64 = 2;
+
 /// Where the author's jobs stand, in one statement (one transaction): the counts of the
 /// author's unfinished jobs (their kept counts), the slots in use when `slots` (kept with every
 /// move, migration 0016: a few rows whatever the history), and the author's QUEUED, PENDING and
@@ -54,10 +96,12 @@ macro_rules! queue_counts {
 /// listings, the counts are joined to the page, so they come back when no job is listed (a row
 /// of NULL job columns).
 ///
-/// Each place is a count over the queued jobs' index up to that job: listing k queued jobs
-/// costs the sum of their positions. With a long queue that is the cost that grows (see
-/// docs/benchmarks.md: at 2 million queued jobs PostgreSQL's estimate for such a range sends it
-/// to a scan of the table).
+/// A place is never a count of the queue: it is the queued jobs of the hours before its job's
+/// hour, summed from the kept counts per hour (`job_queue_counts`, one sum over the hours up to
+/// the last listed job's, whatever the number of jobs in them), plus the queued jobs of its own
+/// hour before it, counted in `jobs_active_status_created_id_idx` from the previous listed job
+/// of that hour (or the hour's start). Listing k jobs reads at most the queue's hours and, per
+/// hour holding a listed job, that hour's queued jobs up to the last listed one.
 pub async fn read(db: &Db, author_id: &str, limit: i64, slots: bool) -> Result<(QueueCounts, Vec<QueuePlace>), Error> {
     // Without places, the counts alone (a prepared statement). With them, the counts joined to
     // the page, planned for this caller's values each time: the generic plan of a prepared
@@ -67,20 +111,47 @@ pub async fn read(db: &Db, author_id: &str, limit: i64, slots: bool) -> Result<(
         false => (queue_counts!(), true),
         true => (
             concat!(
-                "SELECT c.*, page.* FROM (",
+                "WITH mine AS ( \
+                   SELECT j.id, j.program_id, j.provider_id, j.status, j.created, j.gpu FROM jobs j \
+                   WHERE j.author_id = $1 AND j.status IN ('QUEUED','PENDING','RUNNING') \
+                   ORDER BY j.created, j.id LIMIT $2), \
+                 queued AS ( \
+                   SELECT id, created, created / ",
+                block_micros!(),
+                " AS block, \
+                     LAG(created) OVER (PARTITION BY created / ",
+                block_micros!(),
+                " ORDER BY created, id) AS prev_created, \
+                     LAG(id) OVER (PARTITION BY created / ",
+                block_micros!(),
+                " ORDER BY created, id) AS prev_id \
+                   FROM mine WHERE status = 'QUEUED'), \
+                 steps AS ( \
+                   SELECT s.id, s.created, s.block, \
+                     (SELECT COUNT(*) FROM jobs q WHERE q.status = 'QUEUED' \
+                        AND (q.created, q.id) >= (COALESCE(s.prev_created, s.block * ",
+                block_micros!(),
+                "), COALESCE(s.prev_id, '')) \
+                        AND (q.created, q.id) < (s.created, s.id)) AS step \
+                   FROM queued s), \
+                 blocks AS ( \
+                   SELECT block, CAST(SUM(n) AS BIGINT) AS n FROM job_queue_counts \
+                   WHERE block <= (SELECT MAX(block) FROM queued) GROUP BY block), \
+                 before AS ( \
+                   SELECT block, CAST(SUM(n) OVER (ORDER BY block ROWS UNBOUNDED PRECEDING) - n AS BIGINT) AS n FROM blocks), \
+                 places AS ( \
+                   SELECT s.id, CAST(COALESCE(b.n, 0) + SUM(s.step) OVER ( \
+                       PARTITION BY s.block ORDER BY s.created, s.id ROWS UNBOUNDED PRECEDING) AS BIGINT) AS ahead \
+                   FROM steps s LEFT JOIN before b ON b.block = s.block) \
+                 SELECT c.*, page.* FROM (",
                 queue_counts!(),
                 ") c \
-         LEFT JOIN ( \
-           SELECT j.id, j.program_id, j.status, j.created, \
-             CASE WHEN j.status = 'QUEUED' THEN \
-               (SELECT COUNT(*) FROM jobs q WHERE q.status = 'QUEUED' AND q.created <= j.created \
-                  AND (q.created < j.created OR q.id < j.id)) \
-             ELSE 0 END AS ahead, \
-             j.gpu, p.title AS program_title, pr.name AS provider_name \
-           FROM (SELECT * FROM jobs j WHERE j.author_id = $1 AND j.status IN ('QUEUED','PENDING','RUNNING') \
-                 ORDER BY j.created, j.id LIMIT $2) j \
-             LEFT JOIN programs p ON p.id = j.program_id LEFT JOIN providers pr ON pr.id = j.provider_id) page ON 1 = 1 \
-         ORDER BY page.created, page.id"
+                 LEFT JOIN ( \
+                   SELECT m.id, m.program_id, m.status, m.created, COALESCE(pl.ahead, 0) AS ahead, m.gpu, \
+                     p.title AS program_title, pr.name AS provider_name \
+                   FROM mine m LEFT JOIN places pl ON pl.id = m.id \
+                     LEFT JOIN programs p ON p.id = m.program_id LEFT JOIN providers pr ON pr.id = m.provider_id) page ON 1 = 1 \
+                 ORDER BY page.created, page.id"
             ),
             false,
         ),
@@ -108,4 +179,19 @@ pub async fn read(db: &Db, author_id: &str, limit: i64, slots: bool) -> Result<(
         Ok::<_, sqlx::Error>((counts, places))
     }.await)
     .map_err(query_error("read the caller's queue"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_hour_is_one_number_in_every_statement() {
+        assert_eq!(block_micros!().parse::<i64>().unwrap(), QUEUE_BLOCK_MICROS);
+        let migration = include_str!("../../migrations/0020_job_queue_counts.sql");
+        assert!(migration.contains(&format!("created / {QUEUE_BLOCK_MICROS}")), "{migration}");
+        assert!(crate::db::counts::recounts(&format!("created / {QUEUE_BLOCK_MICROS}")));
+        assert_eq!(block_of(QUEUE_BLOCK_MICROS * 5 + 1), 5);
+        assert_eq!(block_of(QUEUE_BLOCK_MICROS * 5 - 1), 4);
+    }
 }

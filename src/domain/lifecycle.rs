@@ -245,6 +245,11 @@ impl Move {
     pub fn slot_change(&self) -> i64 {
         i64::from(self.to.holds_slot()) - i64::from(self.from.holds_slot())
     }
+
+    /// What the move changes in the queued jobs: +1 into QUEUED, -1 out of it, 0 otherwise.
+    pub fn queue_change(&self) -> i64 {
+        i64::from(self.to == JobStatus::Queued) - i64::from(self.from == JobStatus::Queued)
+    }
 }
 
 /// Decides the move for `trigger` from `current`, or `None` when the trigger does not apply

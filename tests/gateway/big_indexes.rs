@@ -41,10 +41,11 @@ async fn sqlite_builds_the_big_indexes_in_their_migrations() {
     for index in BIG_INDEXES {
         assert_eq!(validity(&gateway.state.db, index.name).await, Some(true), "{}", index.name);
     }
-    // 0018 and 0019 replaced 0003's index of the functions' counts and 0001's of the unfinished
-    // jobs by author.
+    // 0018, 0019 and 0020 replaced 0003's index of the functions' counts and 0001's of the
+    // unfinished jobs by author and by status.
     assert_eq!(validity(&gateway.state.db, REPLACED).await, None);
     assert_eq!(validity(&gateway.state.db, "jobs_active_author_idx").await, None);
+    assert_eq!(validity(&gateway.state.db, "jobs_active_status_created_idx").await, None);
 }
 
 /// The index migration 0018 replaces (by `BIG_INDEXES[1]`, the same with `n`).
@@ -54,7 +55,7 @@ const REPLACED: &str = "job_counts_program_idx";
 async fn postgres_builds_a_missing_or_invalid_big_index_concurrently_before_its_migration() {
     let gateway = Gateway::start(Backend::PostgresS3).await;
     let db = &gateway.state.db;
-    let [by_day, index, _] = BIG_INDEXES else { panic!("three big indexes") };
+    let [by_day, index, ..] = BIG_INDEXES else { panic!("the big indexes of 0014 and 0018 first") };
     assert_eq!(validity(db, index.name).await, Some(true));
     // Migrating again builds nothing back: 0014's index stays, 0003's stays dropped.
     db.migrate().await.unwrap();

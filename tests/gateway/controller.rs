@@ -794,23 +794,7 @@ async fn seed_history(
     .execute(pool)
     .await
     .unwrap();
-    for table in ["job_counts", "job_counts_by_day"] {
-        sqlx::query(&format!("DELETE FROM {table}")).execute(pool).await.unwrap();
-    }
-    sqlx::query(
-        "INSERT INTO job_counts (author_id, program_id, status, n) \
-         SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY 1, 2, 3",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
-    sqlx::query(
-        "INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
-         SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4",
-    )
-    .execute(pool)
-    .await
-    .unwrap();
+    gantry::db::counts::recount(&gateway.state.db).await.unwrap();
     sqlx::query("ANALYZE").execute(pool).await.unwrap();
     let newest: Vec<(String, String)> =
         sqlx::query_as("SELECT id, status FROM jobs WHERE status <> 'QUEUED' ORDER BY created DESC LIMIT $1")

@@ -29,6 +29,7 @@ mod openapi_drift;
 mod pagination;
 mod pod_endings;
 mod programs;
+mod queue_places;
 mod reasons;
 mod replicas;
 mod retention;

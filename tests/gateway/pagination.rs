@@ -29,23 +29,8 @@ async fn jobs_created_at(gateway: &Gateway, user: &str, created: &[i64]) -> Vec<
         set_created(gateway, &id, *when).await;
         ids.push(id);
     }
-    recount_days(gateway).await;
+    gantry::db::counts::recount(&gateway.state.db).await.unwrap();
     ids
-}
-
-/// The kept counts per creation day, counted again after creation times were changed.
-async fn recount_days(gateway: &Gateway) {
-    let statements = [
-        "DELETE FROM job_counts_by_day",
-        "INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
-         SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4",
-    ];
-    for sql in statements {
-        match &gateway.state.db {
-            Db::Sqlite(pool, _) => sqlx::query(sql).execute(pool).await.unwrap().rows_affected(),
-            Db::Postgres(pool) => sqlx::query(sql).execute(pool).await.unwrap().rows_affected(),
-        };
-    }
 }
 
 async fn set_created(gateway: &Gateway, id: &str, created: i64) {

@@ -344,7 +344,7 @@ async fn a_long_pass_reports_its_progress_and_keeps_counts_exact(backend: Backen
         old.push((user, id));
     }
     let active = job(&gateway, "alice", None, 90).await;
-    recount_days(&gateway).await;
+    gantry::db::counts::recount(&gateway.state.db).await.unwrap();
     assert_counts_exact(&gateway).await;
 
     let policy = Policy { older_than: RETENTION, batch_size: 2, pause: Duration::ZERO };
@@ -383,18 +383,4 @@ async fn set_created(gateway: &Gateway, id: &str, created: i64) {
         Db::Sqlite(pool, _) => sqlx::query(sql).bind(created).bind(id).execute(pool).await.unwrap().rows_affected(),
         Db::Postgres(pool) => sqlx::query(sql).bind(created).bind(id).execute(pool).await.unwrap().rows_affected(),
     };
-}
-
-/// The kept counts per creation day, counted again after creation times were changed.
-async fn recount_days(gateway: &Gateway) {
-    for sql in [
-        "DELETE FROM job_counts_by_day",
-        "INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
-         SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs GROUP BY 1, 2, 3, 4",
-    ] {
-        match &gateway.state.db {
-            Db::Sqlite(pool, _) => sqlx::query(sql).execute(pool).await.unwrap().rows_affected(),
-            Db::Postgres(pool) => sqlx::query(sql).execute(pool).await.unwrap().rows_affected(),
-        };
-    }
 }

@@ -1,6 +1,7 @@
 //! Creating a job: the `run` transaction, the active-job limit checked in it.
 
-use super::{COUNT_ADD, OutboxNames, day_of};
+use super::{COUNT_ADD, OutboxNames, day_of, slot_shard};
+use crate::db::queue::{QUEUE_ADD, block_of};
 use crate::db::{Db, Error, new_id, now_micros, query_error};
 
 /// A job to create.
@@ -100,6 +101,7 @@ async fn insert_with_limit_attached(
                 .execute(&mut *tx)
                 .await?;
         }
+        sqlx::query(QUEUE_ADD).bind(block_of(now)).bind(slot_shard()).bind(1i64).execute(&mut *tx).await?;
         insert_event!(tx, &job.id, 1i64, now, "STATUS_CHANGE", "API", "RUN_PROGRAM", QUEUED_EVENT);
         if outbox {
             insert_move_outbox!(tx, &job.id, 1i64, now, None::<&str>, "QUEUED", "API", "RUN_PROGRAM");
@@ -116,8 +118,9 @@ async fn insert_with_limit_attached(
 /// and its first event in one statement (which, started after the lock was granted, counts the
 /// jobs that the runs it waited for committed), then `COMMIT`. The per-day count reads the
 /// total count's row, so the two counter rows are locked in the order every other writer
-/// locks them (total, then per day): sub-statements of one statement otherwise run in no
-/// promised order, and two orders could deadlock with a concurrent status move.
+/// locks them (total, then per day), and the queue block's row reads the per-day one's (last,
+/// as in a move): sub-statements of one statement otherwise run in no promised order, and two
+/// orders could deadlock with a concurrent status move.
 async fn insert_with_limit_postgres(
     pool: &sqlx::PgPool,
     job: &NewJob,
@@ -147,7 +150,11 @@ async fn insert_with_limit_postgres(
              counted_by_day AS ( \
                INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
                SELECT $4, $2, 'QUEUED', $15, 1 FROM counted \
-               ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n), \
+               ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n \
+               RETURNING n), \
+             queue AS ( \
+               INSERT INTO job_queue_counts (block, shard, n) SELECT $18, $19, 1 FROM counted_by_day \
+               ON CONFLICT (block, shard) DO UPDATE SET n = job_queue_counts.n + excluded.n), \
              event AS ( \
                INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
                SELECT $16, id, 1, $11, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $17 FROM job) \
@@ -160,6 +167,8 @@ async fn insert_with_limit_postgres(
     .bind(day_of(now))
     .bind(new_id())
     .bind(QUEUED_EVENT)
+    .bind(block_of(now))
+    .bind(slot_shard())
     .fetch_one(&mut *tx)
     .await?;
     if inserted == 0 {

@@ -1,0 +1,86 @@
+//! The kept counts, counted again from the jobs themselves: every job's count per user, function
+//! and status (`job_counts`), per creation day (`job_counts_by_day`), the slots in use
+//! (`job_slot_counts`) and the queued jobs per hour (`job_queue_counts`). Every write keeps them
+//! in its own transaction; a recount repairs them where something else changed `jobs` (a seed
+//! loaded by COPY, a restore, an older version still writing during a rolling upgrade).
+
+use super::{Db, Error, on_db, query_error};
+
+/// The statements of a recount, in order: each kept table emptied, then filled from `jobs`.
+/// Their numbers are those of the migrations that added the tables (days of 86,400,000,000
+/// microseconds, hours of `queue::QUEUE_BLOCK_MICROS`).
+const RECOUNT: [&str; 8] = [
+    "DELETE FROM job_counts",
+    "INSERT INTO job_counts (author_id, program_id, status, n) \
+     SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY author_id, COALESCE(program_id, ''), status",
+    "DELETE FROM job_counts_by_day",
+    "INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
+     SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs \
+     GROUP BY author_id, COALESCE(program_id, ''), status, created / 86400000000",
+    "DELETE FROM job_slot_counts",
+    "INSERT INTO job_slot_counts (gpu, shard, n) \
+     SELECT gpu, 0, COUNT(*) FROM jobs WHERE status IN ('PENDING', 'RUNNING') GROUP BY gpu",
+    "DELETE FROM job_queue_counts",
+    "INSERT INTO job_queue_counts (block, shard, n) \
+     SELECT created / 3600000000, 0, COUNT(*) FROM jobs WHERE status = 'QUEUED' GROUP BY created / 3600000000",
+];
+
+/// The kept tables' sums: jobs by user, function and status; by day; the slots in use; the
+/// queued jobs by hour.
+const TOTALS: &str = "SELECT \
+     (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts), \
+     (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts_by_day), \
+     (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_slot_counts), \
+     (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_queue_counts)";
+
+/// The sums of the kept tables, in `TOTALS`' order.
+pub type Totals = (i64, i64, i64, i64);
+
+/// What a recount changed: the kept tables' sums before and after (after: every job, every
+/// job again by day, the pending and running jobs, the queued jobs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recounted {
+    pub before: Totals,
+    pub after: Totals,
+}
+
+impl std::fmt::Display for Recounted {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let (b, a) = (self.before, self.after);
+        write!(
+            f,
+            "recounted {} jobs: by user and function {} -> {}, by day {} -> {}, slots in use {} -> {}, queued {} -> {}",
+            a.0, b.0, a.0, b.1, a.1, b.2, a.2, b.3, a.3
+        )
+    }
+}
+
+/// Counts every kept count again from `jobs`, in one transaction that holds writes to `jobs`
+/// meanwhile (PostgreSQL: `SHARE` lock, reads go on; SQLite: its one writer), so the counts
+/// match the jobs they are read from. At 10 million jobs this takes minutes.
+pub async fn recount(db: &Db) -> Result<Recounted, Error> {
+    let _writer = db.write_lock().await;
+    let postgres = matches!(db, Db::Postgres(_));
+    on_db!(db, pool => async {
+        let mut tx = pool.begin().await?;
+        if postgres {
+            sqlx::query("LOCK TABLE jobs IN SHARE MODE").execute(&mut *tx).await?;
+            // Room for the groupings in memory (10 M jobs group into ~1 M rows by day).
+            sqlx::query("SET LOCAL work_mem = '256MB'").execute(&mut *tx).await?;
+        }
+        let before: Totals = sqlx::query_as(TOTALS).fetch_one(&mut *tx).await?;
+        for statement in RECOUNT {
+            sqlx::query(statement).execute(&mut *tx).await?;
+        }
+        let after: Totals = sqlx::query_as(TOTALS).fetch_one(&mut *tx).await?;
+        tx.commit().await?;
+        Ok::<_, sqlx::Error>(Recounted { before, after })
+    }.await)
+    .map_err(query_error("recount the kept counts"))
+}
+
+/// Whether a recount statement holds `text` (the units of days and hours, checked by tests).
+#[cfg(test)]
+pub(crate) fn recounts(text: &str) -> bool {
+    RECOUNT.iter().any(|statement| statement.contains(text))
+}
