@@ -1,6 +1,7 @@
 //! The kept counts, counted again from the jobs themselves: every job's count per user, function
-//! and status (`job_counts`), per creation day (`job_counts_by_day`), the slots in use
-//! (`job_slot_counts`) and the queued jobs per hour (`job_queue_counts`). Every write keeps them
+//! and status (`job_counts`), per creation day (`job_counts_by_day`), per provider and status
+//! (`job_provider_counts`), the slots in use (`job_slot_counts`) and the queued jobs per hour
+//! (`job_queue_counts`). Every write keeps them
 //! in its own transaction; a recount repairs them where something else changed `jobs` (a seed
 //! loaded by COPY, a restore, an older version still writing during a rolling upgrade).
 
@@ -9,7 +10,7 @@ use super::{Db, Error, on_db, query_error};
 /// The statements of a recount, in order: each kept table emptied, then filled from `jobs`.
 /// Their numbers are those of the migrations that added the tables (days of 86,400,000,000
 /// microseconds, hours of `queue::QUEUE_BLOCK_MICROS`).
-const RECOUNT: [&str; 8] = [
+const RECOUNT: [&str; 10] = [
     "DELETE FROM job_counts",
     "INSERT INTO job_counts (author_id, program_id, status, n) \
      SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY author_id, COALESCE(program_id, ''), status",
@@ -17,6 +18,9 @@ const RECOUNT: [&str; 8] = [
     "INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
      SELECT author_id, COALESCE(program_id, ''), status, created / 86400000000, COUNT(*) FROM jobs \
      GROUP BY author_id, COALESCE(program_id, ''), status, created / 86400000000",
+    "DELETE FROM job_provider_counts",
+    "INSERT INTO job_provider_counts (provider_id, status, shard, n) \
+     SELECT provider_id, status, 0, COUNT(*) FROM jobs WHERE provider_id IS NOT NULL GROUP BY provider_id, status",
     "DELETE FROM job_slot_counts",
     "INSERT INTO job_slot_counts (gpu, shard, n) \
      SELECT gpu, 0, COUNT(*) FROM jobs WHERE status IN ('PENDING', 'RUNNING') GROUP BY gpu",
@@ -25,19 +29,21 @@ const RECOUNT: [&str; 8] = [
      SELECT created / 3600000000, 0, COUNT(*) FROM jobs WHERE status = 'QUEUED' GROUP BY created / 3600000000",
 ];
 
-/// The kept tables' sums: jobs by user, function and status; by day; the slots in use; the
-/// queued jobs by hour.
+/// The kept tables' sums: jobs by user, function and status; by day; by provider; the slots in
+/// use; the queued jobs by hour.
 const TOTALS: &str = "SELECT \
      (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts), \
      (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts_by_day), \
+     (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_provider_counts), \
      (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_slot_counts), \
      (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_queue_counts)";
 
 /// The sums of the kept tables, in `TOTALS`' order.
-pub type Totals = (i64, i64, i64, i64);
+pub type Totals = (i64, i64, i64, i64, i64);
 
 /// What a recount changed: the kept tables' sums before and after (after: every job, every
-/// job again by day, the pending and running jobs, the queued jobs).
+/// job again by day, the jobs of provider functions, the pending and running jobs, the queued
+/// jobs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Recounted {
     pub before: Totals,
@@ -49,8 +55,8 @@ impl std::fmt::Display for Recounted {
         let (b, a) = (self.before, self.after);
         write!(
             f,
-            "recounted {} jobs: by user and function {} -> {}, by day {} -> {}, slots in use {} -> {}, queued {} -> {}",
-            a.0, b.0, a.0, b.1, a.1, b.2, a.2, b.3, a.3
+            "recounted {} jobs: by user and function {} -> {}, by day {} -> {}, by provider {} -> {}, slots in use {} -> {}, queued {} -> {}",
+            a.0, b.0, a.0, b.1, a.1, b.2, a.2, b.3, a.3, b.4, a.4
         )
     }
 }

@@ -83,6 +83,10 @@ pub(super) const COUNT_ADD: [&str; 2] = [
      ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n",
 ];
 
+/// Adds `$4` to the jobs of provider `$1` in status `$2`, in its row `$3` (migration 0021).
+pub(super) const PROVIDER_ADD: &str = "INSERT INTO job_provider_counts (provider_id, status, shard, n) VALUES ($1, $2, $3, $4) \
+     ON CONFLICT (provider_id, status, shard) DO UPDATE SET n = job_provider_counts.n + excluded.n";
+
 /// Adds `$3` to the slots in use of the kind `$1` (GPU or not) in its row `$2` (migration 0016).
 const SLOT_ADD: &str = "INSERT INTO job_slot_counts (gpu, shard, n) VALUES ($1, $2, $3) \
      ON CONFLICT (gpu, shard) DO UPDATE SET n = job_slot_counts.n + excluded.n";
@@ -301,13 +305,13 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
     let ids = (0..job_ids.len()).map(|i| format!("${}", i + 6)).collect::<Vec<_>>().join(", ");
     let update = format!(
         "{} WHERE status = $2 AND id IN ({ids}) \
-         RETURNING id, author_id, COALESCE(program_id, ''), created, event_seq, gpu",
+         RETURNING id, author_id, COALESCE(program_id, ''), created, event_seq, gpu, provider_id",
         move_job!("$5")
     );
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
         let mut tx = pool.begin().await?;
-        let mut query = sqlx::query_as::<_, (String, String, String, i64, i64, bool)>(&update)
+        let mut query = sqlx::query_as::<_, (String, String, String, i64, i64, bool, Option<String>)>(&update)
             .bind(mv.to.as_str())
             .bind(mv.from.as_str())
             .bind(now)
@@ -323,7 +327,12 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
         // Jobs moved per kind (CPU, GPU), for the slots in use, and per queue block.
         let mut kinds = [0i64; 2];
         let mut blocks: std::collections::BTreeMap<i64, i64> = Default::default();
-        for (job_id, author_id, program_id, created, seq, gpu) in updated {
+        // Jobs of provider functions moved per provider.
+        let mut provided: std::collections::BTreeMap<String, i64> = Default::default();
+        for (job_id, author_id, program_id, created, seq, gpu, provider_id) in updated {
+            if let Some(provider_id) = provider_id {
+                *provided.entry(provider_id).or_default() += 1;
+            }
             *counted.entry((author_id, program_id, day_of(created))).or_default() += 1;
             kinds[usize::from(gpu)] += 1;
             *blocks.entry(block_of(created)).or_default() += 1;
@@ -373,7 +382,17 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
                     .await?;
             }
         }
-        // The slots in use last of all, CPU before GPU (every writer's order).
+        // Then the providers' counts, in (status, provider) order.
+        let mut changes: Vec<(&str, &String, i64)> = Vec::new();
+        for (provider_id, n) in &provided {
+            changes.push((mv.from.as_str(), provider_id, -n));
+            changes.push((mv.to.as_str(), provider_id, *n));
+        }
+        changes.sort();
+        for (status, provider_id, delta) in changes {
+            sqlx::query(PROVIDER_ADD).bind(provider_id).bind(status).bind(slot_shard()).bind(delta).execute(&mut *tx).await?;
+        }
+        // The slots in use after them, CPU before GPU (every writer's order).
         if mv.slot_change() != 0 {
             for (gpu, jobs) in [(false, kinds[0]), (true, kinds[1])] {
                 if jobs > 0 {
@@ -396,16 +415,17 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
 /// One job's move on PostgreSQL without outbound sinks: the move, its event, the four counter
 /// changes, the slots in use and the queued jobs of its hour in one statement, one round trip.
 /// Counter rows are locked as every other writer locks them: totals in status order, and each
-/// per-day row after its total (it reads the totals' rows), then the slots' row, then the queue
-/// block's (it reads the slots' sub-statement, which is referenced by nothing else, so both run
-/// after those that are), so concurrent moves and runs cannot deadlock.
+/// per-day row after its total (it reads the totals' rows), then the provider's rows in status
+/// order, the slots' row, the queue block's row (each of those three sub-statements reads the
+/// one before it, so none starts before the one before it ended), so concurrent moves and runs
+/// cannot deadlock.
 async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Result<Vec<String>, sqlx::Error> {
     let moved: Option<i64> = sqlx::query_scalar(concat!(
         "WITH moved AS (",
         move_job!("$11"),
         " WHERE status = $2 AND id = $5 \
            RETURNING id, author_id, COALESCE(program_id, '') AS program_id, created / $10 AS day, \
-             created / $15 AS block, event_seq, gpu), \
+             created / $15 AS block, event_seq, gpu, provider_id), \
          event AS ( \
            INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
            SELECT $6, id, event_seq, $3, 'STATUS_CHANGE', $7, $8, $9 FROM moved), \
@@ -419,9 +439,18 @@ async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Re
            INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
            SELECT c.author_id, c.program_id, c.status, m.day, CASE WHEN c.status = $1 THEN 1 ELSE -1 END \
            FROM counted c CROSS JOIN moved m ORDER BY c.status \
-           ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n), \
+           ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n \
+           RETURNING n), \
+         provided AS ( \
+           INSERT INTO job_provider_counts (provider_id, status, shard, n) \
+           SELECT m.provider_id, c.status, $12, c.n FROM moved m \
+           CROSS JOIN (VALUES ($2, CAST(-1 AS BIGINT)), ($1, CAST(1 AS BIGINT))) AS c (status, n) \
+           WHERE m.provider_id IS NOT NULL AND (SELECT COUNT(*) FROM counted_by_day) >= 0 ORDER BY c.status \
+           ON CONFLICT (provider_id, status, shard) DO UPDATE SET n = job_provider_counts.n + excluded.n \
+           RETURNING n), \
          slots AS ( \
-           INSERT INTO job_slot_counts (gpu, shard, n) SELECT gpu, $12, $13 FROM moved WHERE $13 <> 0 \
+           INSERT INTO job_slot_counts (gpu, shard, n) SELECT gpu, $12, $13 FROM moved \
+           WHERE $13 <> 0 AND (SELECT COUNT(*) FROM provided) >= 0 \
            ON CONFLICT (gpu, shard) DO UPDATE SET n = job_slot_counts.n + excluded.n RETURNING n), \
          queue AS ( \
            INSERT INTO job_queue_counts (block, shard, n) SELECT block, $12, $14 FROM moved \
@@ -783,6 +812,6 @@ mod times;
 pub use create::{NewJob, insert_with_limit, traceparent};
 pub use in_flight::{any_in_flight, count_by_status, in_flight, in_flight_load};
 pub(crate) use listing::bind_params;
-pub use listing::{JobFilter, Param, Window, list, page};
+pub use listing::{AdminOf, JobFilter, Param, Window, list, page, page_if_admin};
 pub use retries::record_retry;
 pub use times::times;

@@ -163,6 +163,28 @@ fn decrement_statements(by_day: bool, decrements: &Decrements) -> [(String, Vec<
     [(upsert, upsert_params), (delete, key_params)]
 }
 
+/// The statement taking deleted jobs off the providers' counts (`(status, provider)` to the
+/// number deleted), in row `shard` of each, with its parameters.
+fn provider_decrements(providers: &BTreeMap<(String, String), i64>, shard: i64) -> (String, Vec<Param>) {
+    let mut values = Vec::new();
+    let mut params = Vec::new();
+    for (i, ((status, provider_id), n)) in providers.iter().enumerate() {
+        values.push(format!("({})", placeholders(1 + i * 4, 4)));
+        params.extend([
+            Param::Text(provider_id.clone()),
+            Param::Text(status.clone()),
+            Param::Int(shard),
+            Param::Int(-n),
+        ]);
+    }
+    let sql = format!(
+        "INSERT INTO job_provider_counts (provider_id, status, shard, n) VALUES {} \
+         ON CONFLICT (provider_id, status, shard) DO UPDATE SET n = job_provider_counts.n + excluded.n",
+        values.join(", ")
+    );
+    (sql, params)
+}
+
 /// Deletes the jobs of `ids` that are finished and were last updated before `cutoff`, with
 /// their events and runtime jobs, and takes them off the kept counts (dropping count rows that
 /// reach zero), all in one transaction. Jobs already gone are skipped, so two passes racing
@@ -183,7 +205,7 @@ async fn delete_attached(db: &Db, ids: &[String], cutoff: i64) -> Result<Deleted
     let delete_runtime_jobs = format!("DELETE FROM runtime_jobs WHERE job_id IN ({chosen})");
     let delete_jobs = format!(
         "DELETE FROM jobs WHERE {} AND updated < $1 AND id IN ({list}) \
-         RETURNING author_id, COALESCE(program_id, ''), status, created",
+         RETURNING author_id, COALESCE(program_id, ''), status, created, provider_id",
         finished!()
     );
     // SQLite: take the write lock at once, so another process's writer cannot force this one to
@@ -206,12 +228,20 @@ async fn delete_attached(db: &Db, ids: &[String], cutoff: i64) -> Result<Deleted
             }
             *counter = query.execute(&mut *tx).await?.rows_affected();
         }
-        let mut query = sqlx::query_as::<_, (String, String, String, i64)>(&delete_jobs).bind(cutoff);
+        let mut query = sqlx::query_as::<_, (String, String, String, i64, Option<String>)>(&delete_jobs).bind(cutoff);
         for id in ids {
             query = query.bind(id);
         }
-        let rows = query.fetch_all(&mut *tx).await?;
-        deleted.jobs = rows.len() as u64;
+        let returned = query.fetch_all(&mut *tx).await?;
+        deleted.jobs = returned.len() as u64;
+        let mut providers: BTreeMap<(String, String), i64> = BTreeMap::new();
+        let mut rows = Vec::with_capacity(returned.len());
+        for (author_id, program_id, status, created, provider_id) in returned {
+            if let Some(provider_id) = provider_id {
+                *providers.entry((status.clone(), provider_id)).or_default() += 1;
+            }
+            rows.push((author_id, program_id, status, created));
+        }
         let (total, by_day) = count_decrements(&rows);
         for (by_day, decrements) in [(false, &total), (true, &by_day)] {
             if decrements.is_empty() {
@@ -220,6 +250,12 @@ async fn delete_attached(db: &Db, ids: &[String], cutoff: i64) -> Result<Deleted
             for (sql, params) in decrement_statements(by_day, decrements) {
                 bind_params!(sqlx::query(&sql), &params).execute(&mut *tx).await?;
             }
+        }
+        // The providers' counts after them, in (status, provider) order, one upsert (a few rows
+        // per provider whatever its history: rows at zero stay).
+        if !providers.is_empty() {
+            let (sql, params) = provider_decrements(&providers, super::jobs::slot_shard());
+            bind_params!(sqlx::query(&sql), &params).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(deleted)

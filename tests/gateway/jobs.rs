@@ -718,6 +718,18 @@ async fn provider_job_listing_and_logs(backend: Backend) {
         ],
         [403, 200, 200]
     );
+
+    // The provider's count, whole or by status, comes from its own kept rows (migration 0021):
+    // a stop moves one job there, a recount finds nothing to change.
+    let stopped = gateway.post_json(&format!("/api/v1/jobs/{tool_job}/stop/"), "alice", json!({})).await;
+    assert_eq!(stopped.status, 200, "{}", stopped.json);
+    assert_eq!(list("erin", "provider=acme").await.1, 2);
+    assert_eq!(list("erin", "provider=acme&status=QUEUED").await.1, 1);
+    assert_eq!(list("erin", "provider=acme&status=STOPPED").await.1, 1);
+    assert_eq!(list("bob", "provider=beta&status=QUEUED").await.1, 1);
+    let recounted = gantry::db::counts::recount(&gateway.state.db).await.unwrap();
+    assert_eq!(recounted.before, recounted.after, "{recounted}");
+    assert_eq!(recounted.after.2, 3, "{recounted}");
 }
 
 async fn a_cancelled_run_never_leaves_a_transaction_open(backend: Backend) {

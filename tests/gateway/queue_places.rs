@@ -97,7 +97,7 @@ async fn places_across_hours_are_the_queue_counted(backend: Backend) {
         execute(db, "UPDATE jobs SET created = $1 WHERE id = $2", id, created).await;
     }
     let recounted = gantry::db::counts::recount(db).await.unwrap();
-    assert_eq!(recounted.after.3, 30, "{recounted}");
+    assert_eq!(recounted.after.4, 30, "{recounted}");
     assert_eq!(assert_places(&gateway, "spread over hours").await, 30);
 
     // Out of the queue one at a time (a stop: one move, on PostgreSQL one statement)...
@@ -159,7 +159,7 @@ async fn a_recount_repairs_the_kept_counts(backend: Backend) {
     let unchanged = admin(db, AdminCommand::Recount).await.unwrap();
     assert_eq!(
         unchanged,
-        "recounted 3 jobs: by user and function 3 -> 3, by day 3 -> 3, slots in use 0 -> 0, queued 3 -> 3"
+        "recounted 3 jobs: by user and function 3 -> 3, by day 3 -> 3, by provider 0 -> 0, slots in use 0 -> 0, queued 3 -> 3"
     );
     // Counts lost (say, jobs loaded by COPY): the places and the listing's count come back.
     for table in ["job_counts", "job_counts_by_day", "job_queue_counts"] {
@@ -172,7 +172,7 @@ async fn a_recount_repairs_the_kept_counts(backend: Backend) {
     let repaired = admin(db, AdminCommand::Recount).await.unwrap();
     assert_eq!(
         repaired,
-        "recounted 3 jobs: by user and function 0 -> 3, by day 0 -> 3, slots in use 0 -> 0, queued 0 -> 3"
+        "recounted 3 jobs: by user and function 0 -> 3, by day 0 -> 3, by provider 0 -> 0, slots in use 0 -> 0, queued 0 -> 3"
     );
     let listing = gateway.get("/api/v1/jobs/", "alice").await.json;
     assert_eq!(listing["count"], 3, "{listing}");

@@ -22,7 +22,7 @@ use crate::api::state::AppState;
 use crate::auth::Caller;
 use crate::auth::runtime_service::{self, ReportedRuntimeJob, ServiceField};
 use crate::compute::StopOutcome;
-use crate::db::jobs::{self, JobFilter, JobRow, NewJob, SubStatusOutcome, Window};
+use crate::db::jobs::{self, AdminOf, JobFilter, JobRow, NewJob, SubStatusOutcome, Window};
 use crate::db::{self, programs, providers, queue};
 use crate::domain::admission::Limits;
 use crate::domain::lifecycle::JobStatus;
@@ -230,18 +230,39 @@ async fn page(
     filter: &JobFilter,
     query: &JobsQuery,
 ) -> Result<JobPage, ApiError> {
+    let empty = || JobPage { count: 0, next: None, previous: None, results: Vec::new() };
+    Ok(page_if_admin(state, headers, path, filter, query).await?.unwrap_or_else(empty))
+}
+
+/// `page`, for a filter with `admin_of`: `None` when its user does not administer its provider
+/// (see `jobs::page_if_admin`). Without `admin_of`, always `Some`.
+async fn page_if_admin(
+    state: &AppState,
+    headers: &HeaderMap,
+    path: &str,
+    filter: &JobFilter,
+    query: &JobsQuery,
+) -> Result<Option<JobPage>, ApiError> {
     let limit = parse_count("limit", query.limit.as_deref(), 10)?;
     let host = headers.get(header::HOST).and_then(|h| h.to_str().ok()).unwrap_or("localhost");
     let scheme = headers.get("x-forwarded-proto").and_then(|h| h.to_str().ok()).unwrap_or("http");
     let page_limit = if limit == 0 { None } else { Some(limit) };
     let Some(cursor) = query.cursor.as_deref() else {
         let offset = parse_count("offset", query.offset.as_deref(), 0)?;
-        let (count, rows) = jobs::list(&state.db, filter, page_limit, offset).await?;
+        let Some((count, rows, _)) = jobs::page_if_admin(&state.db, filter, page_limit, Window::Offset(offset)).await?
+        else {
+            return Ok(None);
+        };
         let link = |offset: i64| format!("{scheme}://{host}{path}?limit={limit}&offset={offset}");
         let end = offset.saturating_add(limit);
         let next = (end < count || (limit == 0 && offset < count)).then(|| link(end));
         let previous = (offset > 0).then(|| link((offset - limit).max(0)));
-        return Ok(JobPage { count, next, previous, results: rows.into_iter().map(JobRecord::from_row).collect() });
+        return Ok(Some(JobPage {
+            count,
+            next,
+            previous,
+            results: rows.into_iter().map(JobRecord::from_row).collect(),
+        }));
     };
     if query.offset.is_some() {
         return Err(bad("'cursor' and 'offset' cannot be used together: a cursor already says where the page starts."));
@@ -250,16 +271,20 @@ async fn page(
         "" => None,
         text => Some(Cursor::decode(text).map_err(bad)?),
     };
-    let (count, rows, more) = jobs::page(&state.db, filter, page_limit, Window::Keyset(from.as_ref())).await?;
+    let Some((count, rows, more)) =
+        jobs::page_if_admin(&state.db, filter, page_limit, Window::Keyset(from.as_ref())).await?
+    else {
+        return Ok(None);
+    };
     let places: Vec<(i64, &str)> = rows.iter().map(|job| (job.created, job.id.as_str())).collect();
     let Links { next, previous } = paging::links(&places, more, from.as_ref());
     let link = |cursor: Cursor| format!("{scheme}://{host}{path}?{}", keyset_query(limit, &cursor, query));
-    Ok(JobPage {
+    Ok(Some(JobPage {
         count,
         next: next.map(link),
         previous: previous.map(link),
         results: rows.into_iter().map(JobRecord::from_row).collect(),
-    })
+    }))
 }
 
 /// The query of a keyset page's link: `limit`, `cursor`, then the request's filters as sent.
@@ -319,12 +344,22 @@ pub async fn list_provider(
         .map(|p| names::sanitize_title(p, false))
         .filter(|p| !p.is_empty())
         .ok_or_else(|| bad("'provider' not provided or is not valid"))?;
+    let function = query.function.as_deref().filter(|f| !f.is_empty());
+    if function.is_none() {
+        // An admin's listing of every function's jobs: the provider, the right and the page in
+        // one statement. Anyone else's goes on below.
+        let mut filter = base_filter(&query)?;
+        filter.admin_of = Some(AdminOf { provider: provider_name.clone(), user_id: caller.user_id.clone() });
+        if let Some(page) = page_if_admin(state, headers, "/api/v1/jobs/provider/", &filter, &query).await? {
+            return Ok(page);
+        }
+    }
     let (provider_id, is_admin) = providers::find_with_admin(&state.db, &provider_name, &caller.user_id)
         .await?
         .ok_or_else(|| ApiError::provider_not_found(&provider_name))?;
     let mut filter = base_filter(&query)?;
     filter.provider_id = Some(provider_id.clone());
-    match query.function.as_deref().filter(|f| !f.is_empty()) {
+    match function {
         Some(function) => {
             let title = names::sanitize_title(function, false);
             match programs::find_provider_function(&state.db, &caller.user_id, &provider_id, &title).await? {

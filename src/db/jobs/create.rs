@@ -1,6 +1,6 @@
 //! Creating a job: the `run` transaction, the active-job limit checked in it.
 
-use super::{COUNT_ADD, OutboxNames, day_of, slot_shard};
+use super::{COUNT_ADD, OutboxNames, PROVIDER_ADD, day_of, slot_shard};
 use crate::db::queue::{QUEUE_ADD, block_of};
 use crate::db::{Db, Error, new_id, now_micros, query_error};
 
@@ -101,6 +101,15 @@ async fn insert_with_limit_attached(
                 .execute(&mut *tx)
                 .await?;
         }
+        if let Some(provider_id) = &job.provider_id {
+            sqlx::query(PROVIDER_ADD)
+                .bind(provider_id)
+                .bind("QUEUED")
+                .bind(slot_shard())
+                .bind(1i64)
+                .execute(&mut *tx)
+                .await?;
+        }
         sqlx::query(QUEUE_ADD).bind(block_of(now)).bind(slot_shard()).bind(1i64).execute(&mut *tx).await?;
         insert_event!(tx, &job.id, 1i64, now, "STATUS_CHANGE", "API", "RUN_PROGRAM", QUEUED_EVENT);
         if outbox {
@@ -118,8 +127,8 @@ async fn insert_with_limit_attached(
 /// and its first event in one statement (which, started after the lock was granted, counts the
 /// jobs that the runs it waited for committed), then `COMMIT`. The per-day count reads the
 /// total count's row, so the two counter rows are locked in the order every other writer
-/// locks them (total, then per day), and the queue block's row reads the per-day one's (last,
-/// as in a move): sub-statements of one statement otherwise run in no promised order, and two
+/// locks them (total, then per day), then the provider's row and the queue block's row, each
+/// reading the one before (as in a move): sub-statements of one statement otherwise run in no promised order, and two
 /// orders could deadlock with a concurrent status move.
 async fn insert_with_limit_postgres(
     pool: &sqlx::PgPool,
@@ -152,8 +161,14 @@ async fn insert_with_limit_postgres(
                SELECT $4, $2, 'QUEUED', $15, 1 FROM counted \
                ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n \
                RETURNING n), \
+             provided AS ( \
+               INSERT INTO job_provider_counts (provider_id, status, shard, n) \
+               SELECT $3, 'QUEUED', $19, 1 FROM counted_by_day WHERE $3 IS NOT NULL \
+               ON CONFLICT (provider_id, status, shard) DO UPDATE SET n = job_provider_counts.n + excluded.n \
+               RETURNING n), \
              queue AS ( \
                INSERT INTO job_queue_counts (block, shard, n) SELECT $18, $19, 1 FROM counted_by_day \
+               WHERE (SELECT COUNT(*) FROM provided) >= 0 \
                ON CONFLICT (block, shard) DO UPDATE SET n = job_queue_counts.n + excluded.n), \
              event AS ( \
                INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \

@@ -22,6 +22,48 @@ pub struct JobFilter {
     /// `Some(true)`: provider functions only (catalog); `Some(false)`: user functions only.
     pub catalog: Option<bool>,
     pub created_after: Option<i64>,
+    /// The jobs of the provider of this name, read only when the user administers it (then
+    /// `provider_id` is left out): `page_if_admin` finds the provider and the right in the
+    /// listing's own statement.
+    pub admin_of: Option<AdminOf>,
+}
+
+/// A provider by name and a user who must administer it.
+#[derive(Debug, Clone)]
+pub struct AdminOf {
+    pub provider: String,
+    pub user_id: String,
+}
+
+impl JobFilter {
+    /// The SQL expression of the provider's id the listing is narrowed to, binding its
+    /// parameter: the id, or the provider found by name.
+    fn provider_expression(&self, params: &mut Vec<Param>) -> Option<String> {
+        match (&self.provider_id, &self.admin_of) {
+            (Some(id), _) => Some(bind(params, Param::Text(id.clone()))),
+            (None, Some(admin)) => Some(format!(
+                "(SELECT id FROM providers WHERE name = {})",
+                bind(params, Param::Text(admin.provider.clone()))
+            )),
+            (None, None) => None,
+        }
+    }
+
+    /// Whether the listing may be read: true, or with `admin_of` whether its user administers
+    /// its provider (false when there is no such provider).
+    fn allowed_expression(&self, params: &mut Vec<Param>) -> String {
+        match &self.admin_of {
+            None => "TRUE".to_string(),
+            Some(admin) => {
+                let provider = bind(params, Param::Text(admin.provider.clone()));
+                let user = bind(params, Param::Text(admin.user_id.clone()));
+                format!(
+                    "EXISTS (SELECT 1 FROM providers pr JOIN provider_admin_groups a ON a.provider_id = pr.id \
+                     JOIN group_members m ON m.group_id = a.group_id WHERE pr.name = {provider} AND m.user_id = {user})"
+                )
+            }
+        }
+    }
 }
 
 /// Where each filter looks, in the jobs table or in the kept counts.
@@ -57,8 +99,8 @@ impl JobFilter {
         if let Some(author) = &self.author_id {
             clauses.push(format!("{} = {}", columns.author, bind(params, Param::Text(author.clone()))));
         }
-        if let Some(provider) = &self.provider_id {
-            clauses.push(format!("{} = {}", columns.provider, bind(params, Param::Text(provider.clone()))));
+        if let Some(provider) = self.provider_expression(params) {
+            clauses.push(format!("{} = {provider}", columns.provider));
         }
         if let Some(status) = &self.status {
             clauses.push(format!("{} = {}", columns.status, bind(params, Param::Text(status.clone()))));
@@ -88,16 +130,31 @@ impl JobFilter {
     /// `created_after`, the whole days after its day from `job_counts_by_day` plus that day's
     /// rows counted in `jobs`.
     ///
-    /// A provider's count sums its functions' counts one function at a time (a correlated
+    /// A provider's count, unless narrowed to functions, users or days, is the sum of its few
+    /// rows in `job_provider_counts`. Narrowed, it sums its functions' counts one function at a time (a correlated
     /// subquery per function: a range of `job_counts_program_n_idx` each, index-only). Joined, the planner
     /// read all of `job_counts` instead (926,000 rows, 243 ms at 10 million jobs), as it cannot
     /// know that 100 functions hold a fraction of it.
     fn count_expression(&self, params: &mut Vec<Param>) -> String {
         let table = if self.created_after.is_some() { "job_counts_by_day" } else { "job_counts" };
-        let kept = match &self.provider_id {
+        let narrowed = self.author_id.is_some()
+            || self.program_ids.is_some()
+            || self.created_after.is_some()
+            || self.catalog.is_some();
+        let kept = match self.provider_expression(params) {
+            // A provider's jobs, by status or not: its own few rows (migration 0021).
+            Some(provider) if !narrowed => {
+                let status = match &self.status {
+                    Some(status) => format!(" AND status = {}", bind(params, Param::Text(status.clone()))),
+                    None => String::new(),
+                };
+                format!(
+                    "(SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_provider_counts WHERE provider_id = {provider}{status})"
+                )
+            }
             Some(provider) => {
-                let provider = bind(params, Param::Text(provider.clone()));
-                let rest = JobFilter { provider_id: None, ..self.clone() }.clause(&COUNT_COLUMNS, params);
+                let rest =
+                    JobFilter { provider_id: None, admin_of: None, ..self.clone() }.clause(&COUNT_COLUMNS, params);
                 let of_function = match rest.is_empty() {
                     true => "WHERE jc.program_id = p.id".to_string(),
                     false => format!("{rest} AND jc.program_id = p.id"),
@@ -178,7 +235,20 @@ pub async fn page(
     limit: Option<i64>,
     window: Window<'_>,
 ) -> Result<(i64, Vec<JobRow>, bool), Error> {
+    Ok(page_if_admin(db, filter, limit, window).await?.unwrap_or_default())
+}
+
+/// `page`, for a filter with `admin_of`: `None` when its user does not administer its
+/// provider (or there is no such provider), found in the page's own statement, so an admin's
+/// listing is one round trip. Without `admin_of`, always `Some`.
+pub async fn page_if_admin(
+    db: &Db,
+    filter: &JobFilter,
+    limit: Option<i64>,
+    window: Window<'_>,
+) -> Result<Option<(i64, Vec<JobRow>, bool)>, Error> {
     let mut params = Vec::new();
+    let allowed = filter.allowed_expression(&mut params);
     let count = filter.count_expression(&mut params);
     let mut clause = filter.clause(&JOB_COLUMNS, &mut params);
     let limit = limit.map(|l| l.max(0));
@@ -215,8 +285,8 @@ pub async fn page(
         _ => format!("({chosen}) k JOIN jobs j ON j.id = k.id"),
     };
     let sql = format!(
-        "SELECT total.n AS total, page.* FROM (SELECT {count} AS n) total LEFT JOIN ({} FROM {chosen} {}) page ON 1 = 1 \
-         ORDER BY page.created DESC, page.id DESC",
+        "SELECT total.n AS total, total.allowed AS allowed, page.* FROM (SELECT {allowed} AS allowed, {count} AS n) total \
+         LEFT JOIN ({} FROM {chosen} {}) page ON total.allowed ORDER BY page.created DESC, page.id DESC",
         job_columns!(),
         job_joins!(),
     );
@@ -226,20 +296,24 @@ pub async fn page(
     // read all of them and sorted (640 ms) instead of walking the index's first 1,000 (29 ms).
     // Planning each time costs ~0.3 ms, little beside such a page; small pages keep the cache.
     let persistent = limit.is_some_and(|limit| limit <= PLANNED_WITH_VALUES_ABOVE);
-    let (total, mut jobs) = on_db!(db, pool => async {
+    let (allowed, total, mut jobs) = on_db!(db, pool => async {
         let rows = bind_params!(sqlx::query(&sql).persistent(persistent), &params).fetch_all(pool).await?;
-        let mut total = 0;
+        let (mut allowed, mut total) = (false, 0);
         let mut jobs = Vec::with_capacity(rows.len());
         for row in &rows {
+            allowed = sqlx::Row::try_get::<bool, _>(row, "allowed")?;
             total = sqlx::Row::try_get::<i64, _>(row, "total")?;
             if sqlx::Row::try_get::<Option<String>, _>(row, "id")?.is_some() {
                 let job: JobRow = sqlx::FromRow::from_row(row)?;
                 jobs.push(job);
             }
         }
-        Ok::<_, sqlx::Error>((total, jobs))
+        Ok::<_, sqlx::Error>((allowed, total, jobs))
     }.await)
     .map_err(query_error("list jobs"))?;
+    if !allowed {
+        return Ok(None);
+    }
     let more = matches!(window, Window::Keyset(_)) && limit.is_some_and(|limit| jobs.len() as i64 > limit);
     if more {
         // The job beyond the page: the oldest when read towards older jobs, else the newest.
@@ -249,5 +323,5 @@ pub async fn page(
             jobs.pop().expect("more jobs than the limit")
         };
     }
-    Ok((total, jobs, more))
+    Ok(Some((total, jobs, more)))
 }
