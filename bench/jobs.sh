@@ -44,7 +44,10 @@ chmod 711 "$WORK"
 SERVER=""
 stop_server() { if [ -n "$SERVER" ]; then kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; SERVER=""; fi; }
 S3_SERVER=""
-cleanup() { stop_server; if [ -n "$S3_SERVER" ]; then kill "$S3_SERVER" 2>/dev/null || true; fi; if [ -n "${KEEP_WORK:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
+# The PostgreSQL database of the run, dropped however the script ends.
+PG_DB=""
+drop_db() { if [ -n "$PG_DB" ]; then psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $PG_DB WITH (FORCE)" >/dev/null 2>&1 || true; PG_DB=""; fi; }
+cleanup() { stop_server; drop_db; if [ -n "$S3_SERVER" ]; then kill "$S3_SERVER" 2>/dev/null || true; fi; if [ -n "${KEEP_WORK:-}" ]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi; }
 trap cleanup EXIT
 
 free_port() { python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
@@ -217,6 +220,7 @@ for backend in $BACKENDS; do
   pg_bench_url=""
   if [ "$backend" = postgres ]; then
     name="gantry_bench_$$"
+    PG_DB=$name
     psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $name" -c "CREATE DATABASE $name"
     pg_bench_url="${DATABASE_URL%/*}/$name"
     if [ -n "${PG_SOCKET:-}" ]; then
@@ -243,7 +247,7 @@ for backend in $BACKENDS; do
   start_server "$data-starts" "$starts_port" "${starts_flags[@]}"
   measure_starts "$starts_port"
   stop_server
-  if [ -n "$pg_bench_url" ]; then psql "$DATABASE_URL" -qc "DROP DATABASE IF EXISTS $name WITH (FORCE)"; fi
+  if [ -n "$pg_bench_url" ]; then drop_db; fi
 done
 
 # Files through S3 storage (FILES_S3=0 skips it): s3s-fs, the S3 protocol server the gateway

@@ -286,23 +286,33 @@ explain() {
   day=$(( after_us / 86400000000 ))
   provider_id=$(psql "$url" -qtAc "SELECT id FROM providers WHERE name = '$provider'")
   created=$(psql "$url" -qtAc "SELECT created FROM jobs WHERE id = '$job'")
-  local columns="SELECT j.id, j.program_id, p.title AS program_title, pr.name AS provider_name, j.provider_id, j.author_id, u.username AS author_name, j.status, j.sub_status, j.gpu, j.function_size, j.runner, j.created, j.updated, j.last_activity, j.backend_ref, j.stop_requested, j.result, j.status_reason"
-  local joins="LEFT JOIN programs p ON p.id = j.program_id LEFT JOIN providers pr ON pr.id = j.provider_id JOIN users u ON u.id = j.author_id"
-  listing() { # COUNT CHOSEN
-    echo "SELECT total.n AS total, page.* FROM (SELECT $1 AS n) total LEFT JOIN ($columns FROM $2 $joins) page ON 1 = 1 ORDER BY page.created DESC, page.id DESC"
+  # As db/jobs.rs (job_columns!) and db/jobs/listing.rs (page_if_admin) write them.
+  local columns="SELECT j.id, j.program_id, (SELECT p.title FROM programs p WHERE p.id = j.program_id) AS program_title, (SELECT pr.name FROM providers pr WHERE pr.id = j.provider_id) AS provider_name, j.provider_id, j.author_id, COALESCE((SELECT u.username FROM users u WHERE u.id = j.author_id), '') AS author_name, j.status, j.sub_status, j.gpu, j.function_size, j.runner, j.created, j.updated, j.last_activity, j.backend_ref, j.stop_requested, j.result, j.status_reason"
+  local joins=""
+  listing() { # COUNT CHOSEN [ALLOWED]
+    echo "SELECT total.n AS total, total.allowed AS allowed, page.* FROM (SELECT ${3:-TRUE} AS allowed, $1 AS n) total LEFT JOIN ($columns FROM $2 $joins) page ON total.allowed ORDER BY page.created DESC, page.id DESC"
   }
+  # An admin's provider listing: the provider by name and the caller's right in the statement.
+  local padmin admin_p
+  padmin=$(psql "$url" -qtAc "SELECT id FROM users WHERE username = 'padmin'")
+  admin_p="EXISTS (SELECT 1 FROM providers pr JOIN provider_admin_groups a ON a.provider_id = pr.id JOIN group_members m ON m.group_id = a.group_id WHERE pr.name = '$provider' AND m.user_id = '$padmin')"
+  # The queue page (db/queue.rs `read`, limit 100, slots asked) as the code has it.
+  local queue_sql
+  queue_sql=$(python3 "$ROOT/bench/queue_statement.py" "$ROOT/src/db/queue.rs" "$heavy" 100)
   local count_b="(SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM job_counts jc LEFT JOIN programs p ON p.id = jc.program_id WHERE jc.author_id = '$heavy')"
   local count_c="(SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM job_counts_by_day jc LEFT JOIN programs p ON p.id = jc.program_id WHERE jc.author_id = '$heavy' AND jc.status = 'SUCCEEDED' AND jc.day > $day) + (SELECT COUNT(*) FROM jobs j WHERE j.author_id = '$heavy' AND j.status = 'SUCCEEDED' AND j.created >= $after_us AND j.created < $(( (day + 1) * 86400000000 )))"
-  local count_p="(SELECT CAST(COALESCE(SUM((SELECT SUM(jc.n) FROM job_counts jc WHERE jc.program_id = p.id)), 0) AS BIGINT) FROM programs p WHERE p.provider_id = '$provider_id')"
+  local by_name="(SELECT id FROM providers WHERE name = '$provider')"
+  local count_p="(SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_provider_counts WHERE provider_id = $by_name)"
   local count_g="(SELECT CAST(COALESCE(SUM(jc.n), 0) AS BIGINT) FROM job_counts jc LEFT JOIN programs p ON p.id = jc.program_id WHERE jc.program_id IN ('$function'))"
   {
     echo "### $size"
-    for name in b c p g o k run; do
+    for name in b c p g o k w run; do
       local sql
       case $name in
         b) sql=$(listing "$count_b" "(SELECT * FROM jobs j WHERE j.author_id = '$heavy' ORDER BY j.created DESC, j.id DESC LIMIT 10 OFFSET 0) j") ;;
         c) sql=$(listing "$count_c" "(SELECT * FROM jobs j WHERE j.author_id = '$heavy' AND j.status = 'SUCCEEDED' AND j.created >= $after_us ORDER BY j.created DESC, j.id DESC LIMIT 10 OFFSET 0) j") ;;
-        p) sql=$(listing "$count_p" "(SELECT * FROM jobs j WHERE j.provider_id = '$provider_id' ORDER BY j.created DESC, j.id DESC LIMIT 10 OFFSET 0) j") ;;
+        p) sql=$(listing "$count_p" "(SELECT * FROM jobs j WHERE j.provider_id = $by_name ORDER BY j.created DESC, j.id DESC LIMIT 10 OFFSET 0) j" "$admin_p") ;;
+        w) sql=$queue_sql ;;
         g) sql=$(listing "$count_g" "(SELECT * FROM jobs j WHERE j.program_id IN ('$function') ORDER BY j.created DESC, j.id DESC LIMIT 1000 OFFSET 0) j") ;;
         o) sql=$(listing "$count_b" "(SELECT j.id FROM jobs j WHERE j.author_id = '$heavy' ORDER BY j.created DESC, j.id DESC LIMIT 10 OFFSET $offset) k JOIN jobs j ON j.id = k.id") ;;
         k) sql=$(listing "$count_b" "(SELECT * FROM jobs j WHERE j.author_id = '$heavy' AND (j.created, j.id) < ($created, '$job') ORDER BY j.created DESC, j.id DESC LIMIT 11) j") ;;
@@ -320,7 +330,7 @@ explain() {
   } >>"$OUT/explain.md"
 }
 
-# The big index of migration 0018 built again on the 10M database as a pending migration would
+# The big index of migration 0022 built again on the 10M database as a pending migration would
 # be (dropped, its migration unrecorded), by `gantry migrate` while wrk drives `run`: how long
 # the concurrent build takes and run's latency meanwhile (20 s windows).
 migrate_timing() {
@@ -332,7 +342,7 @@ migrate_timing() {
   make_lua "$lua" POST user1 '{"title": "bench-fn", "arguments": "{}", "config": {}}'
   echo "| window | state | run req/s | run p50 ms | run p99 ms |" >"$OUT/migrate.md"
   echo "|---|---|---:|---:|---:|" >>"$OUT/migrate.md"
-  psql "$url" -qc "DROP INDEX job_counts_program_n_idx" -c "DELETE FROM _sqlx_migrations WHERE version = 18"
+  psql "$url" -qc "DROP INDEX job_counts_program_idx" -c "DELETE FROM _sqlx_migrations WHERE version = 22"
   run_window "$lua" "before the migration" "$OUT/migrate.md"
   local t0 migrate status took
   t0=$(now_s)
@@ -342,7 +352,7 @@ migrate_timing() {
   wait "$migrate"
   read -r status took <"$OUT/migrate.end"
   [ "$status" = 0 ] || echo "migrate failed: $(tail -5 "$OUT/migrate.out")" >&2
-  echo "- \`gantry migrate\` with 0018 pending on the 10M database: $took s ($(psql "$url" -qtAc "SELECT pg_size_pretty(pg_relation_size('job_counts_program_n_idx'))") index over $(psql "$url" -qtAc "SELECT COUNT(*) FROM job_counts") rows of job_counts), valid: $(psql "$url" -qtAc "SELECT indisvalid FROM pg_index WHERE indexrelid = 'job_counts_program_n_idx'::regclass")" >>"$OUT/seed.md"
+  echo "- \`gantry migrate\` with 0022 pending on the 10M database: $took s ($(psql "$url" -qtAc "SELECT pg_size_pretty(pg_relation_size('job_counts_program_idx'))") index over $(psql "$url" -qtAc "SELECT COUNT(*) FROM job_counts") rows of job_counts), valid: $(psql "$url" -qtAc "SELECT indisvalid FROM pg_index WHERE indexrelid = 'job_counts_program_idx'::regclass")" >>"$OUT/seed.md"
   stop_server
 }
 
@@ -419,7 +429,7 @@ for key in order:
     label, *per_size = rows[key]
     print(f"| {key} | {label} | " + " | ".join(" | ".join(cells) for cells in per_size) + " |")
 PY
-if [ -s "$OUT/migrate.md" ]; then echo; echo "run while gantry migrate builds 0018's index concurrently:"; echo; cat "$OUT/migrate.md"; fi
+if [ -s "$OUT/migrate.md" ]; then echo; echo "run while gantry migrate builds 0022's index concurrently:"; echo; cat "$OUT/migrate.md"; fi
 if [ -s "$OUT/gc.md" ]; then echo; echo "run while gc deletes:"; echo; cat "$OUT/gc.md"; echo; echo "gc's progress:"; echo; sed 's/^/    /' "$OUT/gc.err" | grep -v "^    $" | tail -40; fi
 echo
 echo "EXPLAINs: $OUT/explain.md; raw outputs in $OUT"

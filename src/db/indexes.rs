@@ -44,7 +44,8 @@ pub const BIG_INDEXES: &[BigIndex] = &[
         columns: "(author_id, status, day)",
         migration: 14,
     },
-    // 0018: functions' counts with `n`, so a provider's count reads the index alone.
+    // 0018: functions' counts with `n`, so a provider's count reads the index alone (0022
+    // drops it again).
     BigIndex {
         name: "job_counts_program_n_idx",
         table: "job_counts",
@@ -66,6 +67,9 @@ pub const BIG_INDEXES: &[BigIndex] = &[
         columns: "(status, created, id) WHERE status IN ('QUEUED','PENDING','RUNNING')",
         migration: 20,
     },
+    // 0022: functions' counts without `n` again (counter updates HOT; 0021 reads providers'
+    // counts from their own rows).
+    BigIndex { name: "job_counts_program_idx", table: "job_counts", columns: "(program_id, status)", migration: 22 },
 ];
 
 /// The PostgreSQL advisory lock key of the builds ("gantryix").

@@ -132,7 +132,7 @@ impl JobFilter {
     ///
     /// A provider's count, unless narrowed to functions, users or days, is the sum of its few
     /// rows in `job_provider_counts`. Narrowed, it sums its functions' counts one function at a time (a correlated
-    /// subquery per function: a range of `job_counts_program_n_idx` each, index-only). Joined, the planner
+    /// subquery per function: a range of `job_counts_program_idx` each). Joined, the planner
     /// read all of `job_counts` instead (926,000 rows, 243 ms at 10 million jobs), as it cannot
     /// know that 100 functions hold a fraction of it.
     fn count_expression(&self, params: &mut Vec<Param>) -> String {
