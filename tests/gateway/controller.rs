@@ -976,8 +976,19 @@ async fn the_admin_port_reports_metrics_and_probes() {
     let id = cluster.run("fn", r#"{"n": 2}"#).await;
     assert_eq!(cluster.finished(&id).await["status"], "SUCCEEDED");
 
-    let (status, page) = admin_get(&admin, "/metrics").await;
-    assert_eq!(status, 200);
+    // The job-time histograms are observed just after the move is written (`compute::move_job`),
+    // so a scrape right after the job reads as finished may come first: wait for them.
+    let mut page = String::new();
+    for _ in 0..100 {
+        let (status, read) = admin_get(&admin, "/metrics").await;
+        assert_eq!(status, 200);
+        page = read;
+        let runs = sample(&page, r#"gantry_job_run_seconds_count{status="SUCCEEDED"}"#).unwrap_or(0.0);
+        if runs > runs_before {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
     assert_eq!(sample(&page, "gantry_controller_leader"), Some(1.0), "{page}");
     assert_eq!(sample(&page, "gantry_controller_admitted_total"), Some(1.0), "{page}");
     assert_eq!(sample(&page, r#"gantry_jobs{status="SUCCEEDED"}"#), Some(1.0), "{page}");
