@@ -1,6 +1,7 @@
 //! Creating a job: the `run` transaction, the active-job limit checked in it.
 
-use super::{COUNT_ADD, OutboxNames, PROVIDER_ADD, day_of, slot_shard};
+use super::counters::{COUNT_ADD, PROVIDER_ADD, slot_shard};
+use super::{OutboxNames, day_of};
 use crate::db::queue::{QUEUE_ADD, block_of};
 use crate::db::{Db, Error, new_id, now_micros, query_error};
 
