@@ -787,6 +787,6 @@ mod times;
 pub use create::{NewJob, insert_with_limit, traceparent};
 pub use in_flight::{any_in_flight, count_by_status, in_flight, in_flight_load};
 pub(crate) use listing::bind_params;
-pub use listing::{AdminOf, JobFilter, Param, Window, list, page, page_if_admin};
+pub use listing::{AdminOf, JobFilter, Param, Window, list, page_if_admin};
 pub use retries::record_retry;
 pub use times::times;

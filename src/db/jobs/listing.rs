@@ -215,7 +215,7 @@ pub enum Window<'a> {
 /// One page of jobs, newest first, and the total matching, in one statement: the count is
 /// joined to the page, so a page past the end still carries it (a row of NULL job columns).
 pub async fn list(db: &Db, filter: &JobFilter, limit: Option<i64>, offset: i64) -> Result<(i64, Vec<JobRow>), Error> {
-    let (total, jobs, _) = page(db, filter, limit, Window::Offset(offset)).await?;
+    let (total, jobs, _) = page_if_admin(db, filter, limit, Window::Offset(offset)).await?.unwrap_or_default();
     Ok((total, jobs))
 }
 
@@ -229,18 +229,10 @@ const PLANNED_WITH_VALUES_ABOVE: i64 = 100;
 /// holds them, so the skipped jobs' rows are never read), then reads those jobs. A keyset window
 /// starts in the index at the cursor's job and reads one job more than the page, to tell
 /// whether more follow.
-pub async fn page(
-    db: &Db,
-    filter: &JobFilter,
-    limit: Option<i64>,
-    window: Window<'_>,
-) -> Result<(i64, Vec<JobRow>, bool), Error> {
-    Ok(page_if_admin(db, filter, limit, window).await?.unwrap_or_default())
-}
-
-/// `page`, for a filter with `admin_of`: `None` when its user does not administer its
-/// provider (or there is no such provider), found in the page's own statement, so an admin's
-/// listing is one round trip. Without `admin_of`, always `Some`.
+///
+/// With `admin_of`: `None` when its user does not administer its provider (or there is no such
+/// provider), found in the page's own statement, so an admin's listing is one round trip.
+/// Without `admin_of`, always `Some`.
 pub async fn page_if_admin(
     db: &Db,
     filter: &JobFilter,
