@@ -5,7 +5,7 @@ import sys
 
 source, author, limit = open(sys.argv[1]).read(), sys.argv[2], int(sys.argv[3])
 macros = {
-    name: re.sub(r"\\\n\s*", " ", "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', body)))
+    name: re.sub(r"\\\n\s*", " ", "".join(re.findall(r'"((?:[^"\\]|\\.)*)"', body, re.S)))
     for name, body in re.findall(r"macro_rules! (\w+) \{\s*\(\) => \{(.*?)\};\s*\}", source, re.S)
 }
 statement = re.search(r"true => concat!\((.*?)\),\s*\};", source, re.S).group(1)
