@@ -4,19 +4,30 @@
 use super::{Db, Error, announced, now_micros, on_db, query_error};
 use crate::domain::visibility::FunctionAccess;
 
+/// Whether user `$1` is in an admin group of the provider of function `p` (false for a user's
+/// own function).
+macro_rules! provider_admin {
+    () => {
+        "EXISTS (SELECT 1 FROM provider_admin_groups a JOIN group_members m ON m.group_id = a.group_id \
+         WHERE a.provider_id = p.provider_id AND m.user_id = $1)"
+    };
+}
+pub(super) use provider_admin;
+
 /// Columns of a program plus the caller's relation to it; `$1` is always the caller's user id.
 /// Grants count through the caller's groups, but for a user whose groups an identity provider
 /// sets only through the memberships written from its answer (`users::set_groups`): one added
 /// by hand grants nothing. Provider admin groups are `gantry admin`'s and always count.
 macro_rules! program_select {
     () => {
-        "SELECT p.id, p.title, p.provider_id, pr.name AS provider_name, p.author_id, p.entrypoint, \
+        concat!(
+            "SELECT p.id, p.title, p.provider_id, pr.name AS provider_name, p.author_id, p.entrypoint, \
          p.artifact_key, p.image, p.dependencies, p.env_vars, p.arguments_schema, p.type AS program_type, \
          p.version, p.description, p.documentation_url, p.runner, p.gpu, p.retry_after_start, p.disabled, p.disabled_message, \
          p.sizes, p.default_size, p.created, p.updated, \
-         (p.author_id = $1) AS is_author, \
-         EXISTS (SELECT 1 FROM provider_admin_groups a JOIN group_members m ON m.group_id = a.group_id \
-                 WHERE a.provider_id = p.provider_id AND m.user_id = $1) AS is_provider_admin, \
+         (p.author_id = $1) AS is_author, ",
+            provider_admin!(),
+            " AS is_provider_admin, \
          EXISTS (SELECT 1 FROM program_grants g JOIN group_members m ON m.group_id = g.group_id \
                  WHERE g.program_id = p.id AND m.user_id = $1 AND g.can_view \
                  AND (m.from_provider OR NOT EXISTS (SELECT 1 FROM users u WHERE u.id = $1 AND u.groups_from_provider))) \
@@ -32,6 +43,7 @@ macro_rules! program_select {
                  AND (m.from_provider OR NOT EXISTS (SELECT 1 FROM users u WHERE u.id = $1 AND u.groups_from_provider))) \
                  AS trial_granted \
          FROM programs p LEFT JOIN providers pr ON pr.id = p.provider_id "
+        )
     };
 }
 

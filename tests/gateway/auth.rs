@@ -703,6 +703,13 @@ async fn the_runtime_api_replaces_group_rules_per_function(backend: Backend) {
         platform_call(&gateway, "GET", "/api/v1/jobs/provider/?provider=acme&function=runnable", CRN_OK, None).await.0,
         200
     );
+    // get_jobs too: the instance's permission, not a relation in the database, makes it the
+    // provider side (every author's jobs, without their results).
+    let (_, runnable) = platform_call(&gateway, "GET", &by_title("runnable"), CRN_OK, None).await;
+    let of_runnable = format!("/api/v1/programs/{}/get_jobs/", runnable["id"].as_str().unwrap());
+    let (status, jobs) = platform_call(&gateway, "GET", &of_runnable, CRN_OK, None).await;
+    assert_eq!((status, jobs.as_array().map(Vec::len)), (200, Some(1)), "{jobs}");
+    assert!(jobs[0].get("result").is_none(), "listed as the provider side: {jobs}");
     let provider_files = "/api/v1/files/provider/?function=runnable&provider=acme";
     assert_eq!(platform_call(&gateway, "GET", provider_files, CRN_OK, None).await.0, 404);
     // The runtime API is asked once per key and instance while its answer is cached.

@@ -398,11 +398,17 @@ async fn listings_filter_paginate_and_order(backend: Backend) {
         .as_str()
         .unwrap()
         .to_string();
+    let erins = gateway
+        .post_json("/api/v1/programs/run/", "erin", json!({"title": "tool", "provider": "acme", "arguments": "{}"}))
+        .await;
+    assert_eq!(erins.status, 200, "{}", erins.json);
     let for_admin = gateway.get(&format!("/api/v1/programs/{program_id}/get_jobs/"), "erin").await.json;
-    assert_eq!(for_admin.as_array().unwrap().len(), 1);
-    assert!(for_admin[0].get("result").is_none());
+    assert_eq!(for_admin.as_array().unwrap().len(), 2, "{for_admin}");
+    assert_eq!(for_admin[0]["id"], erins.json["id"], "newest first: {for_admin}");
+    assert!(for_admin.as_array().unwrap().iter().all(|job| job.get("result").is_none()), "{for_admin}");
     let for_alice = gateway.get(&format!("/api/v1/programs/{program_id}/get_jobs/"), "alice").await.json;
-    assert_eq!(for_alice.as_array().unwrap().len(), 1);
+    assert_eq!(for_alice.as_array().unwrap().len(), 1, "only her own: {for_alice}");
+    assert_ne!(for_alice[0]["id"], erins.json["id"]);
     assert!(for_alice[0].get("result").is_some());
     assert_eq!(gateway.get(&format!("/api/v1/programs/{program_id}/get_jobs/"), "bob").await.json, json!([]));
 }

@@ -396,6 +396,17 @@ async fn every_quoted_message_starts_with_the_reference_text(backend: Backend) {
         case("GET", "/api/v1/jobs/?filter=x", "alice", Body::None, 400, "\"x\" is not a valid choice."),
         case("GET", "/api/v1/jobs/provider/", "erin", Body::None, 400, "'provider' not provided or is not valid"),
         case("GET", "/api/v1/jobs/provider/?provider=nope", "erin", Body::None, 404, "Provider nope doesn't exist."),
+        // Pages above 100 (get_jobs: 1,000) go to PostgreSQL with their values written in:
+        // quotes and backslashes in a value stay text.
+        case("GET", "/api/v1/programs/o%27b/get_jobs/", "erin", Body::None, 404, "Qiskit Function o'b doesn't exist."),
+        case(
+            "GET",
+            "/api/v1/programs/o%5C%27b/get_jobs/",
+            "erin",
+            Body::None,
+            404,
+            "Qiskit Function o\\'b doesn't exist.",
+        ),
         case(
             "GET",
             "/api/v1/jobs/provider/?provider=acme&function=nope",

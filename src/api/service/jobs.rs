@@ -601,16 +601,23 @@ pub async fn add_runtime_job(
 /// Jobs of one function: all authors' (without result) for those who manage it, else the
 /// caller's own (with result); at most 1,000.
 pub async fn of_function(state: &AppState, caller: &Caller, program_id: &str) -> Result<Vec<JobRecord>, ApiError> {
-    let program = programs::find_by_id(&state.db, &caller.user_id, program_id)
-        .await?
-        .ok_or_else(|| ApiError::NotFound(format!("Qiskit Function {program_id} doesn't exist.")))?;
-    let manages = visibility::can_manage(caller.access(&program), ProviderOperation::Jobs);
-    let filter = JobFilter {
-        program_ids: Some(vec![program.id.clone()]),
-        author_id: (!manages).then(|| caller.user_id.clone()),
-        ..Default::default()
+    const LISTED: i64 = 1000;
+    let missing = || ApiError::NotFound(format!("Qiskit Function {program_id} doesn't exist."));
+    let (manages, rows) = if caller.has_instance() {
+        // An instance's permissions decide who manages the function's jobs: the function is
+        // read first.
+        let program = programs::find_by_id(&state.db, &caller.user_id, program_id).await?.ok_or_else(missing)?;
+        let manages = visibility::can_manage(caller.access(&program), ProviderOperation::Jobs);
+        let filter = JobFilter {
+            program_ids: Some(vec![program.id.clone()]),
+            author_id: (!manages).then(|| caller.user_id.clone()),
+            ..Default::default()
+        };
+        (manages, jobs::list(&state.db, &filter, Some(LISTED), 0).await?.1)
+    } else {
+        // The caller's relation to the function decides, found in the page's own statement.
+        jobs::of_function(&state.db, program_id, &caller.user_id, LISTED).await?.ok_or_else(missing)?
     };
-    let (_, rows) = jobs::list(&state.db, &filter, Some(1000), 0).await?;
     Ok(rows
         .iter()
         .map(|job| match manages {

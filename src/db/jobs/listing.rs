@@ -203,6 +203,67 @@ macro_rules! bind_params {
 }
 pub(crate) use bind_params;
 
+/// `sql` with each `$N` replaced by the literal of `params[N - 1]`, or `None` when a value
+/// cannot be written safely as a plain literal: text holding a backslash (an escape where
+/// `standard_conforming_strings` is off) or a NUL (which ends a simple query's text), or a
+/// placeholder without its value. Quotes are doubled; nothing else needs escaping then, on
+/// either setting.
+pub(super) fn with_values_written_in(sql: &str, params: &[Param]) -> Option<String> {
+    let mut out = String::with_capacity(sql.len() + 64);
+    let mut rest = sql;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let digits = rest[at + 1..].bytes().take_while(u8::is_ascii_digit).count();
+        let number: usize = rest[at + 1..at + 1 + digits].parse().ok()?;
+        match params.get(number.checked_sub(1)?)? {
+            // In brackets when negative: `x-$1` must not become the comment `x--1`.
+            Param::Int(value) if *value < 0 => out.push_str(&format!("({value})")),
+            Param::Int(value) => out.push_str(&value.to_string()),
+            Param::Text(text) if text.contains(['\\', '\0']) => return None,
+            Param::Text(text) => {
+                out.push('\'');
+                out.push_str(&text.replace('\'', "''"));
+                out.push('\'');
+            }
+        }
+        rest = &rest[at + 1 + digits..];
+    }
+    out.push_str(rest);
+    Some(out)
+}
+
+/// Runs a page statement built with `bind`'s placeholders and reads its rows: per row the
+/// leading columns (`$head`, an expression of `$row`), and the job when the row holds one (a
+/// page past the end is one row of NULL job columns). Answers `(last head, jobs)`, `None` as
+/// head for no rows at all. A statement not `$persistent` is planned for its values; on
+/// PostgreSQL it goes as one query with its values written in (one round trip, one
+/// transaction); bound to an unnamed statement it takes two (sqlx describes the statement
+/// first, and each exchange ends PostgreSQL's implicit transaction).
+macro_rules! page_rows {
+    ($db:expr, $sql:expr, $params:expr, $persistent:expr, $row:ident => $head:expr) => {{
+        let inlined = match $db {
+            Db::Postgres(_) if !$persistent => with_values_written_in($sql, $params),
+            _ => None,
+        };
+        on_db!($db, pool => async {
+            let rows = match &inlined {
+                Some(text) => sqlx::raw_sql(text).fetch_all(pool).await?,
+                None => bind_params!(sqlx::query($sql).persistent($persistent), $params).fetch_all(pool).await?,
+            };
+            let mut head = None;
+            let mut jobs: Vec<JobRow> = Vec::with_capacity(rows.len());
+            for $row in &rows {
+                head = Some($head);
+                if sqlx::Row::try_get::<Option<String>, _>($row, "id")?.is_some() {
+                    jobs.push(sqlx::FromRow::from_row($row)?);
+                }
+            }
+            Ok::<_, sqlx::Error>((head, jobs))
+        }.await)
+    }};
+}
+pub(super) use page_rows;
+
 /// Which part of a listing to read.
 #[derive(Debug, Clone, Copy)]
 pub enum Window<'a> {
@@ -288,21 +349,12 @@ pub async fn page_if_admin(
     // read all of them and sorted (640 ms) instead of walking the index's first 1,000 (29 ms).
     // Planning each time costs ~0.3 ms, little beside such a page; small pages keep the cache.
     let persistent = limit.is_some_and(|limit| limit <= PLANNED_WITH_VALUES_ABOVE);
-    let (allowed, total, mut jobs) = on_db!(db, pool => async {
-        let rows = bind_params!(sqlx::query(&sql).persistent(persistent), &params).fetch_all(pool).await?;
-        let (mut allowed, mut total) = (false, 0);
-        let mut jobs = Vec::with_capacity(rows.len());
-        for row in &rows {
-            allowed = sqlx::Row::try_get::<bool, _>(row, "allowed")?;
-            total = sqlx::Row::try_get::<i64, _>(row, "total")?;
-            if sqlx::Row::try_get::<Option<String>, _>(row, "id")?.is_some() {
-                let job: JobRow = sqlx::FromRow::from_row(row)?;
-                jobs.push(job);
-            }
-        }
-        Ok::<_, sqlx::Error>((allowed, total, jobs))
-    }.await)
-    .map_err(query_error("list jobs"))?;
+    let (head, mut jobs) =
+        page_rows!(db, &sql, &params, persistent, row => (sqlx::Row::try_get::<bool, _>(row, "allowed")?,
+            sqlx::Row::try_get::<i64, _>(row, "total")?))
+        .map_err(query_error("list jobs"))?;
+    // The count's row is always there (the page is joined to it).
+    let (allowed, total) = head.unwrap_or_default();
     if !allowed {
         return Ok(None);
     }
@@ -316,4 +368,27 @@ pub async fn page_if_admin(
         };
     }
     Ok(Some((total, jobs, more)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Param, with_values_written_in};
+
+    #[test]
+    fn values_are_written_in_as_literals_or_not_at_all() {
+        let params: Vec<Param> = (1..=10).map(Param::Int).chain([Param::Text("o'brien".into())]).collect();
+        let sql = "SELECT $1, $10, $11 FROM t WHERE a = $2";
+        assert_eq!(
+            with_values_written_in(sql, &params).as_deref(),
+            Some("SELECT 1, 10, 'o''brien' FROM t WHERE a = 2")
+        );
+        // A value that a plain literal cannot carry safely, or a placeholder without a value:
+        // the caller binds instead.
+        assert_eq!(with_values_written_in("SELECT $1", &[Param::Text("a\\' OR true --".into())]), None);
+        assert_eq!(with_values_written_in("SELECT $1", &[Param::Text("a\0b".into())]), None);
+        assert_eq!(with_values_written_in("SELECT x-$1", &[Param::Int(-1)]).as_deref(), Some("SELECT x-(-1)"));
+        assert_eq!(with_values_written_in("SELECT $2", &[Param::Int(1)]), None);
+        assert_eq!(with_values_written_in("SELECT $0", &[Param::Int(1)]), None);
+        assert_eq!(with_values_written_in("SELECT $ 1", &[Param::Int(1)]), None);
+    }
 }
