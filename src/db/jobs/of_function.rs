@@ -2,8 +2,7 @@
 //! every author's jobs found in the same statement.
 
 use super::JobRow;
-use super::listing::{Param, page_rows, with_values_written_in};
-use crate::db::jobs::listing::bind_params;
+use super::listing::{Param, bind_params, page_rows, with_values_written_in};
 use crate::db::programs::provider_admin;
 use crate::db::{Db, Error, on_db, query_error};
 
