@@ -281,16 +281,14 @@ run_size() {
 explain() {
   local size=$1 url heavy function provider after offset cursor job
   read -r url heavy function provider after offset cursor job <"$OUT/$size.params"
-  local after_us day provider_id created
+  local after_us day created
   after_us=$(( $(date -u -d "$after" +%s) * 1000000 ))
   day=$(( after_us / 86400000000 ))
-  provider_id=$(psql "$url" -qtAc "SELECT id FROM providers WHERE name = '$provider'")
   created=$(psql "$url" -qtAc "SELECT created FROM jobs WHERE id = '$job'")
   # As db/jobs.rs (job_columns!) and db/jobs/listing.rs (page_if_admin) write them.
   local columns="SELECT j.id, j.program_id, (SELECT p.title FROM programs p WHERE p.id = j.program_id) AS program_title, (SELECT pr.name FROM providers pr WHERE pr.id = j.provider_id) AS provider_name, j.provider_id, j.author_id, COALESCE((SELECT u.username FROM users u WHERE u.id = j.author_id), '') AS author_name, j.status, j.sub_status, j.gpu, j.function_size, j.runner, j.created, j.updated, j.last_activity, j.backend_ref, j.stop_requested, j.result, j.status_reason"
-  local joins=""
   listing() { # COUNT CHOSEN [ALLOWED]
-    echo "SELECT total.n AS total, total.allowed AS allowed, page.* FROM (SELECT ${3:-TRUE} AS allowed, $1 AS n) total LEFT JOIN ($columns FROM $2 $joins) page ON total.allowed ORDER BY page.created DESC, page.id DESC"
+    echo "SELECT total.n AS total, total.allowed AS allowed, page.* FROM (SELECT ${3:-TRUE} AS allowed, $1 AS n) total LEFT JOIN ($columns FROM $2) page ON total.allowed ORDER BY page.created DESC, page.id DESC"
   }
   # An admin's provider listing: the provider by name and the caller's right in the statement.
   local padmin admin_p

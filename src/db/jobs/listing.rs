@@ -2,7 +2,7 @@
 //! (read from the kept counts where the filters allow), and the page query.
 
 use super::{DAY_MICROS, JobRow, day_of};
-use crate::db::{Db, Error, on_db, query_error};
+use crate::db::{Db, Error, query_error};
 use crate::domain::paging::{Cursor, Direction};
 
 /// A value bound into a dynamically built query.
@@ -242,16 +242,20 @@ pub(super) fn with_values_written_in(sql: &str, params: &[Param]) -> Option<Stri
 macro_rules! page_rows {
     ($db:expr, $sql:expr, $params:expr, $persistent:expr, $row:ident => $head:expr) => {{
         let inlined = match $db {
-            Db::Postgres(_) if !$persistent => with_values_written_in($sql, $params),
+            $crate::db::Db::Postgres(_) if !$persistent => {
+                $crate::db::jobs::listing::with_values_written_in($sql, $params)
+            }
             _ => None,
         };
-        on_db!($db, pool => async {
+        $crate::db::on_db!($db, pool => async {
             let rows = match &inlined {
                 Some(text) => sqlx::raw_sql(text).fetch_all(pool).await?,
-                None => bind_params!(sqlx::query($sql).persistent($persistent), $params).fetch_all(pool).await?,
+                None => $crate::db::jobs::bind_params!(sqlx::query($sql).persistent($persistent), $params)
+                    .fetch_all(pool)
+                    .await?,
             };
             let mut head = None;
-            let mut jobs: Vec<JobRow> = Vec::with_capacity(rows.len());
+            let mut jobs: Vec<$crate::db::jobs::JobRow> = Vec::with_capacity(rows.len());
             for $row in &rows {
                 head = Some($head);
                 if sqlx::Row::try_get::<Option<String>, _>($row, "id")?.is_some() {

@@ -2,9 +2,9 @@
 //! every author's jobs found in the same statement.
 
 use super::JobRow;
-use super::listing::{Param, bind_params, page_rows, with_values_written_in};
+use super::listing::{Param, page_rows};
 use crate::db::programs::provider_admin;
-use crate::db::{Db, Error, on_db, query_error};
+use crate::db::{Db, Error, query_error};
 
 /// The newest `limit` jobs of function `program_id`: every author's when `user_id` manages the
 /// function's jobs by their relation to it (a provider function they wrote or whose provider
