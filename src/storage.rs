@@ -237,13 +237,22 @@ impl Storage {
         let destination = Self::local_path(root, key)?;
         let parent = destination.parent().expect("object paths have a parent");
         tokio::fs::create_dir_all(parent).await.map_err(|e| local_error("create folder for", e))?;
-        if transfer::move_local(&spool, &destination).await.map_err(|e| local_error("store", e))? {
-            // Renamed: nothing is left to remove, and a later spool file of the same name is
-            // another upload's.
-            let _ = spool.keep();
-            return Ok(());
+        match transfer::move_local(&spool, &destination).await.map_err(|e| local_error("store", e))? {
+            transfer::Moved::Renamed => {
+                // Nothing is left to remove, and a later spool file of the same name is another
+                // upload's.
+                let _ = spool.keep();
+                Ok(())
+            }
+            transfer::Moved::Exchanged => {
+                // The replaced file, now at the spool's name, is removed after the answer (freeing
+                // a large file's pages takes milliseconds); a crash before leaves it to the spool's
+                // clean-up at a later start.
+                tokio::task::spawn_blocking(move || drop(spool));
+                Ok(())
+            }
+            transfer::Moved::OtherFileSystem => self.put_file(key, &spool).await,
         }
-        self.put_file(key, &spool).await
     }
 
     /// Stores a small object from memory.

@@ -9,6 +9,7 @@ use crate::harness::{Backend, Gateway, multipart};
 both_backends!(
     user_files_round_trip,
     large_files_stream_both_ways,
+    an_upload_replaces_the_file_of_its_name,
     uploads_outside_the_allow_list_are_refused,
     names_cannot_escape_their_folder,
     provider_files_round_trip,
@@ -180,6 +181,44 @@ async fn large_files_stream_both_ways(backend: Backend) {
     // The spooled upload was moved into storage (local) or removed once sent (S3).
     let spool: Vec<_> = std::fs::read_dir(gateway.data_dir().join("spool")).unwrap().collect();
     assert!(spool.is_empty(), "{spool:?}");
+}
+
+/// A file uploaded again under its name replaces it whole (on local storage the spool file takes
+/// its place by an exchange, and the replaced file is removed after the answer), and a folder of
+/// that name refuses the upload without losing anything.
+async fn an_upload_replaces_the_file_of_its_name(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
+    for content in [b"first\n".as_slice(), b"second, longer\n", b"3\n"] {
+        let upload = gateway
+            .post_multipart("/api/v1/files/upload/?function=fn", "alice", &[], &[("file", "a.txt", content)])
+            .await;
+        assert_eq!(upload.status, 200, "{}", upload.json);
+        let download = gateway.get("/api/v1/files/download/?function=fn&file=a.txt", "alice").await;
+        assert_eq!(download.bytes, content);
+    }
+    assert_eq!(gateway.get("/api/v1/files/?function=fn", "alice").await.json, json!({"results": ["a.txt"]}));
+    // The replaced files leave the spool (removed off the request's path: wait for it).
+    let spool = gateway.data_dir().join("spool");
+    let left = || std::fs::read_dir(&spool).map(|entries| entries.count()).unwrap_or(0);
+    for _ in 0..100 {
+        if left() == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert_eq!(left(), 0, "the replaced files are removed");
+
+    // On local storage, a folder where the file would go: refused, the folder kept whole.
+    let Some(root) = gateway.local_objects_dir() else { return };
+    let folder = root.join("users/alice/data/b.txt");
+    std::fs::create_dir_all(&folder).unwrap();
+    std::fs::write(folder.join("inside"), b"kept").unwrap();
+    let refused =
+        gateway.post_multipart("/api/v1/files/upload/?function=fn", "alice", &[], &[("file", "b.txt", b"x\n")]).await;
+    assert_eq!(refused.status, 500, "{}", refused.json);
+    assert_eq!(std::fs::read(folder.join("inside")).unwrap(), b"kept");
+    assert_eq!(left(), 0, "the refused upload's spool file is removed");
 }
 
 async fn uploads_outside_the_allow_list_are_refused(backend: Backend) {

@@ -239,6 +239,14 @@ impl Gateway {
         self.dir.path()
     }
 
+    /// The objects' folder on local storage; `None` on S3.
+    pub fn local_objects_dir(&self) -> Option<std::path::PathBuf> {
+        match &self.state.storage {
+            Storage::Local { root } => Some(root.clone()),
+            _ => None,
+        }
+    }
+
     /// Polls a job until `done` holds for its record, or panics after `seconds`.
     pub async fn wait_for_job(&self, token: &str, job_id: &str, seconds: u64, done: impl Fn(&Value) -> bool) -> Value {
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
