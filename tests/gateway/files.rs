@@ -179,7 +179,7 @@ async fn large_files_stream_both_ways(backend: Backend) {
     assert_eq!(download.headers["content-length"], content.len().to_string());
     assert!(download.bytes == content, "downloaded bytes differ");
     // The spooled upload was moved into storage (local) or removed once sent (S3).
-    let spool: Vec<_> = std::fs::read_dir(gateway.data_dir().join("spool")).unwrap().collect();
+    let spool = gateway.spool_files();
     assert!(spool.is_empty(), "{spool:?}");
 }
 
@@ -199,15 +199,13 @@ async fn an_upload_replaces_the_file_of_its_name(backend: Backend) {
     }
     assert_eq!(gateway.get("/api/v1/files/?function=fn", "alice").await.json, json!({"results": ["a.txt"]}));
     // The replaced files leave the spool (removed off the request's path: wait for it).
-    let spool = gateway.data_dir().join("spool");
-    let left = || std::fs::read_dir(&spool).map(|entries| entries.count()).unwrap_or(0);
     for _ in 0..100 {
-        if left() == 0 {
+        if gateway.spool_files().is_empty() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    assert_eq!(left(), 0, "the replaced files are removed");
+    assert_eq!(gateway.spool_files(), Vec::<String>::new(), "the replaced files are removed");
 
     // On local storage, a folder where the file would go: refused, the folder kept whole.
     let Some(root) = gateway.local_objects_dir() else { return };
@@ -218,7 +216,7 @@ async fn an_upload_replaces_the_file_of_its_name(backend: Backend) {
         gateway.post_multipart("/api/v1/files/upload/?function=fn", "alice", &[], &[("file", "b.txt", b"x\n")]).await;
     assert_eq!(refused.status, 500, "{}", refused.json);
     assert_eq!(std::fs::read(folder.join("inside")).unwrap(), b"kept");
-    assert_eq!(left(), 0, "the refused upload's spool file is removed");
+    assert_eq!(gateway.spool_files(), Vec::<String>::new(), "the refused upload's spool file is removed");
 }
 
 async fn uploads_outside_the_allow_list_are_refused(backend: Backend) {

@@ -239,6 +239,13 @@ impl Gateway {
         self.dir.path()
     }
 
+    /// The names in the upload spool folder (none when it does not exist).
+    pub fn spool_files(&self) -> Vec<String> {
+        std::fs::read_dir(self.dir.path().join("spool"))
+            .map(|entries| entries.map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned()).collect())
+            .unwrap_or_default()
+    }
+
     /// The objects' folder on local storage; `None` on S3.
     pub fn local_objects_dir(&self) -> Option<std::path::PathBuf> {
         match &self.state.storage {

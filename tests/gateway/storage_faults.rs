@@ -52,10 +52,6 @@ fn tmpfs(folder: &Path, size_kib: u64) -> Option<Tmpfs> {
     }
 }
 
-fn spool_is_empty(gateway: &Gateway) -> bool {
-    std::fs::read_dir(gateway.data_dir().join("spool")).map(|mut entries| entries.next().is_none()).unwrap_or(true)
-}
-
 /// SQLite + local storage, the objects folder full: a file upload, a function upload and a
 /// saved result answer 507 naming the folder and what was not stored; nothing of them is kept
 /// or listed, reads and readiness go on; freed, the same requests succeed.
@@ -100,7 +96,7 @@ async fn a_full_data_folder_answers_507_and_keeps_nothing() {
     assert_eq!(after, before, "nothing partial is left in the folder");
     assert_eq!(listed_files(&gateway).await, json!(["kept.txt"]));
     assert_eq!(gateway.get("/api/v1/programs/get_by_title/other/", "alice").await.status, 404);
-    assert!(spool_is_empty(&gateway), "the spooled uploads are gone");
+    assert!(gateway.spool_files().is_empty(), "the spooled uploads are gone");
     assert_eq!(gateway.get("/readiness/", "").await.status, 200, "reads go on");
 
     std::fs::remove_file(objects.join("filler")).unwrap();
@@ -132,7 +128,7 @@ async fn an_object_store_with_a_full_disk_answers_503_and_keeps_nothing() {
     assert!(message.starts_with("The object store s3://gantry/test is unavailable (it answered 5"), "{message}");
     assert!(message.ends_with("): the file data.txt was not stored; retry in a few seconds."), "{message}");
     assert_eq!(listed_files(&gateway).await, json!(["kept.txt"]));
-    assert!(spool_is_empty(&gateway), "the spooled uploads are gone");
+    assert!(gateway.spool_files().is_empty(), "the spooled uploads are gone");
 
     std::fs::remove_file(root.join("filler")).unwrap();
     assert_eq!(upload_file(&gateway, "data.txt", TEXT).await.status, 200);
