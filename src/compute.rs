@@ -16,6 +16,7 @@ use std::sync::Arc;
 use crate::db::{self, Db, jobs};
 use crate::domain::admission::{self, Capacity, Limits};
 use crate::domain::lifecycle::{self, JobStatus, Trigger};
+use crate::domain::sizes::Resources;
 use crate::events::{self, Publisher, StatusEvent};
 use crate::telemetry::{self, context};
 use tracing::Instrument;
@@ -29,23 +30,33 @@ pub struct LimitsArgs {
     /// CPU jobs running at once (on this machine, or across the cluster).
     #[arg(long, env = "LIMITS_MAX_CLUSTERS", default_value_t = 6)]
     pub max_cpu_jobs: usize,
-    /// GPU jobs running at once.
-    #[arg(long, env = "LIMITS_MAX_GPU_CLUSTERS", default_value_t = 1)]
-    pub max_gpu_jobs: usize,
+    /// GPU jobs running at once. Default: on `serve`, the GPUs it finds (each job also waits
+    /// for as many free GPUs as it asks for); on a cluster, 1.
+    #[arg(long, env = "LIMITS_MAX_GPU_CLUSTERS")]
+    pub max_gpu_jobs: Option<usize>,
 }
 
 impl LimitsArgs {
-    pub fn limits(&self) -> Limits {
-        Limits { jobs_per_user: self.jobs_per_user, cpu_slots: self.max_cpu_jobs, gpu_slots: self.max_gpu_jobs }
+    /// The limits, with `default_gpu_slots` GPU slots unless `--max-gpu-jobs` sets them.
+    pub fn limits(&self, default_gpu_slots: usize) -> Limits {
+        Limits {
+            jobs_per_user: self.jobs_per_user,
+            cpu_slots: self.max_cpu_jobs,
+            gpu_slots: self.max_gpu_jobs.unwrap_or(default_gpu_slots),
+        }
     }
 }
+
+/// GPU slots of a cluster when `--max-gpu-jobs` is not given.
+pub const CLUSTER_GPU_SLOTS: usize = 1;
 
 /// What the API asks of the backend that runs jobs.
 #[async_trait::async_trait]
 pub trait Compute: Send + Sync {
-    /// Whether a job of this kind (a container image or not, asking for a GPU or not) can run
-    /// here; Err says why not, and `run` refuses it with that reason.
-    fn can_run(&self, image: bool, gpu: bool) -> Result<(), String>;
+    /// Whether a job of this kind (a container image or not, asking for `resources.gpus` GPUs
+    /// of `resources.gpu_model` or none) can run here; Err says why not, and `run` refuses it
+    /// with that reason.
+    fn can_run(&self, image: bool, resources: &Resources) -> Result<(), String>;
 
     /// The job was committed `QUEUED`: take it up. Failures are the backend's to repair (the
     /// job row is the record), so nothing is returned.
@@ -85,7 +96,7 @@ pub struct Queue {
 
 #[async_trait::async_trait]
 impl Compute for Queue {
-    fn can_run(&self, _image: bool, _gpu: bool) -> Result<(), String> {
+    fn can_run(&self, _image: bool, _resources: &Resources) -> Result<(), String> {
         Ok(())
     }
 
@@ -212,15 +223,15 @@ const ADMISSION_BATCH: usize = 100;
 pub const ADMISSION_WINDOW: usize = 1000;
 
 /// One admission pass, shared by the backends: the oldest queued jobs that fit `capacity` and
-/// `limits` move to `PENDING`, each batch in one transaction, and `admitted` gets each id that
-/// moved (another mover may have taken some) as soon as its batch is committed. Returns how
-/// many moved.
+/// `limits` move to `PENDING`, each batch in one transaction, and `admitted` gets each job that
+/// moved (another mover may have taken some) as soon as its batch is committed, in the pass
+/// (so what it takes is taken before the next pass looks). Returns how many moved.
 pub async fn admit_queued(
     db: &Db,
     publisher: &Arc<dyn Publisher>,
     capacity: &Capacity,
     limits: Limits,
-    mut admitted: impl FnMut(String),
+    mut admitted: impl FnMut(&admission::QueuedJob),
 ) -> Result<usize, db::Error> {
     let queue = jobs::queued(db, ADMISSION_WINDOW as i64).await?;
     let Some(mv) = lifecycle::decide(JobStatus::Queued, &Trigger::Admitted) else { return Ok(0) };
@@ -231,7 +242,9 @@ pub async fn admit_queued(
             span.record("gantry.job.previous_status", JobStatus::Queued.as_str());
             span.record("gantry.job.status", mv.to.as_str());
             publish_move(publisher, &job_id, &mv);
-            admitted(job_id);
+            if let Some(job) = queue.iter().find(|job| job.id == job_id) {
+                admitted(job);
+            }
             count += 1;
         }
     }

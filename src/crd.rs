@@ -115,6 +115,16 @@ pub struct FunctionJobSpec {
     #[serde(default)]
     #[schemars(range(min = 0, max = 16))]
     pub gpus: u32,
+    /// The GPU model the size's compute profile names (`a100p`, `l40s`): the pod goes to nodes
+    /// of that model (the controller's `--gpu-model-label`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z][a-z0-9]{0,31}$"))]
+    pub gpu_model: Option<String>,
+    /// The compute profile of the job's size (`gx3d-24x120x1a100p`), given to the job as
+    /// `ENV_JOB_COMPUTE_PROFILE`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = 64))]
+    pub compute_profile: Option<String>,
     /// Seconds the job may run before it is stopped (`PROGRAM_TIMEOUT`).
     #[schemars(range(min = 1, max = 31_536_000))]
     pub timeout_seconds: u64,
@@ -298,6 +308,8 @@ mod tests {
             size: Some(FunctionSize::M),
             resources: JobResources::default(),
             gpus: 0,
+            gpu_model: None,
+            compute_profile: None,
             timeout_seconds: 3600,
             user: "alice".into(),
             function_env: vec!["MY_SETTING".into()],

@@ -113,7 +113,12 @@ impl GatewayArgs {
             settings: KubeSettings {
                 namespace: namespace.clone(),
                 timeout: program_timeout,
-                default_resources: Resources { cpu: cpu_per_job, memory: format!("{memory_gib_per_job}Gi"), gpus: 0 },
+                default_resources: Resources {
+                    cpu: cpu_per_job,
+                    memory: format!("{memory_gib_per_job}Gi"),
+                    gpus: 0,
+                    gpu_model: None,
+                },
                 logs_size_limit,
                 sweep_every: Duration::from_secs(sweep_seconds.max(1)),
             },
@@ -128,7 +133,7 @@ impl GatewayArgs {
             storage.backend_name()
         );
         let mut config = api.config(std::env::temp_dir().join("gantry-spool"), active_jobs_per_user);
-        config.admission = Some(limits.limits());
+        config.admission = Some(limits.limits(crate::compute::CLUSTER_GPU_SLOTS));
         crate::ops::clean_spool(&config.spool_dir);
         let metrics = Arc::new(crate::ops::Metrics::gateway());
         let admin = tokio::spawn(crate::ops::serve(admin_listen, Arc::clone(&metrics), db.clone()));

@@ -106,6 +106,10 @@ pub struct LaunchArgs {
     /// environment). The interpreter's installation is found from `--python`.
     #[arg(long = "read-path", env = "GANTRY_READ_PATHS", value_delimiter = ':')]
     pub read_paths: Vec<PathBuf>,
+    /// With `--isolate`: a device file the job may open read-write, such as a GPU it holds
+    /// (repeatable; `:`-separated in the environment).
+    #[arg(long = "device-path", env = "GANTRY_DEVICE_PATHS", value_delimiter = ':')]
+    pub device_paths: Vec<PathBuf>,
     #[command(flatten)]
     pub limits: ProcessLimits,
     #[command(flatten)]
@@ -176,10 +180,11 @@ impl LaunchArgs {
     /// `EXIT_NOT_STARTED`. Fails only when the storage settings are unusable, since nothing
     /// can be recorded then.
     pub async fn run(self) -> anyhow::Result<i32> {
-        let Self { job, access, isolate, job_uid, job_gid, read_paths, limits, storage } = self;
+        let Self { job, access, isolate, job_uid, job_gid, read_paths, device_paths, limits, storage } = self;
         // The job runs beside this process: keep its memory and environment out of reach.
         isolation::forbid_dumping().context("failed to make the launcher non-dumpable")?;
-        let isolation = isolate.then(|| JobIsolation { user: job_uid.zip(job_gid), readable: read_paths });
+        let isolation =
+            isolate.then(|| JobIsolation { user: job_uid.zip(job_gid), readable: read_paths, devices: device_paths });
         let objects: Box<dyn JobObjects> = match access.filter(|a| !a.expose().trim().is_empty()) {
             Some(access) => Box::new(
                 serde_json::from_str::<JobAccess>(access.expose())

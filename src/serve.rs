@@ -95,6 +95,8 @@ pub struct JobArgs {
     pub job_max_file_mib: u64,
     #[command(flatten)]
     pub containers: crate::compute::local::container::ContainerArgs,
+    #[command(flatten)]
+    pub gpus: crate::compute::local::gpus::GpuArgs,
     /// Run jobs locally even where the kernel lacks Landlock, with an authentication mechanism
     /// other than mock_token: such jobs can read every user's files, the database and the
     /// server's files (see docs/security.md).
@@ -127,7 +129,16 @@ impl ServeArgs {
             None => TokenCipher::load_or_create(&database.data_dir.join("token.key"))?,
         };
         let mut config = api.config(database.data_dir.join("spool"), jobs.active_jobs_per_user);
-        config.admission = Some(jobs.limits.limits());
+        // The GPUs jobs of this machine may hold; their number is the default of the GPU slots.
+        let gpus = match jobs.runner {
+            RunnerKind::Local => jobs.gpus.pool().map_err(anyhow::Error::msg)?,
+            RunnerKind::None => crate::compute::local::gpus::GpuPool::empty(),
+        };
+        let limits = match jobs.runner {
+            RunnerKind::Local => jobs.limits.limits(gpus.count()),
+            RunnerKind::None => jobs.limits.limits(crate::compute::CLUSTER_GPU_SLOTS),
+        };
+        config.admission = Some(limits);
         crate::ops::clean_spool(&config.spool_dir);
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("failed to listen on {listen}"))?;
@@ -164,7 +175,7 @@ impl ServeArgs {
             python: jobs.python,
             work_root,
             gateway_host: jobs.public_url.unwrap_or_else(|| format!("http://{address}")),
-            limits: jobs.limits.limits(),
+            limits,
             timeout: jobs.program_timeout,
             logs_size_limit: jobs.logs_size_limit,
             max_unpacked_mib: api.max_unpacked_mib,
@@ -176,6 +187,7 @@ impl ServeArgs {
             isolation,
             containers,
             job_limits,
+            gpus: Arc::new(gpus),
         };
         let compute: Arc<dyn Compute> = match jobs.runner {
             RunnerKind::Local => {
@@ -186,6 +198,7 @@ impl ServeArgs {
                 );
                 println!("{}", runner_config.job_limits.describe());
                 println!("{}", runner_config.containers.describe());
+                println!("{}", runner_config.gpus.describe());
                 let user = runner_config.isolation.as_ref().and_then(|isolation| isolation.user);
                 tokio::spawn(warn_if_client_missing(runner_config.python.clone(), user));
                 let runner = LocalRunner::new(db.clone(), storage.clone(), runner_config, publisher.clone());
@@ -326,7 +339,7 @@ fn job_isolation(
             None => String::new(),
         }
     );
-    Ok(isolation::JobIsolation { user, readable: jobs.job_read_paths.clone() })
+    Ok(isolation::JobIsolation { user, readable: jobs.job_read_paths.clone(), devices: Vec::new() })
 }
 
 fn absolute(path: &std::path::Path) -> anyhow::Result<PathBuf> {

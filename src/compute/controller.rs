@@ -97,6 +97,14 @@ pub struct ControllerArgs {
     /// Node selector of GPU jobs (`key=value,...`).
     #[arg(long, env = "GANTRY_GPU_NODE_SELECTOR", default_value = "", value_parser = parse_map)]
     pub gpu_node_selector: BTreeMap<String, String>,
+    /// Node label naming a node's GPU product (NVIDIA's GPU feature discovery sets it): a job
+    /// whose compute profile names a GPU model goes to nodes whose label has that model's value.
+    #[arg(long, env = "GANTRY_GPU_MODEL_LABEL", default_value = "nvidia.com/gpu.product")]
+    pub gpu_model_label: String,
+    /// That label's value per profile model (`a100p=NVIDIA-A100-PCIE-40GB,l40s=NVIDIA-L40S`);
+    /// a model not listed selects `NVIDIA-<MODEL>`.
+    #[arg(long, env = "GANTRY_GPU_MODELS", default_value = "", value_parser = parse_map)]
+    pub gpu_models: BTreeMap<String, String>,
     /// Node selector of CPU jobs (`key=value,...`).
     #[arg(long, env = "GANTRY_CPU_NODE_SELECTOR", default_value = "", value_parser = parse_map)]
     pub cpu_node_selector: BTreeMap<String, String>,
@@ -218,6 +226,10 @@ impl ControllerArgs {
                     tolerations: self.gpu_tolerations.0.clone(),
                     priority_class: self.gpu_priority_class.clone(),
                 },
+                gpu_models: build::GpuModelLabels {
+                    label: self.gpu_model_label.clone(),
+                    values: self.gpu_models.clone(),
+                },
                 cpu_placement: Placement {
                     node_selector: self.cpu_node_selector.clone(),
                     tolerations: self.cpu_tolerations.0.clone(),
@@ -235,7 +247,7 @@ impl ControllerArgs {
             archive_give_up: Duration::from_secs(self.archive_give_up_seconds),
             infrastructure_retries: self.infrastructure_retries.min(MAX_INFRASTRUCTURE_RETRIES),
             retry_backoff: Duration::from_secs(self.infrastructure_retry_backoff_seconds.min(300)),
-            limits: self.limits.limits(),
+            limits: self.limits.limits(super::CLUSTER_GPU_SLOTS),
             admission_every: Duration::from_millis(self.scheduler_tick_ms.max(10)),
             concurrency: self.reconcile_concurrency.max(1),
             reconcile_timeout: Duration::from_secs(self.reconcile_timeout_seconds.max(1)),

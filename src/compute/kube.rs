@@ -121,6 +121,8 @@ pub fn function_job_spec(
         size: job.function_size.as_deref().and_then(|label| serde_json::from_value::<FunctionSize>(json!(label)).ok()),
         resources: JobResources { cpu: Some(Quantity(resources.cpu)), memory: Some(Quantity(resources.memory)) },
         gpus: resources.gpus,
+        gpu_model: resources.gpu_model.clone(),
+        compute_profile: sizes::job_profile(&catalog, job.function_size.as_deref()).map(str::to_string),
         timeout_seconds: timeout.as_secs().max(1),
         user: job.author_name.clone(),
         function_env: function_env.keys().filter(|name| is_env_name(name)).cloned().collect(),
@@ -335,7 +337,7 @@ pub fn drift(active: &HashSet<String>, resources: &[(String, String)], existing:
 #[async_trait::async_trait]
 impl Compute for KubeBackend {
     /// The cluster decides: a pod that cannot start ends its job with the reason.
-    fn can_run(&self, _image: bool, _gpu: bool) -> Result<(), String> {
+    fn can_run(&self, _image: bool, _resources: &Resources) -> Result<(), String> {
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 //! run the same launcher inside a container of the provider's image (`container`).
 
 pub mod container;
+pub mod gpus;
 pub mod limits;
 mod output;
 
@@ -24,7 +25,7 @@ use crate::db::{self, Db, jobs};
 use crate::domain::admission::{Capacity, Limits};
 use crate::domain::lifecycle::{JobStatus, Trigger, limit_reason, no_space_reason};
 use crate::domain::runtime_env::{JobEnvironmentInput, job_environment};
-use crate::domain::sizes;
+use crate::domain::sizes::{self, Resources};
 use crate::events::Publisher;
 use crate::storage::access::JobAccess;
 use crate::storage::{Storage, keys};
@@ -65,6 +66,8 @@ pub struct RunnerConfig {
     pub containers: Engine,
     /// Memory, processes and file size of process jobs, and how they are bounded.
     pub job_limits: limits::JobLimits,
+    /// The machine's GPUs lent to jobs, and which job holds which.
+    pub gpus: Arc<gpus::GpuPool>,
 }
 
 /// What runs a job watched here: the launcher as a process, or the job's container.
@@ -175,9 +178,16 @@ impl LocalRunner {
             }
             count_in(&mut capacity, job);
         }
-        admit_queued(&self.db, &self.publisher, &capacity, self.config.limits, |job_id| {
+        capacity.free_gpus = Some(self.config.gpus.free_models());
+        admit_queued(&self.db, &self.publisher, &capacity, self.config.limits, |job| {
+            // Taken within the pass: the next pass sees them held.
+            let held = match job.gpu {
+                true => self.config.gpus.take(&job.id, job.gpus.max(1), job.gpu_model.as_deref()),
+                false => None,
+            };
             let runner = Arc::clone(self);
-            tokio::spawn(async move { runner.launch(job_id).await });
+            let job_id = job.id.clone();
+            tokio::spawn(async move { runner.launch(job_id, held).await });
         })
         .await?;
         Ok(())
@@ -185,6 +195,7 @@ impl LocalRunner {
 
     async fn fail_launch(&self, job_id: &str, reason: String) {
         tracing::warn!(job.id = %job_id, reason = %reason, "job could not be started");
+        self.release_gpus(job_id).await;
         if let Err(error) = move_job_now(&self.db, &self.publisher, job_id, &Trigger::LaunchFailed { reason }).await {
             tracing::error!(error = &error as &dyn std::error::Error, "failed to record a launch failure");
         }
@@ -192,19 +203,29 @@ impl LocalRunner {
 
     /// Starts `gantry launch` for an admitted (PENDING) job, as a process or in the job's
     /// container, and watches it.
-    async fn launch(self: Arc<Self>, job_id: String) {
+    async fn launch(self: Arc<Self>, job_id: String, held: Option<gpus::Held>) {
         // The start's span: the launcher's spans are its children (`TRACEPARENT`).
         let span = super::job_step(&self.db, "gantry.job.start", &job_id).await;
         let loaded = match self.load(&job_id).await {
             Ok(loaded) => loaded,
             Err(reason) => return self.fail_launch(&job_id, reason).await,
         };
+        if loaded.job.gpu && held.is_none() {
+            let reason = "the GPUs it asks for were not free when it was admitted".to_string();
+            return self.fail_launch(&job_id, reason).await;
+        }
+        if let Some(held) = &held
+            && let Err(reason) = self.record_gpus(&job_id, held).await
+        {
+            return self.fail_launch(&job_id, reason).await;
+        }
+        let held = held.as_ref();
         let running = match loaded.info.image.clone() {
-            Some(image) => match self.start_container(&loaded, &image).instrument(span).await {
+            Some(image) => match self.start_container(&loaded, &image, held).instrument(span).await {
                 Ok(name) => Running::Container(name),
                 Err(reason) => return self.fail_launch(&job_id, reason).await,
             },
-            None => match self.spawn_launcher(&loaded).instrument(span).await {
+            None => match self.spawn_launcher(&loaded, held).instrument(span).await {
                 Ok((child, output)) => {
                     let pid = child.id().unwrap_or_default();
                     if let Err(error) = jobs::set_backend_ref(&self.db, &job_id, Some(&format!("pid:{pid}"))).await {
@@ -260,6 +281,8 @@ impl LocalRunner {
             None => String::new(),
         };
         let channel = text("channel").unwrap_or_else(|| "local".into());
+        let catalog: Map<String, Value> =
+            info.function_sizes.as_deref().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
         let instance = text("instance");
         Ok(job_environment(&JobEnvironmentInput {
             job_id: &job.id,
@@ -270,6 +293,7 @@ impl LocalRunner {
             trial: info.trial,
             data_path,
             function_size: job.function_size.as_deref(),
+            compute_profile: sizes::job_profile(&catalog, job.function_size.as_deref()),
             qiskit_ibm_url: &self.config.qiskit_ibm_url,
             function_env: &function_env,
             traceparent: context::current().or(info.traceparent.clone()).as_deref(),
@@ -304,7 +328,7 @@ impl LocalRunner {
     }
 
     /// Starts the job's container (see `container`) and returns its name.
-    async fn start_container(&self, loaded: &Loaded, image: &str) -> Result<String, String> {
+    async fn start_container(&self, loaded: &Loaded, image: &str, held: Option<&gpus::Held>) -> Result<String, String> {
         let Loaded { job, info } = loaded;
         let engine = &self.config.containers;
         engine.check(job.gpu).map_err(|why| format!("the job's container could not be started: {why}"))?;
@@ -342,6 +366,7 @@ impl LocalRunner {
             Storage::S3 { .. } => launcher.push(("GANTRY_JOB_ACCESS", self.job_access(&job.id, None).await?)),
         }
         variables.extend(launcher.into_iter().map(|(name, value)| (name.to_string(), value)));
+        variables.extend(held.map(gpus::Held::environment).unwrap_or_default());
         if let Some((uid, gid)) = engine.user_ids().filter(|_| crate::launcher::isolation::running_as_root()) {
             // The container's user owns the job's folder, as a pod's volume is its.
             let folder = work_dir.clone();
@@ -374,6 +399,7 @@ impl LocalRunner {
                 launcher: &self.config.launcher,
                 env_file: &env_file,
                 resources: &resources,
+                gpus: &held.map(|held| held.gpus.iter().map(|gpu| gpu.minor).collect::<Vec<_>>()).unwrap_or_default(),
             })
             .await;
         let _ = tokio::fs::remove_file(&env_file).await;
@@ -392,6 +418,7 @@ impl LocalRunner {
     async fn spawn_launcher(
         &self,
         loaded: &Loaded,
+        held: Option<&gpus::Held>,
     ) -> Result<(tokio::process::Child, tokio::task::JoinHandle<Vec<String>>), String> {
         let Loaded { job, info } = loaded;
         let job_id = job.id.as_str();
@@ -452,6 +479,12 @@ impl LocalRunner {
             }
         }
         if let Some(isolation) = &self.config.isolation {
+            // A GPU job may also open its own GPUs' device files and read the driver's.
+            let mut isolation = isolation.clone();
+            if let Some(held) = held {
+                isolation.devices.extend(held.devices.iter().cloned());
+                isolation.readable.extend(held.readable.iter().cloned());
+            }
             command.args(isolation.launcher_args());
         }
         for key in PASSED_THROUGH {
@@ -461,6 +494,7 @@ impl LocalRunner {
         }
         command.envs(self.config.storage_env.iter().map(|(k, v)| (k, v)));
         command.envs(environment);
+        command.envs(held.map(gpus::Held::environment).unwrap_or_default());
         let memory_bytes = self.memory_bytes(loaded);
         let cgroup = self.job_cgroup(job_id, memory_bytes).await;
         command.args(self.config.job_limits.launcher_args(memory_bytes, cgroup.is_some()));
@@ -580,6 +614,7 @@ impl LocalRunner {
         if let Err(error) = move_job_now(&self.db, &self.publisher, job_id, &trigger).await {
             tracing::error!(error = &error as &dyn std::error::Error, "failed to record the end of a job");
         }
+        self.release_gpus(job_id).await;
         self.timed_out.lock().expect("lock").remove(job_id);
         // A server killed between writing a container's environment and starting it left the
         // file (the job's token in it): gone with the job.
@@ -587,6 +622,38 @@ impl LocalRunner {
         if let Err(error) = tokio::fs::remove_dir_all(&work_dir).await {
             tracing::debug!(error = &error as &dyn std::error::Error, "could not remove a job's work folder");
         }
+    }
+
+    /// The file naming the GPUs a job holds, readable by the server only: a server started
+    /// again takes them again for the job it adopts.
+    fn gpus_file(&self, job_id: &str) -> PathBuf {
+        self.config.work_root.join(format!(".{job_id}.gpus"))
+    }
+
+    async fn record_gpus(&self, job_id: &str, held: &gpus::Held) -> Result<(), String> {
+        let minors: Vec<String> = held.gpus.iter().map(|gpu| gpu.minor.to_string()).collect();
+        let text = minors.join(",");
+        crate::shared::replace_file(
+            &self.gpus_file(job_id),
+            crate::shared::Contents::Bytes(text.as_bytes()),
+            Some(0o600),
+        )
+        .await
+        .map_err(|e| preparing("failed to record the job's GPUs".into(), &e))
+    }
+
+    /// Takes again the GPUs a job left in flight by an earlier server held.
+    async fn retake_gpus(&self, job_id: &str) {
+        let Ok(text) = tokio::fs::read_to_string(self.gpus_file(job_id)).await else { return };
+        let minors: Vec<u32> = text.split(',').filter_map(|m| m.trim().parse().ok()).collect();
+        if self.config.gpus.retake(job_id, &minors).is_none() {
+            tracing::warn!(job.id = %job_id, gpus = %text, "a job left in flight holds GPUs this server does not lend");
+        }
+    }
+
+    async fn release_gpus(&self, job_id: &str) {
+        self.config.gpus.release(job_id);
+        let _ = tokio::fs::remove_file(self.gpus_file(job_id)).await;
     }
 
     /// Sends a signal to the launcher process of a job watched here or adopted; false when none
@@ -649,6 +716,7 @@ impl LocalRunner {
             if self.processes.lock().expect("lock").contains_key(&job.id) {
                 continue;
             }
+            self.retake_gpus(&job.id).await;
             if let Some(name) = job.backend_ref.as_deref().and_then(|r| r.strip_prefix(CONTAINER_REF)) {
                 self.adopt_container(job.id.clone(), name.to_string()).await;
                 continue;
@@ -720,8 +788,14 @@ impl LocalRunner {
 #[async_trait::async_trait]
 impl Compute for LocalRunner {
     /// Artifacts run as local processes; images in containers when the engine is there.
-    fn can_run(&self, image: bool, gpu: bool) -> Result<(), String> {
-        if image { self.config.containers.check(gpu) } else { Ok(()) }
+    fn can_run(&self, image: bool, resources: &Resources) -> Result<(), String> {
+        if image {
+            self.config.containers.check(resources.gpus > 0)?;
+        }
+        match resources.gpus {
+            0 => Ok(()),
+            count => self.config.gpus.check(count, resources.gpu_model.as_deref()),
+        }
     }
 
     /// Asks for a scheduling pass now.

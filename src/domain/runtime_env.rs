@@ -21,6 +21,9 @@ pub struct JobEnvironmentInput<'a> {
     /// The user's file area for the function.
     pub data_path: &'a str,
     pub function_size: Option<&'a str>,
+    /// The compute profile of that size in the function's catalog (`gx3d-24x120x1a100p`), read
+    /// by the client's `get_compute_profile()`.
+    pub compute_profile: Option<&'a str>,
     pub qiskit_ibm_url: &'a str,
     /// The function's `env_vars`.
     pub function_env: &'a Map<String, Value>,
@@ -47,6 +50,7 @@ pub fn job_environment(input: &JobEnvironmentInput<'_>) -> Vec<(String, String)>
         ("QISKIT_IBM_CHANNEL".into(), input.channel.into()),
         ("QISKIT_IBM_URL".into(), input.qiskit_ibm_url.into()),
         ("ENV_JOB_FUNCTION_SIZE".into(), input.function_size.unwrap_or_default().into()),
+        ("ENV_JOB_COMPUTE_PROFILE".into(), input.compute_profile.unwrap_or_default().into()),
     ];
     if let Some(instance) = input.instance {
         env.push(("QISKIT_IBM_INSTANCE".into(), instance.into()));
@@ -89,6 +93,7 @@ mod tests {
             trial: false,
             data_path: "/data/alice/",
             function_size: Some("M"),
+            compute_profile: Some("gx3d-24x120x1a100p"),
             qiskit_ibm_url: "https://cloud.ibm.com",
             function_env: &function_env,
             traceparent: Some("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"),
@@ -104,6 +109,7 @@ mod tests {
         assert_eq!(lookup(&env, "RESULTS_PATH"), Some("/data/alice/results/j1.json"));
         assert_eq!(lookup(&env, "ENV_JOB_GATEWAY_INSTANCE"), Some("crn:v1:x"));
         assert_eq!(lookup(&env, "ENV_JOB_FUNCTION_SIZE"), Some("M"));
+        assert_eq!(lookup(&env, "ENV_JOB_COMPUTE_PROFILE"), Some("gx3d-24x120x1a100p"));
         assert_eq!(lookup(&env, "MY_VAR"), Some("x"));
         assert_eq!(lookup(&env, "QISKIT_IBM_URL"), Some("https://other"));
         assert_eq!(env.last().unwrap().0, "QISKIT_IBM_URL");

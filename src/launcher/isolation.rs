@@ -91,6 +91,8 @@ pub struct Sandbox {
     pub writable: Vec<PathBuf>,
     /// Folders and files it may read and execute, besides the system's (`SYSTEM_READ`).
     pub readable: Vec<PathBuf>,
+    /// Device files it may open read-write (the GPUs it holds), besides `SYSTEM_WRITE`.
+    pub devices: Vec<PathBuf>,
     /// The user and group it runs as; `None` keeps the launcher's (when not root).
     pub user: Option<(u32, u32)>,
 }
@@ -123,6 +125,7 @@ impl Sandbox {
             .chain(
                 SYSTEM_WRITE.iter().map(|path| (PathBuf::from(path), if *path == "/dev/shm" { all } else { device })),
             )
+            .chain(self.devices.iter().map(|path| (path.clone(), device)))
             .chain(self.writable.iter().map(|path| (path.clone(), all)))
         {
             // A path that does not exist on this machine grants nothing.
@@ -400,6 +403,8 @@ pub struct JobIsolation {
     pub user: Option<(u32, u32)>,
     /// Folders the job may read besides the system's and its interpreter's.
     pub readable: Vec<PathBuf>,
+    /// Device files the job may open read-write (the GPUs it holds).
+    pub devices: Vec<PathBuf>,
 }
 
 impl JobIsolation {
@@ -411,6 +416,9 @@ impl JobIsolation {
         }
         for path in &self.readable {
             args.extend(["--read-path".into(), path.clone().into_os_string()]);
+        }
+        for path in &self.devices {
+            args.extend(["--device-path".into(), path.clone().into_os_string()]);
         }
         args
     }

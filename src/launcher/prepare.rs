@@ -161,5 +161,10 @@ pub(super) fn sandbox(launch: &Launch, isolation: &JobIsolation, environment: &[
     let path = environment.iter().find(|(name, _)| name == "PATH").map(|(_, value)| value.as_os_str());
     let mut readable = isolation::interpreter_paths(&launch.job.python, path);
     readable.extend(isolation.readable.iter().cloned());
-    Sandbox { writable: job_folders(launch, environment), readable, user: isolation.user }
+    Sandbox {
+        writable: job_folders(launch, environment),
+        readable,
+        devices: isolation.devices.clone(),
+        user: isolation.user,
+    }
 }

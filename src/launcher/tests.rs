@@ -216,7 +216,7 @@ async fn an_isolated_job_reaches_only_its_own_folders() {
     fixture.put_artifact(tar_of(&[("main.py", &script)])).await;
     let mut launch = fixture.launch(false);
     launch.job.python = std::env::var("GANTRY_TEST_PYTHON").unwrap_or_else(|_| "python3".into());
-    launch.isolation = Some(JobIsolation { user: None, readable: Vec::new() });
+    launch.isolation = Some(JobIsolation { user: None, readable: Vec::new(), devices: Vec::new() });
     launch.environment.retain(|(name, _)| name != "ARGUMENTS_PATH" && name != "RESULTS_PATH");
 
     let code = run_job(&launch, &fixture.storage, std::future::pending()).await;

@@ -200,6 +200,7 @@ impl Gateway {
             containers,
             // As `gantry serve` bounds them: cgroups where this machine lets the tests make them.
             job_limits: gantry::compute::local::limits::JobLimits::detect(&self.dir.path().join("jobs"), 4096, 1 << 30),
+            gpus: std::sync::Arc::new(gantry::compute::local::gpus::GpuPool::empty()),
         };
         configure(&mut config);
         self.job_limits = Some(config.job_limits.clone());
@@ -231,7 +232,7 @@ impl Gateway {
         if user.is_some() {
             isolation::restrict_data_dir(self.dir.path(), &self.dir.path().join("jobs")).expect("data dir");
         }
-        isolation::JobIsolation { user, readable: Vec::new() }
+        isolation::JobIsolation { user, readable: Vec::new(), devices: Vec::new() }
     }
 
     /// The folder holding the database, the objects and the work folders.

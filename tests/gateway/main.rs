@@ -12,6 +12,7 @@ mod docs;
 mod e2e_kubernetes;
 mod fault_guards;
 mod files;
+mod gpus;
 mod idempotency;
 mod isolation;
 mod job_limits;

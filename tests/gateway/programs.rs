@@ -152,6 +152,11 @@ async fn bad_uploads_are_400_and_store_nothing(backend: Backend) {
             "Invalid function size 'huge'",
         ),
         (
+            vec![("title", "f"), ("entrypoint", "main.py"), ("sizes", r#"{"M": "big-and-fast"}"#)],
+            Some(("artifact.tar", good_tar.clone())),
+            "'sizes' value for 'M': compute profile 'big-and-fast' cannot be read",
+        ),
+        (
             vec![("title", "f"), ("entrypoint", "../main.py")],
             Some(("artifact.tar", good_tar.clone())),
             "Invalid entrypoint",

@@ -104,7 +104,9 @@ pub async fn run(
     };
     let gpu = program.gpu && program.provider_id.is_some();
     let image = program.artifact_key.is_none();
-    if let Err(why) = state.compute.can_run(image, gpu) {
+    let none = sizes::Resources { cpu: String::new(), memory: String::new(), gpus: 0, gpu_model: None };
+    let asked = sizes::job_resources(&catalog, function_size.as_deref(), gpu, &none);
+    if let Err(why) = state.compute.can_run(image, &asked) {
         return Err(bad(format!("Function {title} cannot run here: {why}")));
     }
     check_arguments(state, &program, arguments.clone()).await?;
@@ -198,12 +200,13 @@ pub fn parse_created_after(text: &str) -> Result<i64, ApiError> {
 fn base_filter(query: &JobsQuery) -> Result<JobFilter, ApiError> {
     let mut filter = JobFilter::default();
     if let Some(status) = query.status.as_deref().filter(|s| !s.is_empty()) {
-        let status: JobStatus = status.trim().to_ascii_uppercase().parse().map_err(|_| {
-            bad(format!(
-                "'status' must be one of QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED (got '{status}')."
-            ))
-        })?;
-        filter.status = Some(status.as_str().to_string());
+        // Any text, as the reference takes it: a status's name in any case selects it, and a
+        // value no job has (`CANCELLED`, a typo) answers an empty page, never a 400.
+        let text = status.trim();
+        filter.status = Some(match text.to_ascii_uppercase().parse::<JobStatus>() {
+            Ok(known) => known.as_str().to_string(),
+            Err(_) => text.to_string(),
+        });
     }
     filter.catalog = match query.filter.as_deref() {
         None | Some("") => None,

@@ -32,6 +32,27 @@ pub struct Placement {
     pub priority_class: Option<String>,
 }
 
+/// Which nodes hold a GPU model: the node label naming a node's GPU product, and its value per
+/// profile model (`a100p`); a model not listed selects `NVIDIA-<MODEL>` (`l40s`: `NVIDIA-L40S`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuModelLabels {
+    pub label: String,
+    pub values: BTreeMap<String, String>,
+}
+
+impl Default for GpuModelLabels {
+    fn default() -> Self {
+        GpuModelLabels { label: "nvidia.com/gpu.product".into(), values: BTreeMap::new() }
+    }
+}
+
+impl GpuModelLabels {
+    /// The label's value for a profile's model.
+    pub fn value(&self, model: &str) -> String {
+        self.values.get(model).cloned().unwrap_or_else(|| format!("NVIDIA-{}", model.to_ascii_uppercase()))
+    }
+}
+
 /// The controller's settings for job pods. The paths inside images are settings too, so a test
 /// kubelet can run the same pod on a machine by pointing them at local files.
 #[derive(Debug, Clone)]
@@ -59,6 +80,8 @@ pub struct PodSettings {
     /// Extended resource name of GPUs.
     pub gpu_resource: String,
     pub gpu_placement: Placement,
+    /// The nodes of a profile's GPU model.
+    pub gpu_models: GpuModelLabels,
     pub cpu_placement: Placement,
     pub image_pull_secrets: Vec<String>,
     /// Non-root user and group of the job's processes.
@@ -146,6 +169,7 @@ fn environment(job: &FunctionJob, settings: &PodSettings) -> Vec<EnvVar> {
         trial: false,
         data_path: &settings.data_dir,
         function_size: size.as_deref(),
+        compute_profile: spec.compute_profile.as_deref(),
         qiskit_ibm_url: &settings.qiskit_ibm_url,
         function_env: &no_function_env,
         // The job's trace, as the gateway annotated it: the same on every build of the pod.
@@ -187,6 +211,19 @@ fn resources(job: &FunctionJob, settings: &PodSettings) -> ResourceRequirements 
         limits: (!limits.is_empty()).then_some(limits),
         ..Default::default()
     }
+}
+
+/// The kind's node selector, and for a GPU job whose profile names a model, that model's label.
+fn node_selector(
+    spec: &crate::crd::FunctionJobSpec,
+    placement: &Placement,
+    models: &GpuModelLabels,
+) -> Option<BTreeMap<String, String>> {
+    let mut selector = placement.node_selector.clone();
+    if let Some(model) = spec.gpu_model.as_deref().filter(|_| spec.gpus > 0) {
+        selector.insert(models.label.clone(), models.value(model));
+    }
+    (!selector.is_empty()).then_some(selector)
 }
 
 fn restricted_container_context() -> SecurityContext {
@@ -265,7 +302,7 @@ pub fn build_pod(job: &FunctionJob, settings: &PodSettings) -> Pod {
                 seccomp_profile: Some(SeccompProfile { type_: "RuntimeDefault".into(), ..Default::default() }),
                 ..Default::default()
             }),
-            node_selector: (!placement.node_selector.is_empty()).then(|| placement.node_selector.clone()),
+            node_selector: node_selector(spec, placement, &settings.gpu_models),
             tolerations: (!placement.tolerations.is_empty()).then(|| placement.tolerations.clone()),
             priority_class_name: placement.priority_class.clone(),
             image_pull_secrets: (!settings.image_pull_secrets.is_empty()).then(|| {
@@ -308,6 +345,7 @@ mod tests {
                 }],
                 priority_class: Some("gpu-jobs".into()),
             },
+            gpu_models: GpuModelLabels::default(),
             cpu_placement: Placement::default(),
             image_pull_secrets: vec!["registry".into()],
             run_as_user: 65532,
@@ -329,6 +367,8 @@ mod tests {
                 size: Some(FunctionSize::M),
                 resources: JobResources { cpu: Some(Quantity("4".into())), memory: Some(Quantity("16Gi".into())) },
                 gpus,
+                gpu_model: None,
+                compute_profile: None,
                 timeout_seconds: 3600,
                 user: "alice@example.com".into(),
                 function_env: vec!["MY_SETTING".into()],
@@ -405,6 +445,7 @@ mod tests {
                         {"name": "QISKIT_IBM_CHANNEL", "valueFrom": {"secretKeyRef": {"name": "gantry-job-0f2c0000-0000-4000-8000-000000000001", "key": "channel", "optional": true}}},
                         {"name": "QISKIT_IBM_URL", "value": "https://cloud.ibm.com"},
                         {"name": "ENV_JOB_FUNCTION_SIZE", "value": "M"},
+                        {"name": "ENV_JOB_COMPUTE_PROFILE", "value": ""},
                         {"name": "MY_SETTING", "valueFrom": {"secretKeyRef": {"name": "gantry-job-0f2c0000-0000-4000-8000-000000000001", "key": "env.MY_SETTING"}}}
                     ],
                     "resources": {"limits": {"cpu": "4", "memory": "16Gi"}, "requests": {"cpu": "4", "memory": "16Gi"}},
@@ -443,6 +484,29 @@ mod tests {
         // The CPU job has none of the GPU placement.
         let cpu = serde_json::to_value(build_pod(&job(0, None, None), &settings()).spec.unwrap()).unwrap();
         assert!(cpu["nodeSelector"].is_null() && cpu["tolerations"].is_null() && cpu["priorityClassName"].is_null());
+    }
+
+    /// A profile's GPU model selects nodes of that model through the model label, mapped by
+    /// the setting or `NVIDIA-<MODEL>`; its profile reaches the job as ENV_JOB_COMPUTE_PROFILE.
+    #[test]
+    fn a_gpu_model_selects_its_nodes_and_the_profile_reaches_the_job() {
+        let mut settings = settings();
+        settings.gpu_models.values.insert("a100p".into(), "NVIDIA-A100-PCIE-40GB".into());
+        let mut job = job(2, Some("acme"), None);
+        job.spec.gpu_model = Some("a100p".into());
+        job.spec.compute_profile = Some("gx3d-24x120x2a100p".into());
+        let spec = serde_json::to_value(build_pod(&job, &settings).spec.unwrap()).unwrap();
+        assert_eq!(spec["nodeSelector"], json!({"gpu": "a100", "nvidia.com/gpu.product": "NVIDIA-A100-PCIE-40GB"}));
+        job.spec.gpu_model = Some("l40s".into());
+        let pod = build_pod(&job, &settings);
+        let spec = serde_json::to_value(pod.spec.as_ref().unwrap()).unwrap();
+        assert_eq!(spec["nodeSelector"]["nvidia.com/gpu.product"], "NVIDIA-L40S");
+        let env = env_of(&pod);
+        let profile = env.as_array().unwrap().iter().find(|e| e["name"] == "ENV_JOB_COMPUTE_PROFILE").unwrap();
+        assert_eq!(profile["value"], "gx3d-24x120x2a100p");
+        job.spec.gpus = 0;
+        let cpu = serde_json::to_value(build_pod(&job, &settings).spec.unwrap()).unwrap();
+        assert!(cpu["nodeSelector"].is_null(), "no model without GPUs: {}", cpu["nodeSelector"]);
     }
 
     #[test]

@@ -33,9 +33,9 @@ pub async fn admit(ctx: &Context, admitted: &Admitted) -> Result<usize, Error> {
             capacity.running_cpu += count;
         }
     }
-    let moved = admit_queued(&ctx.db, &ctx.publisher, &capacity, ctx.settings.limits, |job_id| {
+    let moved = admit_queued(&ctx.db, &ctx.publisher, &capacity, ctx.settings.limits, |job| {
         // A job whose resource does not exist yet starts when the gateway's sweep creates it.
-        let _ = admitted.unbounded_send(ObjectRef::new(&job_id).within(&ctx.settings.namespace));
+        let _ = admitted.unbounded_send(ObjectRef::new(&job.id).within(&ctx.settings.namespace));
         ctx.metrics.admitted.inc();
     })
     .await

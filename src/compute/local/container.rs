@@ -150,6 +150,8 @@ pub struct ContainerJob<'a> {
     /// File of the job's environment (`--env-file`; the launcher's settings and the job's own).
     pub env_file: &'a Path,
     pub resources: &'a Resources,
+    /// The machine's GPUs the job holds (device numbers), each given as its own CDI device.
+    pub gpus: &'a [u32],
 }
 
 impl ContainerArgs {
@@ -219,6 +221,7 @@ impl Engine {
             cpu: self.settings.cpu_per_job.clone(),
             memory: format!("{}Gi", self.settings.memory_gib_per_job),
             gpus: 0,
+            gpu_model: None,
         }
     }
 
@@ -426,7 +429,13 @@ pub fn run_arguments(settings: &ContainerArgs, job: &ContainerJob<'_>) -> Vec<St
     ];
     arguments.extend(settings.container_ulimits.iter().filter(|u| !u.is_empty()).map(|u| format!("--ulimit={u}")));
     if job.resources.gpus > 0 {
-        arguments.push(format!("--device={}", settings.gpu_device));
+        // `nvidia.com/gpu=all` names every GPU: the job gets only those it holds.
+        match settings.gpu_device.strip_suffix("=all") {
+            Some(kind) if !job.gpus.is_empty() => {
+                arguments.extend(job.gpus.iter().map(|minor| format!("--device={kind}={minor}")));
+            }
+            _ => arguments.push(format!("--device={}", settings.gpu_device)),
+        }
     }
     arguments.extend([
         format!("--volume={}:{WORK_MOUNT}", job.work_dir.display()),
@@ -526,12 +535,13 @@ mod tests {
             launcher: Path::new("/usr/bin/gantry"),
             env_file: Path::new("/data/jobs/.j1.env"),
             resources,
+            gpus: &[],
         }
     }
 
     #[test]
     fn a_job_container_is_the_pod_contract_on_this_machine() {
-        let resources = Resources { cpu: "500m".into(), memory: "2Gi".into(), gpus: 0 };
+        let resources = Resources { cpu: "500m".into(), memory: "2Gi".into(), gpus: 0, gpu_model: None };
         let arguments = run_arguments(&settings(&[]), &job(&resources));
         let has = |flag: &str| arguments.iter().any(|a| a == flag);
         for flag in [
@@ -560,12 +570,19 @@ mod tests {
         assert!(!arguments.iter().any(|a| a.starts_with("--device")), "no GPU asked for");
         assert!(!arguments.iter().any(|a| a.contains("TOKEN")), "secrets travel in the env-file only");
 
-        let gpu = Resources { cpu: "24".into(), memory: "120Gi".into(), gpus: 1 };
+        let gpu = Resources { cpu: "24".into(), memory: "120Gi".into(), gpus: 1, gpu_model: None };
         let arguments = run_arguments(&settings(&["--image-pull", "missing", "--container-ulimits", ""]), &job(&gpu));
         assert!(arguments.contains(&"--device=nvidia.com/gpu=all".to_string()));
         assert!(arguments.contains(&"--pull=missing".to_string()));
         assert!(arguments.contains(&"--cpus=24".to_string()));
         assert!(!arguments.iter().any(|a| a.starts_with("--ulimit")));
+
+        // The GPUs the job holds, each by its own CDI name: none of the others.
+        let two = Resources { gpus: 2, ..gpu.clone() };
+        let held = ContainerJob { gpus: &[1, 3], ..job(&two) };
+        let devices: Vec<String> =
+            run_arguments(&settings(&[]), &held).into_iter().filter(|a| a.starts_with("--device")).collect();
+        assert_eq!(devices, ["--device=nvidia.com/gpu=1", "--device=nvidia.com/gpu=3"]);
     }
 
     #[test]
