@@ -138,4 +138,35 @@ def _():
         assert tail == expected, (job.job_id, tail)
 
 
+@check("get_compute_profile() and get_function_size() in the job return its size's profile (both id forms)")
+def _():
+    sized = alice.upload(
+        QiskitFunction(
+            title="profile-e2e",
+            entrypoint="main.py",
+            working_dir=os.path.join(HERE, "functions", "profile"),
+            sizes_map={"s": "1x2", "m": "cx3d-2x4"},
+        )
+    )
+    fetched = alice.function("profile-e2e")
+    assert {k.upper(): v for k, v in fetched.sizes().items()} == {"S": "1x2", "M": "cx3d-2x4"}, fetched.sizes()
+    for size, profile in [("s", "1x2"), ("m", "cx3d-2x4")]:
+        job = sized.run(function_size=size)
+        assert wait(job)[-1] == "DONE", (job.job_id, job.logs())
+        result = job.result(cadence=0.2)
+        assert result == {"profile": profile, "size": size.upper()}, result
+    # A profile Gantry cannot read is refused at upload, naming it.
+    try:
+        alice.upload(
+            QiskitFunction(
+                title="profile-bad", entrypoint="main.py", working_dir=os.path.join(HERE, "functions", "profile"),
+                sizes_map={"s": "fast-please"},
+            )
+        )
+    except Exception as error:  # noqa: BLE001 - the client raises QiskitServerlessException
+        assert "fast-please" in str(error), str(error)
+    else:
+        raise AssertionError("an unreadable compute profile must be refused at upload")
+
+
 finish()
