@@ -23,9 +23,9 @@ for tool in curl python3 sha256sum; do
   command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 2; }
 done
 if [ -n "${GANTRY_BIN:-}" ]; then GANTRY=$(realpath "$GANTRY_BIN"); else
-  cargo build --release --quiet --bin gantry; GANTRY=$ROOT/target/release/gantry; fi
+  cargo build --release --quiet --bin gantry; GANTRY=$ROOT/target/x86_64-unknown-linux-gnu/release/gantry; fi
 if [ -n "${S3_SERVER_BIN:-}" ]; then S3_BIN=$(realpath "$S3_SERVER_BIN"); else
-  cargo build --release --quiet --example s3_server; S3_BIN=$ROOT/target/release/examples/s3_server; fi
+  cargo build --release --quiet --example s3_server; S3_BIN=$ROOT/target/x86_64-unknown-linux-gnu/release/examples/s3_server; fi
 WORK=$(mktemp -d)
 SERVER="" S3_SERVER=""
 stop() { if [ -n "${!1}" ]; then kill "${!1}" 2>/dev/null || true; wait "${!1}" 2>/dev/null || true; fi; eval "$1=''"; }

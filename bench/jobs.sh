@@ -35,7 +35,7 @@ if [ -n "${GANTRY_BIN:-}" ]; then
   GANTRY=$(realpath "$GANTRY_BIN")
 else
   cargo build --release --quiet --bin gantry
-  GANTRY=$ROOT/target/release/gantry
+  GANTRY=$ROOT/target/x86_64-unknown-linux-gnu/release/gantry
 fi
 WORK=$(mktemp -d)
 # Run as root, gantry runs jobs as nobody, which must pass through the data dirs' parent (search
@@ -258,7 +258,7 @@ if [ "${FILES_S3:-1}" = 1 ]; then
   cargo build --release --quiet --example s3_server
   mkdir -p "$WORK/s3/gantry"
   s3_port=$(free_port)
-  "$ROOT/target/release/examples/s3_server" "$WORK/s3" "127.0.0.1:$s3_port" bench-key bench-secret-key >"$WORK/s3.log" 2>&1 &
+  "$ROOT/target/x86_64-unknown-linux-gnu/release/examples/s3_server" "$WORK/s3" "127.0.0.1:$s3_port" bench-key bench-secret-key >"$WORK/s3.log" 2>&1 &
   S3_SERVER=$!
   for _ in $(seq 1 100); do grep -q "listening" "$WORK/s3.log" && break; sleep 0.05; done
   port=$(free_port)

@@ -15,7 +15,7 @@ for tool in perf wrk psql curl; do
   command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 2; }
 done
 if [ -n "${GANTRY_BIN:-}" ]; then GANTRY=$(realpath "$GANTRY_BIN"); else
-  cargo build --release --quiet --bin gantry; GANTRY=$PWD/target/release/gantry; fi
+  cargo build --release --quiet --bin gantry; GANTRY=$PWD/target/x86_64-unknown-linux-gnu/release/gantry; fi
 WORK=$(mktemp -d)
 NAME="gantry_profile_$$"
 SERVER=""

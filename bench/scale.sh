@@ -49,7 +49,7 @@ if [ -n "${GANTRY_BIN:-}" ]; then
   GANTRY=$(realpath "$GANTRY_BIN")
 else
   cargo build --release --quiet --bin gantry
-  GANTRY=$ROOT/target/release/gantry
+  GANTRY=$ROOT/target/x86_64-unknown-linux-gnu/release/gantry
 fi
 OUT=${OUT:-$(mktemp -d)}
 mkdir -p "$OUT"

@@ -19,7 +19,7 @@ for tool in curl python3; do
   command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 2; }
 done
 if [ "$PROFILE" = release ]; then cargo build --release --quiet --bin gantry; else cargo build --quiet --bin gantry; fi
-GANTRY=$ROOT/target/$PROFILE/gantry
+GANTRY=$ROOT/target/x86_64-unknown-linux-gnu/$PROFILE/gantry
 WORK=$(mktemp -d)
 SERVER=""
 cleanup() { [ -n "$SERVER" ] && kill "$SERVER" 2>/dev/null; wait 2>/dev/null || true; rm -rf "$WORK"; }

@@ -16,7 +16,7 @@ export BACKENDS=${BACKENDS:-sqlite}
 export LOAD_TESTS=${LOAD_TESTS:-"a b e"}
 RUNS=${RUNS:-"off json on"}
 cargo build --release --quiet --bin gantry
-export GANTRY_BIN=$PWD/target/release/gantry
+export GANTRY_BIN=$PWD/target/x86_64-unknown-linux-gnu/release/gantry
 WORK=$(mktemp -d)
 SINK=""
 cleanup() { if [ -n "$SINK" ]; then kill "$SINK" 2>/dev/null || true; fi; rm -rf "$WORK"; }

@@ -10,7 +10,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PYTHON=${GANTRY_TEST_PYTHON:-.venv/bin/python}
-BIN=${GANTRY_BIN:-target/debug/gantry}
+BIN=${GANTRY_BIN:-target/x86_64-unknown-linux-gnu/debug/gantry}
 RUNNER_IMAGE=localhost/gantry-runner:test
 IMAGE=localhost/gantry-image-e2e:test
 # The embedded default: plain `podman` (with runc installed beside it, and the job containers'

@@ -5,8 +5,9 @@
 # console in headless Chromium driven by Playwright against `gantry serve`, the same
 # against `gantry gateway` + `gantry controller` with the Kubernetes doubles, a 2,000-job soak
 # with injected faults through those two, the Helm chart's
-# offline checks, the container images built and run with podman (installed if missing), and
-# container-image functions run by gantry serve through podman with the real client.
+# offline checks, the container images built and run with podman (installed if missing),
+# container-image functions run by gantry serve through podman with the real client, and the
+# same in Debian 11 and in an image holding only a Python (the launcher is static).
 # Needs DATABASE_URL (a PostgreSQL superuser; default postgres://postgres@127.0.0.1:5432/test)
 # and GANTRY_TEST_PYTHON (a Python with qiskit-serverless 0.37.0, playwright and pytest) and
 # Debian's chromium; `.ci/run` provides them.
@@ -32,9 +33,9 @@ DATA=$(mktemp -d)
 # Jobs of a root server run as nobody: they must pass through the data dir's parent.
 chmod 711 "$DATA"
 PORT=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
-target/debug/gantry admin --data-dir "$DATA/gantry" create-provider e2e >/dev/null
-target/debug/gantry admin --data-dir "$DATA/gantry" add-admin --provider e2e --user e2e-erin >/dev/null
-target/debug/gantry serve --listen "127.0.0.1:$PORT" --data-dir "$DATA/gantry" --python "$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" \
+target/x86_64-unknown-linux-gnu/debug/gantry admin --data-dir "$DATA/gantry" create-provider e2e >/dev/null
+target/x86_64-unknown-linux-gnu/debug/gantry admin --data-dir "$DATA/gantry" add-admin --provider e2e --user e2e-erin >/dev/null
+target/x86_64-unknown-linux-gnu/debug/gantry serve --listen "127.0.0.1:$PORT" --data-dir "$DATA/gantry" --python "$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" \
   >"$DATA/serve.log" 2>&1 &
 SERVER=$!
 cleanup() { kill "$SERVER" 2>/dev/null || true; wait "$SERVER" 2>/dev/null || true; rm -rf "$DATA"; }
@@ -52,7 +53,7 @@ if [ "$status" != 0 ]; then
 fi
 
 step "web console in headless Chromium (Playwright)"
-GANTRY_BIN=target/debug/gantry GANTRY_TEST_PYTHON="$PYTHON" tests/console/run.sh
+GANTRY_BIN=target/x86_64-unknown-linux-gnu/debug/gantry GANTRY_TEST_PYTHON="$PYTHON" tests/console/run.sh
 
 step "end to end: the real client against gateway + controller (Kubernetes doubles), with runtime_platform, and stop cancelling runtime jobs"
 GANTRY_TEST_PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" \
@@ -66,10 +67,13 @@ step "soak: 2,000 jobs through gateway + controller on the Kubernetes doubles, w
 SOAK_JOBS=2000 SOAK_PROFILE=debug GANTRY_TEST_PYTHON="$(cd "$(dirname "$PYTHON")" && pwd)/$(basename "$PYTHON")" bench/soak.sh
 
 step "Helm chart: strict lint, rendering, Kubernetes schemas, RBAC = gantry rbac, values table"
-GANTRY_BIN=target/debug/gantry tests/helm/run.sh
+GANTRY_BIN=target/x86_64-unknown-linux-gnu/debug/gantry tests/helm/run.sh
 
 step "container images: build with podman and run (gantry, the runner with the real client)"
-GANTRY_BIN=target/debug/gantry tests/images.sh
+GANTRY_BIN=target/x86_64-unknown-linux-gnu/debug/gantry tests/images.sh
 
 step "container-image functions on gantry serve: a provider image built from the runner image, run with podman by the real client"
-GANTRY_BIN=target/debug/gantry GANTRY_TEST_PYTHON="$PYTHON" tests/image_jobs.sh
+GANTRY_BIN=target/x86_64-unknown-linux-gnu/debug/gantry GANTRY_TEST_PYTHON="$PYTHON" tests/image_jobs.sh
+
+step "old images on gantry serve: the static launcher in Debian 11 (glibc 2.31) and in a root filesystem holding only a Python, by the real client"
+GANTRY_BIN=target/x86_64-unknown-linux-gnu/debug/gantry GANTRY_TEST_PYTHON="$PYTHON" tests/old_images.sh

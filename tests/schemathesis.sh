@@ -5,13 +5,13 @@
 # docs/testing.md for what it reports and which findings are expected.
 #
 #   tests/schemathesis.sh                       # after `cargo build`
-#   GANTRY_BIN=target/release/gantry ST_MAX_EXAMPLES=100 tests/schemathesis.sh --phases fuzzing
+#   GANTRY_BIN=target/x86_64-unknown-linux-gnu/release/gantry ST_MAX_EXAMPLES=100 tests/schemathesis.sh --phases fuzzing
 #
 # Extra arguments go to `st run`. `ignored_auth` is left out: with the default mock_token
 # mechanism every token is a valid user, so "invalid credentials accepted" is the design.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
-bin=${GANTRY_BIN:-$root/target/debug/gantry}
+bin=${GANTRY_BIN:-$root/target/x86_64-unknown-linux-gnu/debug/gantry}
 venv=${ST_VENV:-/var/tmp/st-venv}
 if [ ! -x "$venv/bin/st" ]; then
   python3 -m venv "$venv"

@@ -479,10 +479,6 @@ fn created_after_schema() -> Schema {
     or_empty(RefOr::T(Schema::AnyOf(dated)))
 }
 
-fn status_or_empty() -> Schema {
-    or_empty(crate::domain::lifecycle::JobStatus::schema())
-}
-
 fn filter_or_empty() -> Schema {
     or_empty(JobsFilter::schema())
 }
@@ -514,8 +510,9 @@ pub struct JobsQuery {
     pub provider: Option<String>,
     /// Function title; 404 when no such function exists.
     pub function: Option<String>,
-    /// Job status (any letter case); empty means any.
-    #[param(schema_with = status_or_empty)]
+    /// Job status (QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED; any letter case);
+    /// empty means any, a value no job has (CANCELLED) an empty page, as the reference.
+    #[param(example = "SUCCEEDED")]
     pub status: Option<String>,
     /// catalog (provider functions) or serverless (own functions); empty means both.
     #[param(schema_with = filter_or_empty)]
@@ -543,8 +540,9 @@ pub struct ProviderJobsQuery {
     pub provider: Option<String>,
     /// Function title; 404 when no such function exists.
     pub function: Option<String>,
-    /// Job status (any letter case); empty means any.
-    #[param(schema_with = status_or_empty)]
+    /// Job status (QUEUED, PENDING, RUNNING, SUCCEEDED, FAILED, STOPPED; any letter case);
+    /// empty means any, a value no job has (CANCELLED) an empty page, as the reference.
+    #[param(example = "SUCCEEDED")]
     pub status: Option<String>,
     /// catalog (provider functions) or serverless (own functions); empty means both.
     #[param(schema_with = filter_or_empty)]

@@ -4,7 +4,7 @@
 # Debian's Chromium with Playwright (tests/console/test_console.py). Screenshots go to
 # $GANTRY_TEST_OUT (default target/console-screenshots).
 #
-#   GANTRY_BIN           the gantry binary (default target/debug/gantry)
+#   GANTRY_BIN           the gantry binary (default target/x86_64-unknown-linux-gnu/debug/gantry)
 #   GANTRY_TEST_PYTHON   a Python with qiskit-serverless, playwright and pytest; jobs run with it
 #   GANTRY_TEST_CHROMIUM the browser (default /usr/bin/chromium); never downloaded
 #   GANTRY_CONSOLE_DIR   serve the console from this folder instead of the embedded copy
@@ -12,7 +12,7 @@
 # Extra arguments go to pytest (e.g. -k stop).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-GANTRY_BIN=${GANTRY_BIN:-target/debug/gantry}
+GANTRY_BIN=${GANTRY_BIN:-target/x86_64-unknown-linux-gnu/debug/gantry}
 PYTHON=${GANTRY_TEST_PYTHON:-.venv/bin/python}
 CHROMIUM=${GANTRY_TEST_CHROMIUM:-/usr/bin/chromium}
 OUT=${GANTRY_TEST_OUT:-target/console-screenshots}

@@ -60,7 +60,10 @@ def start_server():
     log = open(os.path.join(DATA, "serve.log"), "a", encoding="utf-8")
     process = subprocess.Popen(
         [GANTRY, "serve", "--listen", f"127.0.0.1:{PORT}", "--data-dir", f"{DATA}/gantry",
-         "--container-engine", ENGINE, "--memory-gib-per-job", "1", "--cpu-per-job", "1"],
+         "--container-engine", ENGINE, "--memory-gib-per-job", "1", "--cpu-per-job", "1",
+         # Jobs call the gateway back by a host name: the static launcher resolves it inside
+         # the image (its /etc/hosts), with no NSS library of the image's.
+         "--public-url", f"http://localhost:{PORT}"],
         stdout=log, stderr=subprocess.STDOUT, env={k: v for k, v in os.environ.items() if k != "DATABASE_URL"},
     )
     deadline = time.monotonic() + 60

@@ -8,7 +8,7 @@ profile; every rendered manifest validated against the Kubernetes 1.33 schemas w
 RBAC equal to what the code exports, no secret in a ConfigMap or an env literal, references
 that resolve), the CRD copy, values.schema.json, and the values table of charts/gantry/README.md.
 
-RBAC: the expected list is `$GANTRY_BIN rbac` (default target/debug/gantry).
+RBAC: the expected list is `$GANTRY_BIN rbac` (default target/x86_64-unknown-linux-gnu/debug/gantry).
 
     tests/helm/run.sh                        # makes the venv, then runs this
     .venv-helm/bin/python tests/helm/check_chart.py
@@ -298,7 +298,7 @@ def _():
 
 @check("event sinks: the same settings on both roles, the webhook key by secretKeyRef, every variable a flag of both roles")
 def _():
-    binary = os.environ.get("GANTRY_BIN") or str(ROOT / "target" / "debug" / "gantry")
+    binary = os.environ.get("GANTRY_BIN") or str(ROOT / "target" / "x86_64-unknown-linux-gnu" / "debug" / "gantry")
     helps = {role: subprocess.run([binary, role, "--help"], capture_output=True, text=True, check=True).stdout for role in ("gateway", "controller")}
     settings = {}
     for role in ("gateway", "controller"):
@@ -317,7 +317,7 @@ def _():
 
 
 def expected_rbac():
-    binary = os.environ.get("GANTRY_BIN") or str(ROOT / "target" / "debug" / "gantry")
+    binary = os.environ.get("GANTRY_BIN") or str(ROOT / "target" / "x86_64-unknown-linux-gnu" / "debug" / "gantry")
     assert os.access(binary, os.X_OK), f"no gantry binary at {binary}: build it (cargo build) or set GANTRY_BIN"
     answer = subprocess.run([binary, "rbac"], capture_output=True, text=True, timeout=60)
     assert answer.returncode == 0, f"`{binary} rbac` failed: {answer.stderr.strip()}"

@@ -2,7 +2,7 @@
 # Offline checks of the Helm chart (charts/gantry): makes or reuses the venv .venv-helm with
 # helm-python-sdk (Helm's Go SDK, no helm binary) and kubernetes-validate, then runs
 # tests/helm/check_chart.py. RBAC is checked against `$GANTRY_BIN rbac` (default
-# target/debug/gantry).
+# target/x86_64-unknown-linux-gnu/debug/gantry).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 VENV=.venv-helm
