@@ -134,7 +134,7 @@ impl GatewayArgs {
         );
         let mut config = api.config(std::env::temp_dir().join("gantry-spool"), active_jobs_per_user);
         config.admission = Some(limits.limits(crate::compute::CLUSTER_GPU_SLOTS));
-        crate::ops::clean_spool(&config.spool_dir);
+        crate::ops::keep_spool_clean(&config.spool_dir, crate::ops::SPOOL_SWEEP_PERIOD);
         let metrics = Arc::new(crate::ops::Metrics::gateway());
         let admin = tokio::spawn(crate::ops::serve(admin_listen, Arc::clone(&metrics), db.clone()));
         let follows = Arc::new(crate::follow::Follows::default());

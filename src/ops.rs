@@ -28,7 +28,7 @@ use crate::storage::Storage;
 
 mod connections;
 
-pub use connections::{BodyStalled, ConnectionArgs, ConnectionLimits, cap_below};
+pub use connections::{BodyStalled, ConnectionArgs, ConnectionLimits, body_deadline, cap_below};
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct OutcomeLabels {
@@ -348,8 +348,13 @@ pub async fn serve_http(
     .context("server failed")
 }
 
-/// Removes what uploads cut by a crash left in the spool (at start), saying so when there was any.
-pub fn clean_spool(spool: &std::path::Path) {
+/// How often a running server removes the spool files no upload holds.
+pub const SPOOL_SWEEP_PERIOD: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Removes what uploads cut by a crash left in the spool (at start), saying so when there was
+/// any, then sweeps it every `period` while the server runs (a failed or killed upload of any
+/// server sharing the folder never leaves disk behind for longer).
+pub fn keep_spool_clean(spool: &std::path::Path, period: std::time::Duration) -> tokio::task::JoinHandle<()> {
     match crate::api::fields::clean_spool(spool) {
         Ok(0) => {}
         Ok(removed) => println!("removed {removed} file(s) left in {} by uploads cut short", spool.display()),
@@ -358,4 +363,19 @@ pub fn clean_spool(spool: &std::path::Path) {
             spool.display()
         )),
     }
+    let spool = spool.to_path_buf();
+    tokio::spawn(async move {
+        loop {
+            tokio::time::sleep(period).await;
+            let folder = spool.clone();
+            match tokio::task::spawn_blocking(move || crate::api::fields::clean_spool(&folder)).await {
+                Ok(Ok(0)) => {}
+                Ok(Ok(removed)) => {
+                    tracing::info!(removed, spool = %spool.display(), "removed spool files no upload holds")
+                }
+                Ok(Err(error)) => tracing::warn!(%error, spool = %spool.display(), "failed to sweep the upload spool"),
+                Err(_) => {}
+            }
+        }
+    })
 }

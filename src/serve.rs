@@ -139,7 +139,7 @@ impl ServeArgs {
             RunnerKind::None => jobs.limits.limits(crate::compute::CLUSTER_GPU_SLOTS),
         };
         config.admission = Some(limits);
-        crate::ops::clean_spool(&config.spool_dir);
+        crate::ops::keep_spool_clean(&config.spool_dir, crate::ops::SPOOL_SWEEP_PERIOD);
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("failed to listen on {listen}"))?;
         let address = listener.local_addr()?;

@@ -59,6 +59,14 @@ pub enum Error {
     Location { location: String },
 }
 
+impl Error {
+    /// Whether a folder holds the object's name in local storage (a job can make one in its
+    /// user's area): the object cannot be written there.
+    pub fn is_folder_in_the_way(&self) -> bool {
+        matches!(self, Error::Local { source, .. } if source.kind() == io::ErrorKind::IsADirectory)
+    }
+}
+
 /// The S3 connection settings.
 #[derive(Clone)]
 pub struct S3Settings {

@@ -21,6 +21,9 @@ pub struct UploadedFile {
     pub size: u64,
     /// The first bytes, for content sniffing.
     pub head: Vec<u8>,
+    /// The spool file's lock (`flock`), held while this upload lives: a sweep removes only spool
+    /// files nobody holds.
+    _lock: Option<std::fs::File>,
 }
 
 /// The fields of a request body, whatever its encoding: JSON object values, or strings from a
@@ -143,6 +146,7 @@ async fn read_multipart(request: Request, state: &AppState) -> Result<RequestFie
                 tokio::fs::create_dir_all(spool_dir).await.map_err(refused)?;
                 let spool = tempfile::NamedTempFile::new_in(spool_dir).map_err(refused)?;
                 let (file, path) = spool.into_parts();
+                let lock = lock_spool_file(&file);
                 let mut writer = SpoolWriter::new(file);
                 let mut size = 0u64;
                 let mut head = Vec::new();
@@ -155,7 +159,8 @@ async fn read_multipart(request: Request, state: &AppState) -> Result<RequestFie
                     writer.write(chunk).await.map_err(refused)?;
                 }
                 writer.finish().await.map_err(refused)?;
-                fields.files.insert(name, UploadedFile { file_name: Some(file_name), path, size, head });
+                let upload = UploadedFile { file_name: Some(file_name), path, size, head, _lock: lock };
+                fields.files.insert(name, upload);
             }
         }
     }
@@ -167,7 +172,7 @@ async fn read_multipart(request: Request, state: &AppState) -> Result<RequestFie
 const SPOOL_BATCH_BYTES: usize = 1024 * 1024;
 
 /// Age past which a gathered batch is written whatever its size, so a slow upload's spool file
-/// still changes whenever bytes arrive (see `SPOOL_LEFTOVER_AGE`).
+/// still changes whenever bytes arrive.
 const SPOOL_BATCH_AGE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// Writes an upload's chunks to its spool file on the blocking pool, a batch at a time, the next
@@ -244,14 +249,31 @@ pub fn stream_body(object: crate::storage::Object) -> Body {
     Body::from_stream(object.body)
 }
 
-/// Age past which a spool file is what an upload cut by a crash left: a live upload writes its
-/// file whenever bytes arrive, and a body that stops arriving is cut after
-/// `--body-timeout-seconds` (60 s by default).
-const SPOOL_LEFTOVER_AGE: std::time::Duration = std::time::Duration::from_secs(600);
+/// Takes the exclusive lock (`flock`) of a new spool file, held by the returned descriptor (a
+/// duplicate of `file`'s) until it is dropped; `None` where the file system has no locks.
+fn lock_spool_file(file: &std::fs::File) -> Option<std::fs::File> {
+    use std::os::fd::AsRawFd;
+    let lock = file.try_clone().ok()?;
+    // SAFETY: flock on a descriptor this function owns.
+    (unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0).then_some(lock)
+}
 
-/// Removes the files uploads cut by a crash (SIGKILL, a lost node) left in the spool folder,
-/// those untouched for ten minutes, so another server sharing the folder keeps its live ones.
-/// Returns how many were removed.
+/// Whether a process holds the lock of the spool file at `path` (an upload in progress, here or
+/// in another server sharing the folder).
+fn spool_file_in_use(path: &std::path::Path) -> bool {
+    use std::os::fd::AsRawFd;
+    let Ok(file) = std::fs::File::open(path) else { return false };
+    // SAFETY: flock on a descriptor this function owns; the lock goes with it.
+    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
+}
+
+/// Age under which an unlocked spool file is left alone: the moment between its creation and
+/// its lock.
+const SPOOL_UNLOCKED_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Removes the spool files no upload holds (see `lock_spool_file`): what uploads cut by a crash
+/// (SIGKILL, a lost node) or a failure left, whatever their age, while the live uploads of this
+/// and other servers sharing the folder keep theirs. Returns how many were removed.
 pub fn clean_spool(dir: &std::path::Path) -> std::io::Result<usize> {
     let entries = match std::fs::read_dir(dir) {
         Ok(entries) => entries,
@@ -262,13 +284,13 @@ pub fn clean_spool(dir: &std::path::Path) -> std::io::Result<usize> {
     let mut removed = 0;
     for entry in entries {
         let entry = entry?;
-        let metadata = entry.metadata()?;
-        let stale = metadata
+        let Ok(metadata) = entry.metadata() else { continue };
+        let settled = metadata
             .modified()
             .ok()
             .and_then(|m| now.duration_since(m).ok())
-            .is_some_and(|age| age > SPOOL_LEFTOVER_AGE);
-        if metadata.is_file() && stale {
+            .is_some_and(|age| age >= SPOOL_UNLOCKED_GRACE);
+        if metadata.is_file() && settled && !spool_file_in_use(&entry.path()) {
             match std::fs::remove_file(entry.path()) {
                 Ok(()) => removed += 1,
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
@@ -281,18 +303,32 @@ pub fn clean_spool(dir: &std::path::Path) -> std::io::Result<usize> {
 
 #[cfg(test)]
 mod tests {
+    /// Issue 49: a killed server's partial spool file stayed until a start found it ten minutes
+    /// old. Every file no upload holds goes now, whatever its age; a held one stays.
     #[test]
-    fn spool_leftovers_are_removed_and_live_uploads_kept() {
+    fn spool_files_nobody_holds_are_removed_and_held_ones_kept() {
         let dir = tempfile::tempdir().unwrap();
-        let old = dir.path().join(".tmpOLD");
-        std::fs::write(&old, vec![0u8; 1024]).unwrap();
-        let hour_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
-        std::fs::File::options().write(true).open(&old).unwrap().set_modified(hour_ago).unwrap();
+        let set_age = |path: &std::path::Path, seconds: u64| {
+            let then = std::time::SystemTime::now() - std::time::Duration::from_secs(seconds);
+            std::fs::File::options().write(true).open(path).unwrap().set_modified(then).unwrap();
+        };
+        let cut = dir.path().join(".tmpCUT");
+        std::fs::write(&cut, vec![0u8; 1024]).unwrap();
+        set_age(&cut, 5);
         let live = dir.path().join(".tmpLIVE");
-        std::fs::write(&live, b"arriving").unwrap();
+        let file = std::fs::File::create(&live).unwrap();
+        let lock = super::lock_spool_file(&file).expect("a lock");
+        drop(file);
+        set_age(&live, 3600);
+        let fresh = dir.path().join(".tmpNEW");
+        std::fs::write(&fresh, b"just made").unwrap();
         std::fs::create_dir(dir.path().join("folder")).unwrap();
         assert_eq!(super::clean_spool(dir.path()).unwrap(), 1);
-        assert!(!old.exists() && live.exists() && dir.path().join("folder").exists());
+        assert!(!cut.exists(), "a cut upload's file goes at once");
+        assert!(live.exists(), "a held file stays, however old");
+        assert!(fresh.exists() && dir.path().join("folder").exists());
+        drop(lock);
+        assert_eq!(super::clean_spool(dir.path()).unwrap(), 1, "released, it goes");
         assert_eq!(super::clean_spool(&dir.path().join("missing")).unwrap(), 0);
     }
 }

@@ -68,7 +68,8 @@ pub async fn delete_user_file(
 /// Upload a file to the caller's area
 #[utoipa::path(post, path = "/files/upload/", tag = "files", params(UserFilesQuery),
     request_body(content((FileUpload = "multipart/form-data"))),
-    responses((status = 200, description = "the key the file was stored under", body = Message)),
+    responses((status = 200, description = "the key the file was stored under", body = Message),
+        (status = 409, description = "a folder holds the file's name in the area (a job made one): the file was not stored", body = crate::api::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn upload_user_file(
     State(state): State<AppState>,
@@ -119,7 +120,8 @@ pub async fn delete_provider_file(
 /// Upload a provider file
 #[utoipa::path(post, path = "/files/provider/upload/", tag = "files", params(ProviderFilesQuery),
     request_body(content((FileUpload = "multipart/form-data"))),
-    responses((status = 200, description = "the key the file was stored under", body = Message)),
+    responses((status = 200, description = "the key the file was stored under", body = Message),
+        (status = 409, description = "a folder holds the file's name in the area (a job made one): the file was not stored", body = crate::api::error::ErrorBody)),
     security(("bearer" = [])))]
 pub async fn upload_provider_file(
     State(state): State<AppState>,

@@ -195,10 +195,10 @@ impl LocalRunner {
 
     async fn fail_launch(&self, job_id: &str, reason: String) {
         tracing::warn!(job.id = %job_id, reason = %reason, "job could not be started");
-        self.release_gpus(job_id).await;
         if let Err(error) = move_job_now(&self.db, &self.publisher, job_id, &Trigger::LaunchFailed { reason }).await {
             tracing::error!(error = &error as &dyn std::error::Error, "failed to record a launch failure");
         }
+        self.release_slot(job_id).await;
     }
 
     /// Starts `gantry launch` for an admitted (PENDING) job, as a process or in the job's
@@ -614,7 +614,7 @@ impl LocalRunner {
         if let Err(error) = move_job_now(&self.db, &self.publisher, job_id, &trigger).await {
             tracing::error!(error = &error as &dyn std::error::Error, "failed to record the end of a job");
         }
-        self.release_gpus(job_id).await;
+        self.release_slot(job_id).await;
         self.timed_out.lock().expect("lock").remove(job_id);
         // A server killed between writing a container's environment and starting it left the
         // file (the job's token in it): gone with the job.
@@ -651,9 +651,12 @@ impl LocalRunner {
         }
     }
 
-    async fn release_gpus(&self, job_id: &str) {
+    /// Gives back what an ended (or never started) job held: its GPUs, and its slot, which the
+    /// next admission pass may use at once.
+    async fn release_slot(&self, job_id: &str) {
         self.config.gpus.release(job_id);
         let _ = tokio::fs::remove_file(self.gpus_file(job_id)).await;
+        self.wake.notify_one();
     }
 
     /// Sends a signal to the launcher process of a job watched here or adopted; false when none

@@ -214,7 +214,9 @@ async fn an_upload_replaces_the_file_of_its_name(backend: Backend) {
     std::fs::write(folder.join("inside"), b"kept").unwrap();
     let refused =
         gateway.post_multipart("/api/v1/files/upload/?function=fn", "alice", &[], &[("file", "b.txt", b"x\n")]).await;
-    assert_eq!(refused.status, 500, "{}", refused.json);
+    // Issue 49: this was a 500 "internal error"; a job can make such a folder in its user's area.
+    assert_eq!(refused.status, 409, "{}", refused.json);
+    assert!(refused.message().contains("b.txt") && refused.message().contains("folder"), "{}", refused.message());
     assert_eq!(std::fs::read(folder.join("inside")).unwrap(), b"kept");
     assert_eq!(gateway.spool_files(), Vec::<String>::new(), "the refused upload's spool file is removed");
 }
@@ -326,4 +328,85 @@ async fn provider_files_round_trip(backend: Backend) {
         gateway.get("/api/v1/files/provider?function=tool&provider=acme", "erin").await.json,
         json!({"results": []})
     );
+}
+
+/// Issue 49: SIGTERM then SIGKILL during a large upload left its partial spool file, still there
+/// 10 s after the next start (a start removed only files ten minutes old). A start now removes
+/// every spool file no upload holds, and a running server sweeps them every period.
+#[tokio::test]
+async fn a_killed_uploads_spool_file_is_gone_after_the_next_start_and_swept_while_running() {
+    use std::io::{BufRead, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let start = || {
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
+            .args(["serve", "--listen", "127.0.0.1:0", "--runner", "none", "--data-dir"])
+            .arg(dir.path())
+            .env_remove("DATABASE_URL")
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .expect("gantry serve starts");
+        // Read to its end on a thread of its own: the server must never write into a closed pipe.
+        let stdout = child.stdout.take().unwrap();
+        let (lines, said_lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stdout).lines().map_while(Result::ok) {
+                let _ = lines.send(line);
+            }
+        });
+        let mut said = Vec::new();
+        while let Ok(line) = said_lines.recv_timeout(std::time::Duration::from_secs(30)) {
+            said.push(line.clone());
+            if let Some(rest) = line.strip_prefix("gantry listening on http://") {
+                let address: std::net::SocketAddr = rest.split_whitespace().next().unwrap().parse().unwrap();
+                return (child, address, said);
+            }
+        }
+        let _ = child.kill();
+        let _ = child.wait();
+        panic!("gantry serve did not listen: {said:?}");
+    };
+    let spool = dir.path().join("spool");
+    let spool_files = || std::fs::read_dir(&spool).map(|entries| entries.count()).unwrap_or(0);
+
+    let (mut first, address, _) = start();
+    let mut upload = std::net::TcpStream::connect(address).unwrap();
+    let head = "--b\r\ncontent-disposition: form-data; name=\"file\"; filename=\"big.csv\"\r\n\r\n";
+    write!(
+        upload,
+        "POST /api/v1/files/upload/?function=f HTTP/1.1\r\nhost: gantry\r\nauthorization: Bearer alice\r\n\
+         content-type: multipart/form-data; boundary=b\r\ncontent-length: 40000000\r\n\r\n{head}"
+    )
+    .unwrap();
+    upload.write_all(&vec![b'a'; 4 << 20]).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while spool_files() == 0 {
+        assert!(std::time::Instant::now() < deadline, "the upload's spool file appears");
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    first.kill().unwrap();
+    first.wait().unwrap();
+    drop(upload);
+    assert_eq!(spool_files(), 1, "precondition: the killed upload's partial file is left");
+    // The moment between a spool file's creation and its lock is spared: past it, the next start
+    // removes the file.
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let (mut second, _, said) = start();
+    assert_eq!(spool_files(), 0, "the next start removed it: {said:?}");
+    assert!(said.iter().any(|line| line.starts_with("removed 1 file(s) left in")), "{said:?}");
+    second.kill().unwrap();
+    second.wait().unwrap();
+
+    // While running: a sweep removes what no upload holds (one a failed upload left after the
+    // start), period after period.
+    let sweeping = gantry::ops::keep_spool_clean(&spool, std::time::Duration::from_millis(200));
+    std::fs::write(spool.join(".tmpCUT"), b"left by a failed upload").unwrap();
+    let then = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
+    std::fs::File::options().write(true).open(spool.join(".tmpCUT")).unwrap().set_modified(then).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while spool_files() > 0 {
+        assert!(std::time::Instant::now() < deadline, "a sweep period removes it");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    sweeping.abort();
 }

@@ -165,7 +165,12 @@ pub async fn upload(
     let key = format!("{folder}{name}");
     let not_stored = || Some(format!("the file {name} was not stored"));
     let stored = state.storage.put_spooled(&key, file.path).await;
-    stored.map_err(|e| ApiError::storage(&state.storage, e, not_stored()))?;
+    stored.map_err(|e| match e.is_folder_in_the_way() {
+        true => ApiError::Conflict(format!(
+            "A folder named {name} is where the file would go: the file {name} was not stored."
+        )),
+        false => ApiError::storage(&state.storage, e, not_stored()),
+    })?;
     Ok(Message::new(key))
 }
 

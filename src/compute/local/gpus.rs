@@ -38,8 +38,9 @@ impl Default for GpuArgs {
 /// The device files every job with a GPU opens, besides its GPUs' own.
 pub const SHARED_DEVICES: [&str; 3] = ["nvidiactl", "nvidia-uvm", "nvidia-uvm-tools"];
 
-/// What CUDA reads of the driver and the machine, read-only, in a GPU job.
-pub const DRIVER_READ: [&str; 2] = ["/proc/driver/nvidia", "/sys"];
+/// What CUDA reads of the driver and the machine, read-only, in a GPU job (`/proc/devices`:
+/// the driver's major numbers, which CUDA looks up for `nvidia-uvm`).
+pub const DRIVER_READ: [&str; 3] = ["/proc/driver/nvidia", "/sys", "/proc/devices"];
 
 /// One GPU of this machine.
 #[derive(Debug, Clone, PartialEq, Eq)]
