@@ -7,7 +7,6 @@ use std::collections::HashSet;
 
 use super::queue::{QUEUE_ADD, QUEUE_BLOCK_MICROS, block_of};
 use super::{Db, Error, new_id, now_micros, on_db, query_error};
-use crate::domain::admission::QueuedJob;
 use crate::domain::lifecycle::{JobStatus, Move};
 pub(super) use counters::slot_shard;
 use counters::{COUNT_ADD, PROVIDER_ADD, SLOT_ADD};
@@ -653,50 +652,6 @@ pub async fn program_ids_by_title(db: &Db, title: &str, provider_id: Option<&str
     .map_err(query_error("find programs by title"))
 }
 
-/// Queued jobs, oldest first (at most `limit`), for admission.
-pub async fn queued(db: &Db, limit: i64) -> Result<Vec<QueuedJob>, Error> {
-    #[derive(sqlx::FromRow)]
-    struct Row {
-        id: String,
-        author_id: String,
-        gpu: bool,
-        created: i64,
-        function_size: Option<String>,
-        /// The function's size catalog, read for GPU jobs only (how many GPUs, which model).
-        sizes: Option<String>,
-    }
-    let rows = on_db!(db, pool => sqlx::query_as::<_, Row>(
-        "SELECT j.id, j.author_id, j.gpu, j.created, j.function_size, \
-         CASE WHEN j.gpu THEN (SELECT p.sizes FROM programs p WHERE p.id = j.program_id) END AS sizes \
-         FROM jobs j WHERE j.status = 'QUEUED' ORDER BY j.created, j.id LIMIT $1")
-        .bind(limit)
-        .fetch_all(pool)
-        .await)
-    .map_err(query_error("list queued jobs"))?;
-    Ok(rows
-        .into_iter()
-        .map(|r| {
-            let (gpus, gpu_model) = match r.gpu {
-                false => (0, None),
-                true => {
-                    let catalog: serde_json::Map<String, serde_json::Value> =
-                        r.sizes.as_deref().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
-                    let none = crate::domain::sizes::Resources {
-                        cpu: String::new(),
-                        memory: String::new(),
-                        gpus: 0,
-                        gpu_model: None,
-                    };
-                    let resources =
-                        crate::domain::sizes::job_resources(&catalog, r.function_size.as_deref(), true, &none);
-                    (resources.gpus, resources.gpu_model)
-                }
-            };
-            QueuedJob { id: r.id, author_id: r.author_id, gpu: r.gpu, created: r.created, gpus, gpu_model }
-        })
-        .collect())
-}
-
 /// Ids of the jobs not yet finished that were created before `created_before` (microseconds;
 /// for the Kubernetes drift sweep).
 pub async fn active_ids(db: &Db, created_before: i64) -> Result<Vec<String>, Error> {
@@ -809,7 +764,7 @@ mod of_function;
 mod retries;
 mod times;
 pub use create::{NewJob, insert_with_limit, traceparent};
-pub use in_flight::{any_in_flight, count_by_status, in_flight, in_flight_load};
+pub use in_flight::{any_in_flight, count_by_status, in_flight, in_flight_load, queued};
 pub(crate) use listing::bind_params;
 pub use listing::{AdminOf, JobFilter, Param, Window, list, page_if_admin};
 pub use of_function::of_function;

@@ -1,8 +1,10 @@
-//! What is in flight: the pending and running jobs (for admission's load, timeouts and
-//! reconciliation) and the job counts by status (for metrics).
+//! What is in flight, and what waits for it: the queued jobs admission considers, the pending
+//! and running jobs (for admission's load, timeouts and reconciliation) and the job counts by
+//! status (for metrics).
 
 use super::JobRow;
 use crate::db::{Db, Error, on_db, query_error};
+use crate::domain::admission::QueuedJob;
 
 /// Pending and running jobs counted per author and kind (GPU or not): the load admission works
 /// against, without loading the jobs themselves.
@@ -40,4 +42,48 @@ pub async fn in_flight(db: &Db) -> Result<Vec<JobRow>, Error> {
         .fetch_all(pool)
         .await)
     .map_err(query_error("list running jobs"))
+}
+
+/// Queued jobs, oldest first (at most `limit`), for admission.
+pub async fn queued(db: &Db, limit: i64) -> Result<Vec<QueuedJob>, Error> {
+    #[derive(sqlx::FromRow)]
+    struct Row {
+        id: String,
+        author_id: String,
+        gpu: bool,
+        created: i64,
+        function_size: Option<String>,
+        /// The function's size catalog, read for GPU jobs only (how many GPUs, which model).
+        sizes: Option<String>,
+    }
+    let rows = on_db!(db, pool => sqlx::query_as::<_, Row>(
+        "SELECT j.id, j.author_id, j.gpu, j.created, j.function_size, \
+         CASE WHEN j.gpu THEN (SELECT p.sizes FROM programs p WHERE p.id = j.program_id) END AS sizes \
+         FROM jobs j WHERE j.status = 'QUEUED' ORDER BY j.created, j.id LIMIT $1")
+        .bind(limit)
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("list queued jobs"))?;
+    Ok(rows
+        .into_iter()
+        .map(|r| {
+            let (gpus, gpu_model) = match r.gpu {
+                false => (0, None),
+                true => {
+                    let catalog: serde_json::Map<String, serde_json::Value> =
+                        r.sizes.as_deref().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+                    let none = crate::domain::sizes::Resources {
+                        cpu: String::new(),
+                        memory: String::new(),
+                        gpus: 0,
+                        gpu_model: None,
+                    };
+                    let resources =
+                        crate::domain::sizes::job_resources(&catalog, r.function_size.as_deref(), true, &none);
+                    (resources.gpus, resources.gpu_model)
+                }
+            };
+            QueuedJob { id: r.id, author_id: r.author_id, gpu: r.gpu, created: r.created, gpus, gpu_model }
+        })
+        .collect())
 }
