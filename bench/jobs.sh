@@ -12,7 +12,7 @@
 # usage: bench/jobs.sh            (both backends)   BACKENDS=sqlite bench/jobs.sh
 # env:   DATABASE_URL (PostgreSQL superuser, default postgres://postgres@127.0.0.1:5432/test),
 #        LOAD_SH (default ../shared/bench/load.sh), DURATION/WARMUP/CONNS for load.sh,
-#        LOAD_TESTS (default "a b c d e f"), STARTS=20, GANTRY_BIN (a binary to measure instead),
+#        LOAD_TESTS (default "a b c d e f"), STARTS=20 (0: no run-to-start measure), GANTRY_BIN (a binary to measure instead),
 #        PG_SOCKET=1 (the server reaches PostgreSQL over its Unix socket, not TCP)
 # Beside req/s and p99, each test prints its cost per request: the gateway's CPU, PostgreSQL's
 # CPU (all its processes) and PostgreSQL's transactions (pg_stat_database), over the warm-up and
@@ -166,17 +166,24 @@ pg_xacts() { psql "$DATABASE_URL" -qtAc "SELECT xact_commit + xact_rollback FROM
 measure_load() {
   local port=$1 backend=$2 database=${3:-} test out rows="" files="" hz
   hz=$(getconf CLK_TCK)
+  # Whether the backends' counts have been reported since the last request (the wait after the
+  # previous test): the checkpoint's own session reports when it ends, so no second wait is due.
+  local settled=0
   for test in ${LOAD_TESTS:-a b c d e f}; do
     out=$(mktemp -d -p "$WORK")
     local g0 p0=0 x0=0 g1 p1=0 x1=0
     # A checkpoint first: one falling inside a test (and the full-page images written after
     # it) would add its cost to that test alone.
-    if [ -n "$database" ]; then psql "$DATABASE_URL" -qc CHECKPOINT; sleep 11; p0=$(cpu_ticks $(pg_pids)); x0=$(pg_xacts "$database"); fi
+    if [ -n "$database" ]; then
+      psql "$DATABASE_URL" -qc CHECKPOINT
+      [ "$settled" = 1 ] || sleep 11
+      p0=$(cpu_ticks $(pg_pids)); x0=$(pg_xacts "$database")
+    fi
     g0=$(cpu_ticks "$SERVER")
     SERVER_PID=$SERVER OUT_DIR=$out TESTS=$test bash "$LOAD_SH" "http://127.0.0.1:$port" "$TOKEN" \
       be0c0000-0000-0000-0000-00000000c350 bench-fn >"$out/table.md"
     g1=$(cpu_ticks "$SERVER")
-    if [ -n "$database" ]; then sleep 11; p1=$(cpu_ticks $(pg_pids)); x1=$(pg_xacts "$database"); fi
+    if [ -n "$database" ]; then sleep 11; p1=$(cpu_ticks $(pg_pids)); x1=$(pg_xacts "$database"); settled=1; fi
     if [ "$test" = f ]; then
       files+=$(grep '^| f |' "$out/table.md")$'\n'
       continue
@@ -239,6 +246,10 @@ for backend in $BACKENDS; do
   if [ "$backend" = postgres ]; then seed_postgres "$pg_bench_url" "$program"; else seed_sqlite "$data/gantry.db" "$program"; fi
   measure_load "$port" "$backend" "$([ "$backend" = postgres ] && echo "$name")"
   stop_server
+  if [ "$STARTS" = 0 ]; then
+    if [ -n "$pg_bench_url" ]; then drop_db; fi
+    continue
+  fi
   # Run-to-start on a fresh database, with the local runner.
   starts_flags=(--python "$JOB_PYTHON")
   if [ -n "$pg_bench_url" ]; then
