@@ -9,8 +9,8 @@ PROGRAM_TIMEOUT. IMAGE is a provider image (built by tests/image_jobs.sh, never 
 """
 
 import json
+import functools
 import os
-import shlex
 import signal
 import socket
 import subprocess
@@ -20,6 +20,7 @@ import time
 import urllib.request
 
 from checks import RESULTS, check, finish, wait
+from image_serve import api as api_get, admin as gantry_admin, engine as run_engine, job_containers
 from qiskit_serverless import QiskitFunction, ServerlessClient
 
 GANTRY, IMAGE, ENGINE = sys.argv[1], sys.argv[2], sys.argv[3]
@@ -28,12 +29,14 @@ DATA = tempfile.mkdtemp(prefix="gantry-image-jobs-")
 os.chmod(DATA, 0o711)
 PORT = socket.create_server(("127.0.0.1", 0)).getsockname()[1]
 HOST = f"http://127.0.0.1:{PORT}"
+
+# The engine as the server runs it, `gantry admin` on this data dir, GETs as e2e-erin, the job
+# containers left (tests/e2e/image_serve.py).
+engine = functools.partial(run_engine, ENGINE)
+admin = functools.partial(gantry_admin, GANTRY, f"{DATA}/gantry")
+api = functools.partial(api_get, HOST, token="e2e-erin")
+containers = functools.partial(job_containers, ENGINE)
 SERVER = {}
-
-
-def engine(*arguments):
-    """The container engine, as the server runs it."""
-    return subprocess.run(shlex.split(ENGINE) + list(arguments), capture_output=True, text=True, check=False)
 
 
 def start_server():
@@ -55,21 +58,6 @@ def start_server():
             assert SERVER["process"].poll() is None, open(os.path.join(DATA, "serve.log")).read()
             time.sleep(0.1)
     raise AssertionError("gantry serve did not become ready")
-
-
-def admin(*arguments):
-    subprocess.run([GANTRY, "admin", "--data-dir", f"{DATA}/gantry", *arguments], check=True, capture_output=True)
-
-
-def api(path, token="e2e-erin"):
-    request = urllib.request.Request(f"{HOST}/api/v1/{path}", headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        return json.load(answer)
-
-
-def containers():
-    listed = engine("ps", "--all", "--filter", "label=gantry.job-id", "--format", "{{.Names}}")
-    return [name for name in listed.stdout.split() if name]
 
 
 admin("create-provider", "e2e")

@@ -12,10 +12,9 @@ exits non-zero on any failure.
 """
 
 import atexit
-import json
+import functools
 import os
 import platform
-import shlex
 import shutil
 import socket
 import subprocess
@@ -25,6 +24,7 @@ import time
 import urllib.request
 
 from checks import RESULTS, check, finish, wait
+from image_serve import api as api_get, admin as gantry_admin, engine as run_engine, job_containers
 from qiskit_serverless import QiskitFunction, ServerlessClient
 
 GANTRY, ENGINE = sys.argv[1], sys.argv[2]
@@ -33,27 +33,17 @@ DATA = tempfile.mkdtemp(prefix="gantry-old-images-")
 os.chmod(DATA, 0o711)
 PORT = socket.create_server(("127.0.0.1", 0)).getsockname()[1]
 HOST = f"http://127.0.0.1:{PORT}"
+
+# The engine as the server runs it, `gantry admin` on this data dir, GETs as old-erin, the job
+# containers left (tests/e2e/image_serve.py).
+engine = functools.partial(run_engine, ENGINE)
+admin = functools.partial(gantry_admin, GANTRY, f"{DATA}/gantry")
+api = functools.partial(api_get, HOST, token="old-erin")
+containers = functools.partial(job_containers, ENGINE)
+
+
 # The Python-only image holds this machine's C library (its Python's ldd libraries).
 HOST_GLIBC = list(platform.libc_ver())
-
-
-def engine(*arguments):
-    return subprocess.run(shlex.split(ENGINE) + list(arguments), capture_output=True, text=True, check=False)
-
-
-def admin(*arguments):
-    subprocess.run([GANTRY, "admin", "--data-dir", f"{DATA}/gantry", *arguments], check=True, capture_output=True)
-
-
-def api(path, token="old-erin"):
-    request = urllib.request.Request(f"{HOST}/api/v1/{path}", headers={"Authorization": f"Bearer {token}"})
-    with urllib.request.urlopen(request, timeout=10) as answer:
-        return json.load(answer)
-
-
-def containers():
-    listed = engine("ps", "--all", "--filter", "label=gantry.job-id", "--format", "{{.Names}}")
-    return [name for name in listed.stdout.split() if name]
 
 
 def start_server():

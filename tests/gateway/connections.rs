@@ -296,14 +296,7 @@ async fn shutdown_ends_within_the_grace_whatever_clients_do() {
     let mut served = serve(ConnectionLimits { shutdown_grace: Duration::from_secs(1), ..limits() }).await;
     // A request in flight that never completes (its body stalls, below the body timeout), and an
     // idle keep-alive connection.
-    let mut stalled = TcpStream::connect(served.address).await.unwrap();
-    stalled
-        .write_all(
-            b"POST /api/v1/programs/run/ HTTP/1.1\r\nhost: gantry\r\nauthorization: Bearer alice\r\n\
-content-type: application/json\r\ncontent-length: 100\r\n\r\n{",
-        )
-        .await
-        .unwrap();
+    let mut stalled = busy_connection(served.address).await;
     let mut idle = TcpStream::connect(served.address).await.unwrap();
     assert!(answers(served.address).await);
     tokio::time::sleep(Duration::from_millis(100)).await;
