@@ -198,3 +198,108 @@ async fn a_gpu_run_on_a_machine_without_gpus_is_refused() {
     assert_eq!(reply.status, 400, "{}", reply.json);
     assert!(reply.message().contains("this machine has no GPU"), "{}", reply.message());
 }
+
+/// What a GPU job holds survives a restart of `gantry serve`: the restarted server adopts the
+/// running job with its GPU (recorded beside the work folders), so a GPU job run right after
+/// the restart waits for it instead of being given the same GPU.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_serve_keeps_a_running_jobs_gpu_held() {
+    use crate::lifecycle::{curl, serve_with};
+    let machine = tempfile::tempdir().unwrap();
+    stand_in(machine.path(), &["NVIDIA H200"]);
+    let data = machine.path().join("data");
+    let gantry = env!("CARGO_BIN_EXE_gantry");
+    for arguments in [&["create-provider", "acme"][..], &["add-admin", "--provider", "acme", "--user", "erin"]] {
+        let status =
+            std::process::Command::new(gantry).args(["admin", "--data-dir"]).arg(&data).args(arguments).output();
+        assert!(status.unwrap().status.success());
+    }
+    let (dev, driver) = (machine.path().join("dev"), machine.path().join("driver"));
+    // Two GPU slots for one GPU: only the GPU's holder, not the slot count, keeps the next job out.
+    let flags = [
+        "--gpu-device-dir",
+        dev.to_str().unwrap(),
+        "--gpu-driver-dir",
+        driver.to_str().unwrap(),
+        "--max-gpu-jobs",
+        "2",
+    ];
+    let (mut first, base) = serve_with(&data, &flags);
+    let artifact = machine.path().join("probe.tar");
+    std::fs::write(&artifact, tar_of(&[("main.py", PROBE.as_bytes())])).unwrap();
+    let auth = "Authorization: Bearer erin";
+    let uploaded = curl(&[
+        "-H",
+        auth,
+        "-F",
+        "title=probe",
+        "-F",
+        "provider=acme",
+        "-F",
+        "gpu=true",
+        "-F",
+        "entrypoint=main.py",
+        "-F",
+        &format!("artifact=@{}", artifact.display()),
+        &format!("{base}/api/v1/programs/upload/"),
+    ]);
+    assert!(uploaded.contains("\"title\":\"probe\""), "{uploaded}");
+    let devices = json!([dev.join("nvidia0")]);
+    let run = |base: &str, hold: f64| -> String {
+        let arguments = json!({"devices": devices, "driver": [], "hold": hold}).to_string();
+        let body = json!({"title": "probe", "provider": "acme", "arguments": arguments}).to_string();
+        let answer = curl(&[
+            "-H",
+            auth,
+            "-H",
+            "Content-Type: application/json",
+            "-d",
+            &body,
+            &format!("{base}/api/v1/programs/run/"),
+        ]);
+        let answer: Value = serde_json::from_str(&answer).unwrap();
+        answer["id"].as_str().unwrap_or_else(|| panic!("{answer}")).to_string()
+    };
+    let job = |base: &str, id: &str| -> Value {
+        serde_json::from_str(&curl(&["-H", auth, &format!("{base}/api/v1/jobs/{id}/?with_result=false")])).unwrap()
+    };
+    let held = run(&base, 5.0);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while job(&base, &held)["status"] != "RUNNING" {
+        assert!(std::time::Instant::now() < deadline, "the GPU job never ran");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(data.join(format!("jobs/.{held}.gpus")).exists(), "the job's GPUs are recorded");
+    first.kill().unwrap();
+    first.wait().unwrap();
+
+    let (mut second, base) = serve_with(&data, &flags);
+    let next = run(&base, 0.0);
+    let ended = |id: &str| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+        loop {
+            let seen = job(&base, id);
+            if matches!(seen["status"].as_str(), Some("SUCCEEDED" | "FAILED" | "STOPPED")) {
+                return seen;
+            }
+            assert!(std::time::Instant::now() < deadline, "job {id} never ended: {seen}");
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+    };
+    let (held_job, next_job) = (ended(&held), ended(&next));
+    let moved = |id: &str, status: &str| -> String {
+        let events: Value =
+            serde_json::from_str(&curl(&["-H", auth, &format!("{base}/api/v1/jobs/{id}/events/")])).unwrap();
+        let event = events.as_array().unwrap().iter().find(|e| e["data"]["status"] == status).cloned();
+        event.unwrap_or_else(|| panic!("no {status} event of {id}: {events}"))["created"].as_str().unwrap().to_string()
+    };
+    let (held_end, next_start) = (moved(&held, "SUCCEEDED"), moved(&next, "PENDING"));
+    second.kill().unwrap();
+    second.wait().unwrap();
+    assert_eq!((held_job["status"].as_str(), next_job["status"].as_str()), (Some("SUCCEEDED"), Some("SUCCEEDED")));
+    assert!(
+        next_start >= held_end,
+        "the next GPU job was admitted ({next_start}) before the held GPU was free ({held_end})"
+    );
+    assert!(!data.join(format!("jobs/.{held}.gpus")).exists(), "the record goes with the job");
+}

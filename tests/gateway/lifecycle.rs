@@ -391,17 +391,23 @@ async fn admission_caps_running_jobs_per_user(backend: Backend) {
 }
 
 /// `curl` against a gateway process; returns the body.
-fn curl(args: &[&str]) -> String {
+pub(crate) fn curl(args: &[&str]) -> String {
     let output = std::process::Command::new("curl").arg("-sS").args(args).output().expect("curl runs");
     String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
 fn serve(dir: &std::path::Path) -> (std::process::Child, String) {
+    serve_with(dir, &[])
+}
+
+/// A real `gantry serve` on `dir` with `extra` flags, ready; its child and base URL.
+pub(crate) fn serve_with(dir: &std::path::Path, extra: &[&str]) -> (std::process::Child, String) {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
         .args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--scheduler-tick-ms", "50"])
         .arg("--data-dir")
         .arg(dir)
+        .args(extra)
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::null())
         .spawn()
