@@ -235,6 +235,8 @@ pub async fn admit_queued(
 ) -> Result<usize, db::Error> {
     let queue = jobs::queued(db, ADMISSION_WINDOW as i64).await?;
     let Some(mv) = lifecycle::decide(JobStatus::Queued, &Trigger::Admitted) else { return Ok(0) };
+    let by_id: std::collections::HashMap<&str, &admission::QueuedJob> =
+        queue.iter().map(|job| (job.id.as_str(), job)).collect();
     let mut count = 0;
     for batch in admission::admit(&queue, capacity, limits).chunks(ADMISSION_BATCH) {
         for job_id in jobs::apply_moves(db, batch, &mv, publisher.outbox()).await? {
@@ -242,7 +244,7 @@ pub async fn admit_queued(
             span.record("gantry.job.previous_status", JobStatus::Queued.as_str());
             span.record("gantry.job.status", mv.to.as_str());
             publish_move(publisher, &job_id, &mv);
-            if let Some(job) = queue.iter().find(|job| job.id == job_id) {
+            if let Some(job) = by_id.get(job_id.as_str()) {
                 admitted(job);
             }
             count += 1;

@@ -259,17 +259,29 @@ fn lock_spool_file(file: &std::fs::File) -> Option<std::fs::File> {
 }
 
 /// Whether a process holds the lock of the spool file at `path` (an upload in progress, here or
-/// in another server sharing the folder).
-fn spool_file_in_use(path: &std::path::Path) -> bool {
+/// in another server sharing the folder); `None` when the file system cannot say (no `flock`:
+/// uploads there hold no lock either).
+fn spool_file_in_use(path: &std::path::Path) -> Option<bool> {
     use std::os::fd::AsRawFd;
-    let Ok(file) = std::fs::File::open(path) else { return false };
+    let Ok(file) = std::fs::File::open(path) else { return Some(false) };
     // SAFETY: flock on a descriptor this function owns; the lock goes with it.
-    unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) != 0 }
+    if unsafe { libc::flock(file.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+        return Some(false);
+    }
+    match std::io::Error::last_os_error().raw_os_error() {
+        Some(libc::EWOULDBLOCK) => Some(true),
+        _ => None,
+    }
 }
 
 /// Age under which an unlocked spool file is left alone: the moment between its creation and
 /// its lock.
 const SPOOL_UNLOCKED_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Where locks cannot be had, the age past which a spool file is what an upload cut by a crash
+/// left: a live upload writes its file at least every second while bytes arrive, and a body
+/// that stops arriving is cut after `--body-timeout-seconds`.
+const SPOOL_UNLOCKABLE_AGE: std::time::Duration = std::time::Duration::from_secs(600);
 
 /// Removes the spool files no upload holds (see `lock_spool_file`): what uploads cut by a crash
 /// (SIGKILL, a lost node) or a failure left, whatever their age, while the live uploads of this
@@ -285,12 +297,14 @@ pub fn clean_spool(dir: &std::path::Path) -> std::io::Result<usize> {
     for entry in entries {
         let entry = entry?;
         let Ok(metadata) = entry.metadata() else { continue };
-        let settled = metadata
-            .modified()
-            .ok()
-            .and_then(|m| now.duration_since(m).ok())
-            .is_some_and(|age| age >= SPOOL_UNLOCKED_GRACE);
-        if metadata.is_file() && settled && !spool_file_in_use(&entry.path()) {
+        let age = metadata.modified().ok().and_then(|m| now.duration_since(m).ok()).unwrap_or_default();
+        let abandoned = metadata.is_file()
+            && age >= SPOOL_UNLOCKED_GRACE
+            && match spool_file_in_use(&entry.path()) {
+                Some(in_use) => !in_use,
+                None => age >= SPOOL_UNLOCKABLE_AGE,
+            };
+        if abandoned {
             match std::fs::remove_file(entry.path()) {
                 Ok(()) => removed += 1,
                 Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}

@@ -151,10 +151,11 @@ impl Activity {
         })
     }
 
-    /// Since when the connection waits without a request in progress; `None` while answering.
-    fn waiting_since(&self) -> Option<Instant> {
+    /// Whether the connection has begun its next request's headers, and since when it waits
+    /// without a request in progress; `None` while answering.
+    fn waiting_since(&self) -> Option<(bool, Instant)> {
         match *self.phase.lock().unwrap_or_else(|poison| poison.into_inner()) {
-            Phase::Waiting { since, .. } => Some(since),
+            Phase::Waiting { since, first_byte, .. } => Some((first_byte.is_some(), since)),
             Phase::Busy(_) => None,
         }
     }
@@ -588,19 +589,19 @@ impl Open {
         Registered { open: Arc::clone(self), id }
     }
 
-    /// Closes the connection waiting longest without a request in progress; false when every
-    /// connection is answering one. Logs the first eviction, then at most once a minute with
-    /// the count since.
+    /// Closes the connection waiting longest without a request in progress, a silent one before
+    /// one that has begun its next request; false when every connection is answering one. Logs
+    /// the first eviction, then at most once a minute with the count since.
     fn evict_longest_waiting(&self, cap: usize) -> bool {
         let victim = {
             let connections = self.connections.lock().unwrap_or_else(|poison| poison.into_inner());
             connections
                 .values()
                 .filter(|activity| !activity.evicted.load(Ordering::Relaxed))
-                .filter_map(|activity| activity.waiting_since().map(|since| (since, Arc::clone(activity))))
-                .min_by_key(|(since, _)| *since)
+                .filter_map(|activity| activity.waiting_since().map(|key| (key, Arc::clone(activity))))
+                .min_by_key(|(key, _)| *key)
         };
-        let Some((since, victim)) = victim else { return false };
+        let Some(((_, since), victim)) = victim else { return false };
         victim.evict();
         let mut evictions = self.evictions.lock().unwrap_or_else(|poison| poison.into_inner());
         evictions.0 += 1;
