@@ -4,6 +4,7 @@
 //! `db/<table>.rs` with their row types. One set of migrations (`migrations/`) serves both.
 
 pub mod counts;
+pub(crate) mod group_commit;
 pub mod idempotency;
 pub mod indexes;
 pub mod jobs;
@@ -145,9 +146,8 @@ const IDLE_BEFORE_PING: Duration = Duration::from_secs(2);
 
 #[derive(Clone, Debug)]
 pub enum Db {
-    /// The pool, and the lock that queues this process's write transactions: SQLite allows one
-    /// writer, and waiting here in order is fairer and quicker than SQLite's sleeping busy handler.
-    Sqlite(SqlitePool, Arc<tokio::sync::Mutex<()>>),
+    /// The pool, and this process's single writer: SQLite allows one (`group_commit`).
+    Sqlite(SqlitePool, Arc<group_commit::SqliteWriter>),
     Postgres(PgPool),
 }
 
@@ -160,9 +160,31 @@ fn postgres_options(url: &str) -> Result<sqlx::postgres::PgConnectOptions, sqlx:
     Ok(sqlx::postgres::PgConnectOptions::from_str(url)?.options([("jit", "off")]))
 }
 
+/// The pool's size unless `--db-connections` sets it: twice the cores this process may use
+/// (`available_parallelism`, which follows CPU affinity and a cgroup's quota), at least 8 on
+/// SQLite (each connection is a thread of its own, waiting on the disk or on a statement's
+/// hand-over as often as it computes) and at least 16 on PostgreSQL (the server runs the
+/// statements; a connection mostly waits for the network).
+pub fn default_connections(url: &str, cores: usize) -> u32 {
+    let floor = if url.starts_with("sqlite:") { 8 } else { 16 };
+    u32::try_from(cores.saturating_mul(2)).unwrap_or(u32::MAX).max(floor)
+}
+
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 impl Db {
-    /// Connects to `url` (`sqlite://path` creates the file; `postgres://…`).
+    /// Connects to `url` (`sqlite://path` creates the file; `postgres://…`) with the default
+    /// pool size (`default_connections`).
     pub async fn connect(url: &str) -> Result<Db, Error> {
+        Db::connect_with(url, default_connections(url, cores())).await
+    }
+
+    /// Connects to `url` with a pool of at most `connections` connections. Every acquisition's
+    /// wait is traced for `telemetry::db_waits`.
+    pub async fn connect_with(url: &str, connections: u32) -> Result<Db, Error> {
+        let connections = connections.max(1);
         let connect_error = |source| Error::Connect { url: redact(url), source };
         if url.starts_with("sqlite:") {
             let options = SqliteConnectOptions::from_str(url)
@@ -176,19 +198,21 @@ impl Db {
             // trip to the connection's worker thread and back for nothing; a failed statement
             // reports the failure anyway.
             let pool = SqlitePoolOptions::new()
-                .max_connections(8)
+                .max_connections(connections)
+                .acquire_time_level(log::LevelFilter::Trace)
                 .test_before_acquire(false)
                 .connect_with(options)
                 .await
                 .map_err(connect_error)?;
-            Ok(Db::Sqlite(pool, Arc::new(tokio::sync::Mutex::new(()))))
+            Ok(Db::Sqlite(pool, Arc::new(group_commit::SqliteWriter::default())))
         } else if url.starts_with("postgres:") || url.starts_with("postgresql:") {
             // No ping before every query (`test_before_acquire`): it is a round trip to the
             // server, as costly as the query itself. A connection is pinged only when it sat
             // idle for a while, when the server may have dropped it (a restart, a proxy's
             // timeout), and connections are renewed before such timeouts.
             let pool = PgPoolOptions::new()
-                .max_connections(16)
+                .max_connections(connections)
+                .acquire_time_level(log::LevelFilter::Trace)
                 .test_before_acquire(false)
                 .before_acquire(|connection, meta| {
                     Box::pin(async move {
@@ -233,7 +257,7 @@ impl Db {
     /// do the work.
     pub async fn write_lock(&self) -> Option<tokio::sync::OwnedMutexGuard<()>> {
         match self {
-            Db::Sqlite(_, lock) => Some(Arc::clone(lock).lock_owned().await),
+            Db::Sqlite(_, writer) => Some(writer.lock().await),
             Db::Postgres(_) => None,
         }
     }
@@ -303,6 +327,18 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_pool_follows_the_cores_above_a_floor_per_backend() {
+        let sqlite = "sqlite://x/gantry.db";
+        let postgres = "postgres://gantry@db/gantry";
+        assert_eq!(default_connections(sqlite, 1), 8);
+        assert_eq!(default_connections(sqlite, 2), 8);
+        assert_eq!(default_connections(sqlite, 16), 32);
+        assert_eq!(default_connections(postgres, 2), 16);
+        assert_eq!(default_connections(postgres, 8), 16);
+        assert_eq!(default_connections(postgres, 64), 128);
+    }
+
+    #[test]
     fn unavailability_is_told_from_bugs_by_its_code() {
         // PostgreSQL: restart, shutdown, too many connections, the database gone.
         for code in ["57P01", "57P02", "57P03", "53300", "3D000", "08006"] {
@@ -354,6 +390,10 @@ pub struct DatabaseArgs {
     /// Database URL: sqlite://PATH or postgres://USER@HOST/DB. Default: SQLite in --data-dir.
     #[arg(long, env = "GANTRY_DATABASE_URL")]
     pub database_url: Option<String>,
+    /// Most connections the database pool opens. Default: twice the cores this process may use,
+    /// at least 8 on SQLite and 16 on PostgreSQL.
+    #[arg(long, env = "GANTRY_DB_CONNECTIONS", value_parser = clap::value_parser!(u32).range(1..=1024))]
+    pub db_connections: Option<u32>,
 }
 
 impl DatabaseArgs {
@@ -366,7 +406,10 @@ impl DatabaseArgs {
         use anyhow::Context as _;
         std::fs::create_dir_all(&self.data_dir)
             .with_context(|| format!("failed to create the data directory {}", self.data_dir.display()))?;
-        let db = Db::connect(&self.url()).await?;
+        let url = self.url();
+        let connections = self.db_connections.unwrap_or_else(|| default_connections(&url, cores()));
+        let db = Db::connect_with(&url, connections).await?;
+        tracing::info!(backend = db.backend_name(), connections, "database pool");
         db.migrate().await?;
         Ok(db)
     }

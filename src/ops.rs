@@ -144,6 +144,22 @@ impl Metrics {
             "Age of the oldest outbound job event still waiting for delivery (0 when none waits)",
             self.outbox_lag.clone(),
         );
+        let waits = &crate::telemetry::db_waits::WAITS;
+        self.registry.register(
+            "db_pool_acquire_seconds",
+            "Time each statement or transaction waited for a pooled database connection",
+            waits.pool_acquire.clone(),
+        );
+        self.registry.register(
+            "db_write_lock_seconds",
+            "Time each SQLite write waited for the process's single write lock (none on PostgreSQL)",
+            waits.write_lock.clone(),
+        );
+        self.registry.register(
+            "db_write_batch_size",
+            "Writes committed together by one SQLite group commit (none on PostgreSQL)",
+            waits.batch_size.clone(),
+        );
         let times = &crate::compute::job_times::JOB_TIMES;
         self.registry.register(
             "job_queue_wait_seconds",
@@ -284,9 +300,16 @@ pub fn router(metrics: Arc<Metrics>, db: Db) -> Router {
 
 /// Serves the admin port until the process ends.
 pub async fn serve(listen: SocketAddr, metrics: Arc<Metrics>, db: Db) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .with_context(|| format!("failed to listen on {listen} (admin port)"))?;
+    serve_on(bind_admin(listen).await?, metrics, db).await
+}
+
+/// Binds the admin port, so that a role can fail its start when the port is taken.
+pub async fn bind_admin(listen: SocketAddr) -> anyhow::Result<tokio::net::TcpListener> {
+    tokio::net::TcpListener::bind(listen).await.with_context(|| format!("failed to listen on {listen} (admin port)"))
+}
+
+/// Serves the admin port on a bound `listener` until the process ends.
+pub async fn serve_on(listener: tokio::net::TcpListener, metrics: Arc<Metrics>, db: Db) -> anyhow::Result<()> {
     tracing::info!(address = %listener.local_addr()?, "admin port: /metrics, /healthz, /readyz");
     axum::serve(listener, router(metrics, db)).await.context("admin server failed")
 }

@@ -40,6 +40,10 @@ pub struct ServeArgs {
     pub events: crate::events::EventArgs,
     #[command(flatten)]
     pub connections: crate::ops::ConnectionArgs,
+    /// Admin port (`/metrics`, `/healthz`, `/readyz`; unauthenticated: keep it on loopback),
+    /// off unless given, e.g. 127.0.0.1:9090.
+    #[arg(long, env = "GANTRY_ADMIN_LISTEN")]
+    pub admin_listen: Option<SocketAddr>,
 }
 
 /// How jobs run.
@@ -112,7 +116,7 @@ pub enum RunnerKind {
 
 impl ServeArgs {
     pub async fn run(self) -> anyhow::Result<()> {
-        let Self { listen, database, storage, api, jobs, retention, events, connections } = self;
+        let Self { listen, database, storage, api, jobs, retention, events, connections, admin_listen } = self;
         // Jobs run on this machine: keep this process's memory and environment out of their reach.
         isolation::forbid_dumping().context("failed to make gantry non-dumpable")?;
         let auth = Arc::new(api.auth.authenticator()?);
@@ -143,6 +147,10 @@ impl ServeArgs {
         let listener =
             tokio::net::TcpListener::bind(listen).await.with_context(|| format!("failed to listen on {listen}"))?;
         let address = listener.local_addr()?;
+        let admin = match admin_listen {
+            Some(admin_listen) => Some(crate::ops::bind_admin(admin_listen).await?),
+            None => None,
+        };
         // Printed last, once every start-up check passed: whoever waits for it gets a server.
         let listening = format!(
             "gantry listening on http://{address} (database: {} {}, storage: {}, auth: {})",
@@ -223,8 +231,18 @@ impl ServeArgs {
             follows,
             functions,
         };
+        let metrics = admin.map(|admin| {
+            let metrics = Arc::new(crate::ops::Metrics::gateway());
+            let (metrics_served, db) = (Arc::clone(&metrics), state.db.clone());
+            tokio::spawn(async move {
+                if let Err(error) = crate::ops::serve_on(admin, metrics_served, db).await {
+                    tracing::error!(error = format!("{error:#}"), "the admin port stopped");
+                }
+            });
+            metrics
+        });
         println!("{listening}");
-        let served = serve_http(listener, state, None, connections.limits(), crate::shared::shutdown_signal()).await;
+        let served = serve_http(listener, state, metrics, connections.limits(), crate::shared::shutdown_signal()).await;
         // The folder of the job cgroups goes when no job's is left in it (running jobs keep it
         // for the next start, which adopts them).
         job_folders.remove_folders();

@@ -10,6 +10,7 @@
 //! job's row, its FunctionJob annotation and its environment hold.
 
 pub mod context;
+pub mod db_waits;
 mod export;
 mod json;
 
@@ -20,9 +21,9 @@ use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
-use tracing_subscriber::EnvFilter;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
+use tracing_subscriber::{EnvFilter, Layer as _, Registry};
 
 /// How log lines are written.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, clap::ValueEnum)]
@@ -112,7 +113,9 @@ impl Telemetry {
 /// service name unless `OTEL_SERVICE_NAME` or `OTEL_RESOURCE_ATTRIBUTES` names one. Must run
 /// inside the Tokio runtime (the exporter sends through it).
 pub fn init(service: &'static str, format: LogFormat) -> Telemetry {
-    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
+    // Each layer has its filter: the logs and spans `RUST_LOG`'s (or the default), the
+    // database-wait layer only sqlx's pool acquisitions, at whatever level the logs are.
+    let filter = || EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info,sqlx=warn"));
     let exporting = exporter_configured(|name| std::env::var(name).ok());
     let (provider, problem) = match (exporting, format) {
         (false, LogFormat::Text) => (None, None),
@@ -123,21 +126,31 @@ pub fn init(service: &'static str, format: LogFormat) -> Telemetry {
             }
         },
     };
-    let spans = provider.as_ref().map(|provider| tracing_opentelemetry::layer().with_tracer(provider.tracer("gantry")));
-    let registry = tracing_subscriber::registry().with(filter).with(spans);
-    let writer = std::io::stderr;
-    match format {
-        LogFormat::Text => registry
-            .with(
-                tracing_subscriber::fmt::layer()
-                    .with_writer(writer)
-                    .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr())),
+    let mut layers: Vec<Box<dyn tracing_subscriber::Layer<Registry> + Send + Sync>> = vec![
+        db_waits::AcquireLayer
+            .with_filter(
+                tracing_subscriber::filter::Targets::new().with_target(db_waits::ACQUIRE_TARGET, tracing::Level::TRACE),
             )
-            .init(),
-        LogFormat::Json => {
-            registry.with(tracing_subscriber::fmt::layer().with_writer(writer).event_format(json::JsonLines)).init()
-        }
+            .boxed(),
+    ];
+    if let Some(provider) = &provider {
+        layers
+            .push(tracing_opentelemetry::layer().with_tracer(provider.tracer("gantry")).with_filter(filter()).boxed());
     }
+    let writer = std::io::stderr;
+    layers.push(match format {
+        LogFormat::Text => tracing_subscriber::fmt::layer()
+            .with_writer(writer)
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .with_filter(filter())
+            .boxed(),
+        LogFormat::Json => tracing_subscriber::fmt::layer()
+            .with_writer(writer)
+            .event_format(json::JsonLines)
+            .with_filter(filter())
+            .boxed(),
+    });
+    tracing_subscriber::registry().with(layers).init();
     if let Some(problem) = problem {
         tracing::warn!(error = %problem, "failed to set up the span exporter; spans are not exported");
     }

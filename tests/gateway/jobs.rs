@@ -19,6 +19,7 @@ both_backends!(
     stop_requests,
     provider_job_listing_and_logs,
     a_cancelled_run_never_leaves_a_transaction_open,
+    runs_waiting_together_each_get_their_own_answer,
     text_fields_are_trimmed_like_the_reference,
     existing_ids_finds_exactly_the_jobs_with_rows,
     the_sweep_asks_only_for_unfinished_jobs_older_than_its_cutoff,
@@ -795,4 +796,90 @@ async fn a_cancelled_run_never_leaves_a_transaction_open(backend: Backend) {
         .await;
         assert!(matches!(done, Ok(Ok(Some(_)))), "a run after cancelled ones (round {round}): {done:?}");
     }
+}
+
+/// Runs that wait for the writer together (on SQLite, the write lock is held while they queue,
+/// so they are committed by one group commit): each gets its own answer, refused by the active
+/// job limit, failed (an id already taken) or written, and the kept counts match the rows.
+async fn runs_waiting_together_each_get_their_own_answer(backend: Backend) {
+    let gateway = Gateway::start(backend).await;
+    let db = gateway.state.db.clone();
+    let mut programs = Vec::new();
+    for user in ["alice", "bob"] {
+        let program = gateway.upload_function(user, &[("title", "fn"), ("entrypoint", "main.py")]).await.json["id"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let author = gantry::db::users::find_by_username(&db, user).await.unwrap().unwrap().id;
+        programs.push((program, author));
+    }
+    let new_job = |(program, author): &(String, String), id: String| gantry::db::jobs::NewJob {
+        id,
+        program_id: program.clone(),
+        provider_id: None,
+        author_id: author.clone(),
+        arguments: "{}".into(),
+        config: "{}".into(),
+        env_vars: "{}".into(),
+        runner: "local".into(),
+        gpu: false,
+        function_size: None,
+        trial: false,
+        traceparent: None,
+    };
+    let taken = gantry::db::new_id();
+    gantry::db::jobs::insert_with_limit(&db, &new_job(&programs[1], taken.clone()), 10, true).await.unwrap().unwrap();
+    // Queued while the writer is held, so that they wait together.
+    let together = |jobs: Vec<(gantry::db::jobs::NewJob, i64)>| {
+        let db = db.clone();
+        async move {
+            let held = db.write_lock().await;
+            let mut runs = Vec::new();
+            for (job, limit) in jobs {
+                let db = db.clone();
+                runs.push(tokio::spawn(
+                    async move { gantry::db::jobs::insert_with_limit(&db, &job, limit, true).await },
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+            drop(held);
+            let mut outcomes = Vec::new();
+            for run in runs {
+                outcomes.push(run.await.unwrap());
+            }
+            outcomes
+        }
+    };
+    // Six runs of alice under a limit of three (the later ones count those queued before them
+    // in the same batch), two of bob.
+    let outcomes = together(
+        (0..6)
+            .map(|_| (new_job(&programs[0], gantry::db::new_id()), 3))
+            .chain((0..2).map(|_| (new_job(&programs[1], gantry::db::new_id()), 10)))
+            .collect(),
+    )
+    .await;
+    let written = |outcomes: &[Result<Option<i64>, gantry::db::Error>]| {
+        outcomes.iter().filter(|o| matches!(o, Ok(Some(_)))).count()
+    };
+    assert_eq!(written(&outcomes[..6]), 3, "{outcomes:?}");
+    assert_eq!(outcomes[..6].iter().filter(|o| matches!(o, Ok(None))).count(), 3, "{outcomes:?}");
+    assert_eq!(written(&outcomes[6..]), 2, "{outcomes:?}");
+    // A run with an id already taken fails alone; the runs beside it stand.
+    let outcomes = together(vec![
+        (new_job(&programs[1], gantry::db::new_id()), 10),
+        (new_job(&programs[1], taken), 10),
+        (new_job(&programs[1], gantry::db::new_id()), 10),
+    ])
+    .await;
+    let failure = outcomes[1].as_ref().expect_err("a run with a taken id fails");
+    assert!(failure.unique_violation().is_some(), "{failure:?}");
+    assert_eq!(written(&outcomes), 2, "{outcomes:?}");
+    // One row, one first event and one outbox event per written job; the kept counts exact.
+    assert_eq!(job_rows(&gateway).await, 8);
+    let recounted = gantry::db::counts::recount(&db).await.unwrap();
+    assert_eq!(recounted.before, recounted.after);
+    assert_eq!(recounted.after.4, 8, "eight queued jobs");
+    let (waiting, _, _) = gantry::db::outbox::counts(&db).await.unwrap();
+    assert_eq!(waiting, 8);
 }

@@ -421,6 +421,87 @@ pub(crate) fn serve_with(dir: &std::path::Path, extra: &[&str]) -> (std::process
     (child, base)
 }
 
+/// The threads of process `pid` named `name` (as `/proc` shortens it).
+fn threads_named(pid: u32, name: &str) -> usize {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .unwrap()
+        .filter_map(|task| std::fs::read_to_string(task.unwrap().path().join("comm")).ok())
+        .filter(|comm| comm.trim_end() == name)
+        .count()
+}
+
+/// `--db-connections` bounds the pool (each SQLite connection is a thread of its own), and
+/// `--admin-listen` gives `serve` the admin port, whose metrics show the database's waits.
+#[test]
+fn serve_bounds_its_pool_and_shows_the_database_waits_on_its_admin_port() {
+    let dir = tempfile::tempdir().unwrap();
+    let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+    let admin_flag = format!("127.0.0.1:{admin}");
+    let (mut child, base) = serve_with(
+        dir.path(),
+        &["--runner", "none", "--active-jobs-per-user", "1000", "--db-connections", "3", "--admin-listen", &admin_flag],
+    );
+    let auth = "Authorization: Bearer alice";
+    let artifact = dir.path().join("fn.tar");
+    std::fs::write(&artifact, tar_of(&[("main.py", b"print('hi')\n")])).unwrap();
+    let upload = format!("artifact=@{}", artifact.display());
+    let uploaded = curl(&[
+        "-H",
+        auth,
+        "-F",
+        "title=fn",
+        "-F",
+        "entrypoint=main.py",
+        "-F",
+        &upload,
+        &format!("{base}/api/v1/programs/upload/"),
+    ]);
+    assert!(uploaded.contains("\"title\":\"fn\""), "{uploaded}");
+    // Sixteen clients at once, reading and running.
+    let clients: Vec<_> = (0..16)
+        .map(|i| {
+            let base = base.clone();
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    if i % 2 == 0 {
+                        curl(&["-H", auth, &format!("{base}/api/v1/jobs/?limit=10")]);
+                    } else {
+                        curl(&[
+                            "-H",
+                            auth,
+                            "-H",
+                            "Content-Type: application/json",
+                            "-d",
+                            r#"{"title": "fn", "arguments": "{}"}"#,
+                            &format!("{base}/api/v1/programs/run/"),
+                        ]);
+                    }
+                }
+            })
+        })
+        .collect();
+    for client in clients {
+        client.join().unwrap();
+    }
+    let connections = threads_named(child.id(), "sqlx-sqlite-wor");
+    assert!((1..=3).contains(&connections), "{connections} SQLite connections with --db-connections 3");
+    let metrics = curl(&[&format!("http://127.0.0.1:{admin}/metrics")]);
+    let value = |name: &str| -> f64 {
+        metrics
+            .lines()
+            .find_map(|line| line.strip_prefix(name).and_then(|rest| rest.trim().parse().ok()))
+            .unwrap_or_else(|| panic!("{name} missing from the admin port's metrics:\n{metrics}"))
+    };
+    assert!(value("gantry_db_pool_acquire_seconds_count") >= 80.0, "every read waited for a connection");
+    assert!(value("gantry_db_write_lock_seconds_count") >= 80.0, "every run waited for the writer:\n{metrics}");
+    assert!(value("gantry_db_write_batch_size_sum") >= 80.0, "every run was in a batch");
+    assert!(value("gantry_db_write_batch_size_count") <= value("gantry_db_write_batch_size_sum"));
+    let runs = curl(&["-H", auth, &format!("{base}/api/v1/jobs/?limit=1")]);
+    assert!(runs.contains("\"count\":80"), "{runs}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
 /// A real restart: `gantry serve` is killed while a job runs; the next one adopts the job's
 /// launcher and records how the job ended.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

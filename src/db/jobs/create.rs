@@ -2,6 +2,7 @@
 
 use super::counters::{COUNT_ADD, PROVIDER_ADD, slot_shard};
 use super::{OutboxNames, day_of};
+use crate::db::group_commit::{Batched, Counts, Key};
 use crate::db::queue::{QUEUE_ADD, block_of};
 use crate::db::{Db, Error, new_id, now_micros, query_error};
 
@@ -64,7 +65,8 @@ macro_rules! bind_new_job {
 /// creation time. With `outbox`, the move into `QUEUED` is also recorded for the outbound
 /// sinks. On PostgreSQL the
 /// author's row is locked first so concurrent runs of one user serialize; SQLite serializes all
-/// writers, and the conditional insert is one statement.
+/// writers, commits the runs that wait together (`group_commit`), and the conditional insert is
+/// one statement.
 pub async fn insert_with_limit(db: &Db, job: &NewJob, active_limit: i64, outbox: bool) -> Result<Option<i64>, Error> {
     let (db, job) = (db.clone(), job.clone());
     crate::db::detached(async move { insert_with_limit_attached(&db, &job, active_limit, outbox).await }).await
@@ -76,51 +78,84 @@ async fn insert_with_limit_attached(
     active_limit: i64,
     outbox: bool,
 ) -> Result<Option<i64>, Error> {
-    if let Db::Postgres(pool) = db {
-        return insert_with_limit_postgres(pool, job, active_limit, outbox).await.map_err(query_error("create job"));
+    match db {
+        Db::Postgres(pool) => insert_with_limit_postgres(pool, job, active_limit, outbox).await,
+        Db::Sqlite(pool, writer) => {
+            let (answer, answered) = tokio::sync::oneshot::channel();
+            let run = QueuedRun { job: job.clone(), active_limit, outbox, created: None, answer };
+            writer.submit(pool, Box::new(run), answered).await
+        }
     }
-    let Db::Sqlite(pool, _) = db else { unreachable!("PostgreSQL is answered above") };
-    let now = now_micros();
-    let _writer = db.write_lock().await;
-    async {
-        // `BEGIN IMMEDIATE` takes SQLite's write lock up front, so the count and the insert see
-        // one state.
-        let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-        let inserted =
-            bind_new_job!(sqlx::query(insert_job!()), job, now, active_limit).execute(&mut *tx).await?.rows_affected();
-        if inserted == 0 {
-            tx.rollback().await?;
-            return Ok(None);
-        }
-        for statement in COUNT_ADD {
-            sqlx::query(statement)
-                .bind(&job.author_id)
-                .bind(&job.program_id)
-                .bind("QUEUED")
-                .bind(day_of(now))
-                .bind(1i64)
-                .execute(&mut *tx)
-                .await?;
-        }
-        if let Some(provider_id) = &job.provider_id {
-            sqlx::query(PROVIDER_ADD)
-                .bind(provider_id)
-                .bind("QUEUED")
-                .bind(slot_shard())
-                .bind(1i64)
-                .execute(&mut *tx)
-                .await?;
-        }
-        sqlx::query(QUEUE_ADD).bind(block_of(now)).bind(slot_shard()).bind(1i64).execute(&mut *tx).await?;
-        insert_event!(tx, &job.id, 1i64, now, "STATUS_CHANGE", "API", "RUN_PROGRAM", QUEUED_EVENT);
-        if outbox {
-            insert_move_outbox!(tx, &job.id, 1i64, now, None::<&str>, "QUEUED", "API", "RUN_PROGRAM");
-        }
-        tx.commit().await?;
-        Ok(Some(now))
-    }
-    .await
     .map_err(query_error("create job"))
+}
+
+/// A `run` on SQLite, written by the group commit (`db::group_commit`) with the runs queued
+/// beside it.
+struct QueuedRun {
+    job: NewJob,
+    active_limit: i64,
+    outbox: bool,
+    /// The creation time once written, `None` when the active-job limit refused it.
+    created: Option<i64>,
+    answer: tokio::sync::oneshot::Sender<Result<Option<i64>, sqlx::Error>>,
+}
+
+impl Batched for QueuedRun {
+    fn write<'c>(
+        &'c mut self,
+        connection: &'c mut sqlx::SqliteConnection,
+        counts: &'c mut Counts,
+    ) -> futures::future::BoxFuture<'c, Result<(), sqlx::Error>> {
+        Box::pin(async move {
+            self.created = insert_sqlite(connection, counts, &self.job, self.active_limit, self.outbox).await?;
+            Ok(())
+        })
+    }
+
+    fn answer(self: Box<Self>, outcome: Result<(), sqlx::Error>) {
+        // The request may have gone (its client disconnected): the job stands either way.
+        let _ = self.answer.send(outcome.map(|()| self.created));
+    }
+}
+
+/// The job and its first event on `tx`, its kept counts added to `counts` (written once per row
+/// when the batch ends), inside a transaction begun with SQLite's write lock taken (`BEGIN
+/// IMMEDIATE`), so the count and the insert see one state; nothing is written when the author
+/// already has `active_limit` active jobs, counting those the batch queued before this one.
+async fn insert_sqlite(
+    tx: &mut sqlx::SqliteConnection,
+    counts: &mut Counts,
+    job: &NewJob,
+    active_limit: i64,
+    outbox: bool,
+) -> Result<Option<i64>, sqlx::Error> {
+    let now = now_micros();
+    let author = Key::Text(job.author_id.clone());
+    let queued_in_batch = counts.pending(COUNT_ADD[0], |key| key.first() == Some(&author));
+    let inserted = bind_new_job!(sqlx::query(insert_job!()), job, now, active_limit - queued_in_batch)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+    if inserted == 0 {
+        return Ok(None);
+    }
+    let key = vec![author, Key::Text(job.program_id.clone()), Key::Text("QUEUED".into()), Key::Int(day_of(now))];
+    for statement in COUNT_ADD {
+        counts.add(statement, key.clone(), 1);
+    }
+    if let Some(provider_id) = &job.provider_id {
+        counts.add(
+            PROVIDER_ADD,
+            vec![Key::Text(provider_id.clone()), Key::Text("QUEUED".into()), Key::Int(slot_shard())],
+            1,
+        );
+    }
+    counts.add(QUEUE_ADD, vec![Key::Int(block_of(now)), Key::Int(slot_shard())], 1);
+    insert_event!(tx, &job.id, 1i64, now, "STATUS_CHANGE", "API", "RUN_PROGRAM", QUEUED_EVENT);
+    if outbox {
+        insert_move_outbox!(tx, &job.id, 1i64, now, None::<&str>, "QUEUED", "API", "RUN_PROGRAM");
+    }
+    Ok(Some(now))
 }
 
 /// `insert_with_limit` on PostgreSQL in three round trips: `BEGIN` with the lock on the author's
