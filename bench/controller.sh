@@ -10,4 +10,4 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
-cargo test --release --quiet --test gateway bench_pods_created_per_second -- --ignored --nocapture 2>&1 | grep '^BENCH'
+cargo test --release --quiet --test gateway benches::controller::bench_pods_created_per_second -- --ignored --nocapture 2>&1 | grep '^BENCH'

@@ -19,7 +19,7 @@ PROFILE=(--release)
 if [ "${SOAK_PROFILE:-release}" = debug ]; then PROFILE=(); fi
 LOG=$(mktemp --tmpdir gantry-soak.XXXXXX.log)
 set +e
-cargo test "${PROFILE[@]}" --quiet --test gateway soak_jobs_through_gateway_and_controller -- --ignored --nocapture 2>&1 \
+cargo test "${PROFILE[@]}" --quiet --test gateway benches::soak::soak_jobs_through_gateway_and_controller -- --ignored --nocapture 2>&1 \
   | tee "$LOG" | grep --line-buffered '^SOAK'
 status=${PIPESTATUS[0]}
 set -e

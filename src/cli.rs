@@ -41,7 +41,7 @@ pub enum Command {
     /// The REST API with the Kubernetes backend: jobs become FunctionJob resources.
     Gateway(Box<crate::gateway::GatewayArgs>),
     /// The operator: runs FunctionJobs as pods, records their status and archives their logs.
-    Controller(Box<crate::compute::controller::ControllerArgs>),
+    Controller(Box<crate::controller::ControllerArgs>),
     /// Apply database migrations and exit.
     Migrate(DatabaseArgs),
     /// Manage users, groups, providers and grants without SQL; delete old finished jobs (`gc`).

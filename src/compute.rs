@@ -1,11 +1,10 @@
 //! The compute interface between the API and the backends that run jobs, and the status moves
 //! every backend makes the same way. The handlers hold an `Arc<dyn Compute>` and never know
 //! which backend runs: the local runner (`local`, processes on this machine), the queue alone
-//! (`Queue`, jobs wait for another process), or Kubernetes (`kube`; the controller role lives in
-//! `controller`). Every backend starts the `launcher` inside each job. The rules stay in `domain::lifecycle`
+//! (`Queue`, jobs wait for another process), or Kubernetes (`kube`; the role that turns
+//! FunctionJobs into pods is `crate::controller`, beside the other roles). Every backend starts the `launcher` inside each job. The rules stay in `domain::lifecycle`
 //! and `domain::admission`, shared by all.
 
-pub mod controller;
 pub mod job_times;
 pub mod kube;
 pub mod local;

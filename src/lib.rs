@@ -9,6 +9,7 @@ pub mod artifact;
 pub mod auth;
 pub mod cli;
 pub mod compute;
+pub mod controller;
 pub mod crd;
 pub mod db;
 pub mod domain;

@@ -5,11 +5,10 @@
 
 use std::collections::HashSet;
 
-use super::queue::{QUEUE_ADD, QUEUE_BLOCK_MICROS, block_of};
+use super::counts::{COUNT_ADD, PROVIDER_ADD, QUEUE_ADD, SLOT_ADD, slot_shard};
+use super::queue::{QUEUE_BLOCK_MICROS, block_of};
 use super::{Db, Error, new_id, now_micros, on_db, query_error};
 use crate::domain::lifecycle::{JobStatus, Move};
-pub(super) use counters::slot_shard;
-use counters::{COUNT_ADD, PROVIDER_ADD, SLOT_ADD};
 
 /// A job's columns with the names of its function, provider and author, each looked up by its
 /// primary key for each job listed. Not joins: for a page of 1,000 jobs over 100,000 users the
@@ -755,18 +754,28 @@ pub async fn stored_logs(db: &Db, job_id: &str) -> Result<Option<String>, Error>
     .map_err(query_error("read job logs"))
 }
 
+/// When a job was created and when it first moved into RUNNING (microseconds), when the job
+/// exists: what the job-time histograms observe.
+pub async fn times(db: &Db, job_id: &str) -> Result<Option<(i64, Option<i64>)>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, (i64, Option<i64>)>(
+        "SELECT j.created, (SELECT MIN(e.created) FROM job_events e WHERE e.job_id = j.id \
+           AND e.event_type = 'STATUS_CHANGE' AND e.data LIKE '%\"status\":\"RUNNING\"%') \
+         FROM jobs j WHERE j.id = $1")
+        .bind(job_id)
+        .fetch_optional(pool)
+        .await)
+    .map_err(query_error("load job times"))
+}
+
 // The listings' filters and query, below the macros they use.
-mod counters;
 mod create;
 mod in_flight;
 mod listing;
 mod of_function;
 mod retries;
-mod times;
 pub use create::{NewJob, insert_with_limit, traceparent};
 pub use in_flight::{any_in_flight, count_by_status, in_flight, in_flight_load, queued};
 pub(crate) use listing::bind_params;
 pub use listing::{AdminOf, JobFilter, Param, Window, list, page_if_admin};
 pub use of_function::of_function;
 pub use retries::record_retry;
-pub use times::times;

@@ -57,10 +57,6 @@ macro_rules! block_micros {
 /// `block_micros!` as a number.
 pub const QUEUE_BLOCK_MICROS: i64 = 3_600_000_000;
 
-/// Adds `$3` to the queued jobs of block `$1` in its row `$2` (migration 0020).
-pub const QUEUE_ADD: &str = "INSERT INTO job_queue_counts (block, shard, n) VALUES ($1, $2, $3) \
-     ON CONFLICT (block, shard) DO UPDATE SET n = job_queue_counts.n + excluded.n";
-
 /// The queue block of a job created at `created`.
 pub fn block_of(created: i64) -> i64 {
     created.div_euclid(QUEUE_BLOCK_MICROS)

@@ -254,7 +254,7 @@ async fn delete_attached(db: &Db, ids: &[String], cutoff: i64) -> Result<Deleted
         // The providers' counts after them, in (status, provider) order, one upsert (a few rows
         // per provider whatever its history: rows at zero stay).
         if !providers.is_empty() {
-            let (sql, params) = provider_decrements(&providers, super::jobs::slot_shard());
+            let (sql, params) = provider_decrements(&providers, super::counts::slot_shard());
             bind_params!(sqlx::query(&sql), &params).execute(&mut *tx).await?;
         }
         tx.commit().await?;

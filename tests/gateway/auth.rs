@@ -16,6 +16,7 @@ use jsonwebtoken::{Algorithm, EncodingKey, Header};
 use serde_json::{Value, json};
 
 use crate::both_backends;
+use crate::eventually::eventually;
 use crate::harness::{Backend, Gateway};
 
 both_backends!(
@@ -596,18 +597,14 @@ save_result({\"updated\": bool(update_status(\"MAPPING\"))})\n";
         as_platform_client(&gateway, "POST", "/api/v1/programs/run/", "key-alice", Some("application/json"), run).await;
     assert_eq!(ran.status, 200, "{}", ran.json);
     let job_id = ran.json["id"].as_str().unwrap().to_string();
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    let job = loop {
+    let job = eventually("the job finished", Duration::from_secs(60), || async {
         let job =
             as_platform_client(&gateway, "GET", &format!("/api/v1/jobs/{job_id}/"), "key-alice", None, Vec::new())
                 .await
                 .json;
-        if matches!(job["status"].as_str(), Some("SUCCEEDED" | "FAILED" | "STOPPED")) {
-            break job;
-        }
-        assert!(std::time::Instant::now() < deadline, "the job did not finish: {job}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+        if matches!(job["status"].as_str(), Some("SUCCEEDED" | "FAILED" | "STOPPED")) { Ok(job) } else { Err(job) }
+    })
+    .await;
     assert_eq!(job["status"], "SUCCEEDED", "{job}");
     let result: Value = serde_json::from_str(job["result"].as_str().unwrap_or("{}")).unwrap_or_default();
     assert_eq!(result, json!({"updated": true}), "the job's update_status call was refused: {job}");

@@ -13,6 +13,7 @@ use tokio::net::TcpStream;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
+use crate::eventually::until;
 use crate::harness::{Backend, Gateway};
 
 /// Longest any test waits for something the server must do (a bound against hanging, not a
@@ -176,11 +177,7 @@ async fn connections_over_the_cap_are_refused_at_once_when_all_are_answering() {
     assert!(text.contains("retry-after: 1"), "{text}");
     // A closed connection frees its place: a new client is answered.
     open.pop();
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !answers(served.address).await {
-        assert!(tokio::time::Instant::now() < deadline, "a freed place is taken by a new client");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("a freed place is taken by a new client", PATIENCE, || answers(served.address)).await;
 }
 
 /// Issue 49: sockets held without a request filled the cap and kept every user out (503) until
@@ -272,11 +269,8 @@ content-type: multipart/form-data; boundary=b\r\ncontent-length: 100000\r\n\r\n{
     assert!(text.starts_with("HTTP/1.1 408"), "{text}");
     assert!(text.contains("the request body arrived too slowly"), "{text}");
     assert!(took < Duration::from_secs(4), "408 within the body timeout plus a second or so: {took:?}");
-    let deadline = tokio::time::Instant::now() + PATIENCE;
-    while !served.gateway.spool_files().is_empty() {
-        assert!(tokio::time::Instant::now() < deadline, "the cut upload's spool file is removed");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until("the cut upload's spool file is removed", PATIENCE, || async { served.gateway.spool_files().is_empty() })
+        .await;
     assert!(answers(served.address).await);
 }
 

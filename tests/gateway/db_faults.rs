@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 
+use crate::eventually::eventually;
 use crate::fault_guards::{Immutable, PrivateCluster, can_inject, root_missing};
 use crate::harness::{Backend, Gateway, Reply};
 
@@ -99,15 +100,11 @@ async fn assert_answers_normally(gateway: &Gateway, newcomer: &str) {
 
 /// Waits until readiness answers `status` (the pool reconnects on its own time).
 async fn wait_for_readiness(gateway: &Gateway, status: u16) {
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    loop {
+    eventually(&format!("readiness answers {status}"), Duration::from_secs(30), || async {
         let ready = gateway.get("/readiness/", "").await;
-        if ready.status.as_u16() == status {
-            return;
-        }
-        assert!(std::time::Instant::now() < deadline, "readiness stayed {}: {}", ready.status, ready.json);
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        if ready.status.as_u16() == status { Ok(()) } else { Err(format!("{}: {}", ready.status, ready.json)) }
+    })
+    .await
 }
 
 /// PostgreSQL restarted (`fast`: connections terminated, a clean shutdown) and killed

@@ -11,9 +11,10 @@ use std::time::Duration;
 
 use base64::Engine;
 
+use crate::doubles::kube_double::ApiServer;
+use crate::doubles::kubelet_double::Kubelet;
+use crate::eventually::eventually;
 use crate::harness::{Backend, Gateway, S3_KEY, S3_SECRET};
-use crate::kube_double::ApiServer;
-use crate::kubelet_double::Kubelet;
 
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
@@ -132,7 +133,7 @@ async fn the_real_client_runs_jobs_through_gateway_and_controller() {
             .await;
     }
     // Every job was a FunctionJob with its pod, and every pod is gone once its job finished.
-    let resources = api.list(crate::kube_double::Kind::FUNCTION_JOB, "default");
+    let resources = api.list(crate::doubles::kube_double::Kind::FUNCTION_JOB, "default");
     assert!(resources.len() >= 5, "{resources:?}");
     for resource in &resources {
         assert!(resource["status"]["podName"].is_string(), "{resource}");
@@ -145,7 +146,7 @@ async fn the_real_client_runs_jobs_through_gateway_and_controller() {
             "controller" => gantry::compute::rbac::CONTROLLER,
             other => panic!("a request with an unknown token {other}: {method} {path}"),
         };
-        if let Some((group, resource, verb)) = crate::kube_double::rbac_attributes(&method, &path) {
+        if let Some((group, resource, verb)) = crate::doubles::kube_double::rbac_attributes(&method, &path) {
             assert!(
                 gantry::compute::rbac::allows(rules, &group, &resource, verb),
                 "the {token} asked {verb} on {group}/{resource} ({method} {path}), which its RBAC rules do not grant"
@@ -196,14 +197,21 @@ pub fn role_settings(
 /// its log) exits or a minute passes.
 pub async fn wait_until_ready(url: &str, roles: &mut [(&mut tokio::process::Child, &Path)]) {
     let ready = reqwest_free_get(url);
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    while !ready().await {
+    eventually(&format!("{url} ready"), Duration::from_secs(60), || {
         for (child, log) in roles.iter_mut() {
-            assert!(std::time::Instant::now() < deadline, "{url} never became ready:\n{}", tail(log));
             assert!(child.try_wait().unwrap().is_none(), "a gantry role exited:\n{}", tail(log));
         }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        // What the failure shows: the first role's log.
+        let log = roles.first().map(|(_, log)| log.to_path_buf());
+        let ready = ready();
+        async move {
+            if ready.await {
+                return Ok(());
+            }
+            Err(format!("\n{}", log.map(|log| tail(&log)).unwrap_or_default()))
+        }
+    })
+    .await;
 }
 
 /// Runs a client check script (`python args...`), printing its lines; on failure, panics with

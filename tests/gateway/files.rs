@@ -4,6 +4,7 @@ use axum::body::Body;
 use serde_json::json;
 
 use crate::both_backends;
+use crate::eventually::{eventually, until, until_blocking};
 use crate::harness::{Backend, Gateway, multipart};
 
 both_backends!(
@@ -199,13 +200,11 @@ async fn an_upload_replaces_the_file_of_its_name(backend: Backend) {
     }
     assert_eq!(gateway.get("/api/v1/files/?function=fn", "alice").await.json, json!({"results": ["a.txt"]}));
     // The replaced files leave the spool (removed off the request's path: wait for it).
-    for _ in 0..100 {
-        if gateway.spool_files().is_empty() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
-    assert_eq!(gateway.spool_files(), Vec::<String>::new(), "the replaced files are removed");
+    eventually("the replaced files are removed", std::time::Duration::from_secs(2), || async {
+        let left = gateway.spool_files();
+        if left.is_empty() { Ok(()) } else { Err(format!("{left:?}")) }
+    })
+    .await;
 
     // On local storage, a folder where the file would go: refused, the folder kept whole.
     let Some(root) = gateway.local_objects_dir() else { return };
@@ -379,11 +378,7 @@ async fn a_killed_uploads_spool_file_is_gone_after_the_next_start_and_swept_whil
     )
     .unwrap();
     upload.write_all(&vec![b'a'; 4 << 20]).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while spool_files() == 0 {
-        assert!(std::time::Instant::now() < deadline, "the upload's spool file appears");
-        std::thread::sleep(std::time::Duration::from_millis(20));
-    }
+    until_blocking("the upload's spool file appears", std::time::Duration::from_secs(20), || spool_files() > 0);
     first.kill().unwrap();
     first.wait().unwrap();
     drop(upload);
@@ -403,10 +398,6 @@ async fn a_killed_uploads_spool_file_is_gone_after_the_next_start_and_swept_whil
     std::fs::write(spool.join(".tmpCUT"), b"left by a failed upload").unwrap();
     let then = std::time::SystemTime::now() - std::time::Duration::from_secs(10);
     std::fs::File::options().write(true).open(spool.join(".tmpCUT")).unwrap().set_modified(then).unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    while spool_files() > 0 {
-        assert!(std::time::Instant::now() < deadline, "a sweep period removes it");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until("a sweep period removes it", std::time::Duration::from_secs(20), || async { spool_files() == 0 }).await;
     sweeping.abort();
 }

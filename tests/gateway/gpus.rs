@@ -13,6 +13,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use crate::both_backends;
+use crate::eventually::{eventually_blocking, until_blocking};
 use crate::harness::{Backend, Gateway, tar_of};
 
 both_backends!(gpu_jobs_open_their_own_gpus_only);
@@ -264,11 +265,7 @@ async fn a_restarted_serve_keeps_a_running_jobs_gpu_held() {
         serde_json::from_str(&curl(&["-H", auth, &format!("{base}/api/v1/jobs/{id}/?with_result=false")])).unwrap()
     };
     let held = run(&base, 5.0);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while job(&base, &held)["status"] != "RUNNING" {
-        assert!(std::time::Instant::now() < deadline, "the GPU job never ran");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    until_blocking("the GPU job ran", std::time::Duration::from_secs(60), || job(&base, &held)["status"] == "RUNNING");
     assert!(data.join(format!("jobs/.{held}.gpus")).exists(), "the job's GPUs are recorded");
     first.kill().unwrap();
     first.wait().unwrap();
@@ -276,15 +273,14 @@ async fn a_restarted_serve_keeps_a_running_jobs_gpu_held() {
     let (mut second, base) = serve_with(&data, &flags);
     let next = run(&base, 0.0);
     let ended = |id: &str| {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
-        loop {
+        eventually_blocking(&format!("job {id} ended"), std::time::Duration::from_secs(90), || {
             let seen = job(&base, id);
             if matches!(seen["status"].as_str(), Some("SUCCEEDED" | "FAILED" | "STOPPED")) {
-                return seen;
+                Ok(seen)
+            } else {
+                Err(seen)
             }
-            assert!(std::time::Instant::now() < deadline, "job {id} never ended: {seen}");
-            std::thread::sleep(std::time::Duration::from_millis(100));
-        }
+        })
     };
     let (held_job, next_job) = (ended(&held), ended(&next));
     let moved = |id: &str, status: &str| -> String {

@@ -15,6 +15,8 @@ use gantry::storage::{S3Settings, Storage};
 use serde_json::Value;
 use tower::ServiceExt;
 
+use crate::eventually::eventually;
+
 #[derive(Debug, Clone, Copy)]
 pub enum Backend {
     SqliteLocal,
@@ -257,15 +259,11 @@ impl Gateway {
 
     /// Polls a job until `done` holds for its record, or panics after `seconds`.
     pub async fn wait_for_job(&self, token: &str, job_id: &str, seconds: u64, done: impl Fn(&Value) -> bool) -> Value {
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(seconds);
-        loop {
+        eventually(&format!("job {job_id} got there"), std::time::Duration::from_secs(seconds), || async {
             let job = self.get(&format!("/api/v1/jobs/{job_id}/?with_result=false"), token).await.json;
-            if done(&job) {
-                return job;
-            }
-            assert!(std::time::Instant::now() < deadline, "job {job_id} did not get there in {seconds} s: {job}");
-            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-        }
+            if done(&job) { Ok(job) } else { Err(job) }
+        })
+        .await
     }
 
     pub async fn send(&self, request: Request<Body>) -> Reply {

@@ -5,11 +5,12 @@
 //! the spy can still use its own folders.
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use serde_json::{Value, json};
 
 use crate::both_backends;
+use crate::eventually::eventually;
 use crate::harness::{Backend, Gateway, S3_SECRET, tar_of};
 
 both_backends!(a_job_cannot_reach_other_users_the_database_or_the_server);
@@ -89,18 +90,14 @@ fn terminal(job: &Value) -> bool {
 
 /// Waits for the `pid N` line of a running job's live log.
 async fn job_pid(gateway: &Gateway, user: &str, id: &str) -> i64 {
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
+    eventually("the victim printed its pid", Duration::from_secs(60), || async {
         let logs = gateway.get(&format!("/api/v1/jobs/{id}/logs/"), user).await.json["logs"]
             .as_str()
             .unwrap_or_default()
             .to_string();
-        if let Some(pid) = logs.lines().find_map(|line| line.strip_prefix("pid ")?.trim().parse().ok()) {
-            return pid;
-        }
-        assert!(Instant::now() < deadline, "the victim never printed its pid: {logs:?}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        logs.lines().find_map(|line| line.strip_prefix("pid ")?.trim().parse().ok()).ok_or_else(|| format!("{logs:?}"))
+    })
+    .await
 }
 
 /// A file the test process itself can read: the spy's failure to read it is the isolation's.

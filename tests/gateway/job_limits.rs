@@ -5,12 +5,13 @@
 //! cgroups this machine allows (as `gantry serve` picks them) and once with rlimits only.
 
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use gantry::compute::local::container::ContainerArgs;
 use gantry::compute::local::limits::{Cgroups, JobLimits};
 use serde_json::{Value, json};
 
+use crate::eventually::{eventually, until};
 use crate::harness::{Backend, Gateway, tar_of};
 
 /// Small limits, so no case can take the machine: 1 GiB of memory (the smallest function size),
@@ -112,23 +113,18 @@ fn processes_in(folder: &Path) -> Vec<String> {
 /// Nothing of the job is left: its cgroup folders, its processes, its work folder.
 async fn assert_nothing_left(limits: &JobLimits, work_root: &Path, id: &str) {
     let folder = work_root.join(id);
-    let deadline = Instant::now() + Duration::from_secs(20);
-    loop {
+    eventually(&format!("nothing left of job {id}"), Duration::from_secs(20), || async {
         let cgroups: Vec<PathBuf> = limits
             .cgroup_of(id)
             .map(|cgroup| cgroup.folders().iter().filter(|f| f.exists()).cloned().collect())
             .unwrap_or_default();
         let processes = processes_in(&folder);
         if cgroups.is_empty() && processes.is_empty() && !folder.exists() {
-            return;
+            return Ok(());
         }
-        assert!(
-            Instant::now() < deadline,
-            "job {id} left cgroups {cgroups:?}, processes {processes:?}, its folder: {}",
-            folder.exists()
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+        Err(format!("cgroups {cgroups:?}, processes {processes:?}, its folder: {}", folder.exists()))
+    })
+    .await
 }
 
 /// No job cgroup at all is left in the runner's folders.
@@ -176,17 +172,16 @@ async fn limit_endings(limits: JobLimits, gateway: Gateway) {
 
     // While the chatty job runs: its launcher.log and live log stay within the log limit.
     let chatty = work_root.join(&ids[3]);
-    let deadline = Instant::now() + Duration::from_secs(120);
-    while !chatty.join("data/printed").exists() {
-        assert!(Instant::now() < deadline, "the chatty job never finished printing");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    until("the chatty job finished printing", Duration::from_secs(120), || async {
+        chatty.join("data/printed").exists()
+    })
+    .await;
     let size = |name: &str| std::fs::metadata(chatty.join(name)).map(|m| m.len()).unwrap_or(0);
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while size("launcher.log") < LOG_BYTES {
-        assert!(Instant::now() < deadline, "launcher.log never got the job's output: {} bytes", size("launcher.log"));
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    eventually("launcher.log got the job's output", Duration::from_secs(30), || async {
+        let bytes = size("launcher.log");
+        if bytes >= LOG_BYTES { Ok(()) } else { Err(format!("{bytes} bytes")) }
+    })
+    .await;
     assert!(size("launcher.log") <= LOG_BYTES + 512, "launcher.log holds {} bytes", size("launcher.log"));
     let log = std::fs::read_to_string(chatty.join("launcher.log")).unwrap();
     assert!(log.contains("[gantry: launcher.log stops at its limit of 1048576 bytes"), "{}", &log[log.len() - 300..]);

@@ -20,7 +20,8 @@ use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Client, Resource, ResourceExt};
 use serde_json::json;
 
-use crate::kube_double::{ApiServer, Kind};
+use crate::doubles::kube_double::{ApiServer, Kind};
+use crate::eventually::until;
 
 /// A FunctionJob named `name`, run by `user`, labelled with its user.
 fn job(name: &str, user: &str) -> FunctionJob {
@@ -48,14 +49,8 @@ async fn server_with_crd() -> ApiServer {
     server
 }
 
-/// Waits (up to 10 s) until `condition` holds.
-async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while !condition() {
-        assert!(tokio::time::Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-}
+/// How long the double and the kube client get to show a change.
+const PATIENCE: Duration = Duration::from_secs(10);
 
 fn api_error(result: Result<impl std::fmt::Debug, kube::Error>) -> (u16, String) {
     match result.expect_err("the call fails") {
@@ -269,7 +264,7 @@ async fn the_real_controller_applies_an_owned_pod_is_retriggered_by_it_and_final
     let uid = created.metadata.uid.expect("a uid");
     let phase =
         |server: &ApiServer| server.get(Kind::FUNCTION_JOB, "default", "j1").map(|job| job["status"]["phase"].clone());
-    eventually("the pod and the job's status", || {
+    until("the pod and the job's status", PATIENCE, || async {
         let pod = server.get(Kind::POD, "default", "j1-pod");
         let owner = pod.map(|pod| pod["metadata"]["ownerReferences"][0].clone());
         owner.is_some_and(|o| o["uid"] == uid && o["controller"] == true) && phase(&server) == Some(json!("PENDING"))
@@ -282,13 +277,16 @@ async fn the_real_controller_applies_an_owned_pod_is_retriggered_by_it_and_final
 
     let before = ctx.reconciles.load(Ordering::SeqCst);
     server.update_status(Kind::POD, "default", "j1-pod", json!({"phase": "Running"})).expect("the pod exists");
-    eventually("a reconcile triggered by the pod", || {
+    until("a reconcile triggered by the pod", PATIENCE, || async {
         ctx.reconciles.load(Ordering::SeqCst) > before && phase(&server) == Some(json!("RUNNING"))
     })
     .await;
 
     jobs.delete("j1", &DeleteParams::default()).await.expect("delete");
-    eventually("the job gone once cleaned up", || server.get(Kind::FUNCTION_JOB, "default", "j1").is_none()).await;
+    until("the job gone once cleaned up", PATIENCE, || async {
+        server.get(Kind::FUNCTION_JOB, "default", "j1").is_none()
+    })
+    .await;
     assert!(ctx.cleanups.load(Ordering::SeqCst) >= 1);
     assert!(server.get(Kind::POD, "default", "j1-pod").is_some(), "the API server collects no garbage");
     assert_eq!(server.collect_garbage(), 1);
@@ -318,16 +316,16 @@ async fn a_watcher_survives_dropped_watches_an_injected_410_and_an_expired_histo
     let saw = |name: &str| seen.lock().expect("lock").iter().any(|n| n == name);
 
     create("j1").await;
-    eventually("j1", || saw("j1")).await;
+    until("j1 seen", PATIENCE, || async { saw("j1") }).await;
 
     server.drop_watches();
     create("j2").await;
-    eventually("j2 after the watch was dropped", || saw("j2")).await;
+    until("j2 seen after the watch was dropped", PATIENCE, || async { saw("j2") }).await;
 
     server.fail_next("GET", "watch=true", 410, 1);
     server.drop_watches();
     create("j3").await;
-    eventually("j3 after an injected 410", || saw("j3")).await;
+    until("j3 seen after an injected 410", PATIENCE, || async { saw("j3") }).await;
 
     // A write elsewhere moves the revision past the watcher's, then a compaction expires it.
     let secrets: Api<Secret> = Api::namespaced(client, "default");
@@ -338,7 +336,7 @@ async fn a_watcher_survives_dropped_watches_an_injected_410_and_an_expired_histo
     server.expire_history();
     server.drop_watches();
     create("j4").await;
-    eventually("j4 after the watcher relisted", || saw("j4")).await;
+    until("j4 seen after the watcher relisted", PATIENCE, || async { saw("j4") }).await;
     assert!(list_requests(&server) > lists_before, "a 410 Expired watch event makes the watcher relist");
     watching.abort();
 }
@@ -365,9 +363,11 @@ async fn a_streaming_list_watcher_gets_the_initial_events_then_changes() {
             }
             futures::future::ready(())
         }));
-    eventually("the initial object", || seen.lock().expect("lock").contains(&"before".to_string())).await;
+    until("the initial object seen", PATIENCE, || async { seen.lock().expect("lock").contains(&"before".to_string()) })
+        .await;
     jobs.create(&PostParams::default(), &job("after", "alice")).await.expect("create");
-    eventually("the new object", || seen.lock().expect("lock").contains(&"after".to_string())).await;
+    until("the new object seen", PATIENCE, || async { seen.lock().expect("lock").contains(&"after".to_string()) })
+        .await;
     assert!(server.requests().iter().any(|(_, path)| path.contains("sendInitialEvents=true")));
     watching.abort();
 }
@@ -488,7 +488,7 @@ async fn kubectl_gets_function_jobs_with_their_printer_columns() {
 
 #[test]
 fn requests_map_to_rbac_attributes_as_the_authorizer_sees_them() {
-    use crate::kube_double::rbac_attributes;
+    use crate::doubles::kube_double::rbac_attributes;
     let cases = [
         ("GET", "/api/v1/namespaces/default/pods/p1", Some(("", "pods", "get"))),
         ("GET", "/api/v1/namespaces/default/pods?labelSelector=x", Some(("", "pods", "list"))),

@@ -5,6 +5,7 @@
 use serde_json::{Value, json};
 
 use crate::both_backends;
+use crate::eventually::{eventually, eventually_blocking, eventually_every, until_blocking};
 use crate::harness::{Backend, Gateway, tar_of};
 
 both_backends!(
@@ -248,18 +249,14 @@ async fn a_running_job_is_stopped_with_its_process_group(backend: Backend) {
     let id = run(&gateway, "alice", json!({"title": "fn", "arguments": "{\"n\": 1, \"mode\": \"sleep\"}"})).await;
     gateway.wait_for_job("alice", &id, 60, |job| job["status"] == "RUNNING").await;
     // Wait until python has printed, so the live log and the process are there.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    loop {
+    eventually("the live log", std::time::Duration::from_secs(30), || async {
         let logs = gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json["logs"]
             .as_str()
             .unwrap_or_default()
             .to_string();
-        if logs.contains("going to sleep") {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "no live log: {logs:?}");
-        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
-    }
+        if logs.contains("going to sleep") { Ok(()) } else { Err(format!("{logs:?}")) }
+    })
+    .await;
     let launcher = launcher_pid(&gateway, &id).await;
     let pythons = python_children(launcher);
     assert!(!pythons.is_empty(), "python should run under the launcher");
@@ -358,17 +355,15 @@ async fn admission_caps_running_jobs_per_user(backend: Backend) {
     for n in 0..3 {
         ids.push(run(&gateway, "alice", json!({"title": "fn", "arguments": format!("{{\"n\": {n}}}")})).await);
     }
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
-    loop {
+    // Every 20 ms: at each look, at most one of them runs.
+    let (within, every) = (std::time::Duration::from_secs(90), std::time::Duration::from_millis(20));
+    eventually_every("jobs all finished", within, every, || async {
         let (_, rows) = gantry::db::jobs::list(&gateway.state.db, &Default::default(), None, 0).await.unwrap();
         let in_flight = rows.iter().filter(|j| matches!(j.status.as_str(), "PENDING" | "RUNNING")).count();
         assert!(in_flight <= 1, "at most one job of the user runs at a time");
-        if rows.iter().all(|j| j.status == "SUCCEEDED") {
-            break;
-        }
-        assert!(std::time::Instant::now() < deadline, "jobs did not all finish");
-        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-    }
+        if rows.iter().all(|j| j.status == "SUCCEEDED") { Ok(()) } else { Err("") }
+    })
+    .await;
     // The kept counts followed every move.
     for (status, expected) in [("SUCCEEDED", 3), ("QUEUED", 0), ("PENDING", 0), ("RUNNING", 0)] {
         let listed = gateway.get(&format!("/api/v1/jobs/?status={status}"), "alice").await.json;
@@ -413,11 +408,9 @@ pub(crate) fn serve_with(dir: &std::path::Path, extra: &[&str]) -> (std::process
         .spawn()
         .expect("gantry serve starts");
     let base = format!("http://127.0.0.1:{port}");
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while !curl(&[&format!("{base}/readiness/")]).contains("ready") {
-        assert!(std::time::Instant::now() < deadline, "gantry serve did not become ready");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    until_blocking("gantry serve became ready", std::time::Duration::from_secs(30), || {
+        curl(&[&format!("{base}/readiness/")]).contains("ready")
+    });
     (child, base)
 }
 
@@ -547,24 +540,15 @@ async fn a_restarted_serve_adopts_a_running_job() {
     let status = |base: &str| -> Value {
         serde_json::from_str(&curl(&["-H", auth, &format!("{base}/api/v1/jobs/{id}/?with_result=false")])).unwrap()
     };
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-    while status(&base)["status"] != "RUNNING" {
-        assert!(std::time::Instant::now() < deadline, "the job never ran");
-        std::thread::sleep(std::time::Duration::from_millis(50));
-    }
+    until_blocking("the job ran", std::time::Duration::from_secs(30), || status(&base)["status"] == "RUNNING");
     first.kill().unwrap();
     first.wait().unwrap();
 
     let (mut second, base) = serve(&data);
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let job = loop {
+    let job = eventually_blocking("the adopted job ended", std::time::Duration::from_secs(60), || {
         let job = status(&base);
-        if terminal(&job) {
-            break job;
-        }
-        assert!(std::time::Instant::now() < deadline, "the adopted job never ended: {job}");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    };
+        if terminal(&job) { Ok(job) } else { Err(job) }
+    });
     let result = curl(&["-H", auth, &format!("{base}/api/v1/jobs/{id}/result/")]);
     let events = curl(&["-H", auth, &format!("{base}/api/v1/jobs/{id}/events/")]);
     second.kill().unwrap();

@@ -1,6 +1,14 @@
 //! Gateway tests: the real router on SQLite + local storage and on PostgreSQL + S3.
+//!
+//! What the scenarios share comes first: the harness (a gateway on either backend), the
+//! `eventually` wait, the doubles (the Kubernetes API server and the kubelet) and the
+//! benchmarks (ignored tests run by `bench/`); the scenario modules follow.
 
+mod eventually;
 mod harness;
+
+mod benches;
+mod doubles;
 
 mod auth;
 mod big_indexes;
@@ -17,11 +25,7 @@ mod idempotency;
 mod isolation;
 mod job_limits;
 mod jobs;
-#[allow(dead_code)]
-mod kube_double;
 mod kube_double_tests;
-#[allow(dead_code)]
-mod kubelet_double;
 mod lifecycle;
 mod log_order;
 mod messages;
@@ -36,7 +40,6 @@ mod replicas;
 mod retention;
 mod runtime_stop;
 mod scoped_access;
-mod soak;
 mod storage_faults;
 mod streams;
 mod system;

@@ -11,9 +11,10 @@ use gantry::crd::{pod_name, secret_name};
 use serde_json::{Value, json};
 
 use crate::controller::{Cluster, MAIN, NAMESPACE};
+use crate::doubles::kube_double::{ApiServer, Kind};
+use crate::doubles::kubelet_double::Fault;
+use crate::eventually::{eventually, until};
 use crate::harness::{Backend, Gateway};
-use crate::kube_double::{ApiServer, Kind};
-use crate::kubelet_double::Fault;
 
 /// Prints a line, then sleeps until something ends it.
 const SLEEPER: &str = "import time\nprint('[PUBLIC] started', flush=True)\ntime.sleep(300)\n";
@@ -376,8 +377,7 @@ fn condition(resource: &Value, kind: &str) -> Value {
 /// Waits until the job of `id` is settled: finished, its log settled, its pod and Secret gone,
 /// and (unless `collected`) its resource saying so. Returns the resource, if kept.
 async fn settled(cluster: &Cluster, id: &str, collected: bool) -> Option<Value> {
-    let deadline = std::time::Instant::now() + Duration::from_secs(60);
-    loop {
+    eventually(&format!("job {id} settled"), Duration::from_secs(60), || async {
         let resource = cluster.api.get(Kind::FUNCTION_JOB, NAMESPACE, id);
         let pod = cluster.api.get(Kind::POD, NAMESPACE, &pod_name(id));
         let secret = cluster.api.get(Kind::SECRET, NAMESPACE, &secret_name(id));
@@ -391,15 +391,11 @@ async fn settled(cluster: &Cluster, id: &str, collected: bool) -> Option<Value> 
             }
         };
         if resource_done && pod.is_none() && secret.is_none() {
-            return resource;
+            return Ok(resource);
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "job {id} never settled:\nresource {resource:?}\npod {pod:?}\nsecret present: {}",
-            secret.is_some()
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+        Err(format!("\nresource {resource:?}\npod {pod:?}\nsecret present: {}", secret.is_some()))
+    })
+    .await
 }
 
 async fn act(cluster: &Cluster, id: &str, act: Act) {
@@ -408,24 +404,23 @@ async fn act(cluster: &Cluster, id: &str, act: Act) {
     match act {
         Act::Nothing => {}
         Act::StopWhilePending => {
-            let deadline = std::time::Instant::now() + Duration::from_secs(30);
-            while cluster.api.get(Kind::POD, NAMESPACE, &pod_name(id)).is_none() {
-                assert!(std::time::Instant::now() < deadline, "no pod for {id}");
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
+            until(&format!("a pod for {id}"), Duration::from_secs(30), || async {
+                cluster.api.get(Kind::POD, NAMESPACE, &pod_name(id)).is_some()
+            })
+            .await;
             let stop = cluster.gateway.post_json(&format!("/api/v1/jobs/{id}/stop/"), "alice", json!({})).await;
             assert_eq!(stop.status, 200, "{}", stop.json);
         }
         Act::DeletePodWhileRunning | Act::DeleteResourceWhileRunning | Act::StopWhileRunning => {
-            let deadline = std::time::Instant::now() + Duration::from_secs(60);
-            loop {
+            eventually(&format!("{id} started"), Duration::from_secs(60), || async {
                 let logs = cluster.gateway.get(&format!("/api/v1/jobs/{id}/logs/"), "alice").await.json;
                 if logs["logs"].as_str().unwrap_or_default().contains("started") {
-                    break;
+                    Ok(())
+                } else {
+                    Err(logs.to_string())
                 }
-                assert!(std::time::Instant::now() < deadline, "{id} never started: {logs}");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-            }
+            })
+            .await;
             match act {
                 Act::DeletePodWhileRunning => {
                     pods.delete(&pod_name(id), &Default::default()).await.unwrap();
@@ -680,11 +675,10 @@ async fn finished_resources_are_collected_and_the_api_answers_as_before() {
     assert_eq!(job["status"], "SUCCEEDED", "{job}");
     // The Secret (the caller's token) goes as soon as the pod is done with it; the pod stays for
     // its keep window (`kubectl logs`), the resource for its own.
-    let deadline = std::time::Instant::now() + Duration::from_secs(30);
-    while cluster.api.get(Kind::SECRET, NAMESPACE, &secret_name(&id)).is_some() {
-        assert!(std::time::Instant::now() < deadline, "the finished job's Secret was not deleted");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    until("the finished job's Secret deleted", Duration::from_secs(30), || async {
+        cluster.api.get(Kind::SECRET, NAMESPACE, &secret_name(&id)).is_none()
+    })
+    .await;
     assert!(cluster.api.get(Kind::POD, NAMESPACE, &pod_name(&id)).is_some(), "the pod is kept for its window");
     let kept = settled(&cluster, &id, false).await.expect("kept within its window");
     assert_eq!(kept["status"]["phase"], "SUCCEEDED");
@@ -717,7 +711,7 @@ async fn finished_resources_are_collected_and_the_api_answers_as_before() {
 /// reads the log again nor announces the loss a second time.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_log_settled_before_a_crash_is_read_back_not_settled_again() {
-    use gantry::compute::controller::status::{LOST_LOG, NO_LOG};
+    use gantry::controller::status::{LOST_LOG, NO_LOG};
     use gantry::domain::lifecycle::{JobStatus, Trigger, decide};
     let gateway = Gateway::start(Backend::PostgresS3).await;
     let cluster = Cluster::start_tuned(gateway, Duration::from_secs(600), Duration::from_secs(3600), |_| {}).await;

@@ -8,6 +8,7 @@ use gantry::domain::lifecycle::{JobStatus, Trigger, decide};
 use serde_json::{Value, json};
 
 use crate::both_backends;
+use crate::eventually::until;
 use crate::harness::{Backend, Gateway};
 
 both_backends!(an_ended_job_says_why_in_its_answer_and_the_listing,);
@@ -160,11 +161,10 @@ async fn every_local_ending_says_why() {
         ids.push(run_title(&gateway, ending.title).await);
     }
     let stop = &ids[LOCAL_ENDINGS.iter().position(|e| e.title == "stop").unwrap()];
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    while !gateway.get(&format!("/api/v1/jobs/{stop}/logs/"), "alice").await.json.to_string().contains("sleeping") {
-        assert!(std::time::Instant::now() < deadline, "the sleeper never started");
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
+    until("the sleeper started", std::time::Duration::from_secs(60), || async {
+        gateway.get(&format!("/api/v1/jobs/{stop}/logs/"), "alice").await.json.to_string().contains("sleeping")
+    })
+    .await;
     let reply = gateway.post_json(&format!("/api/v1/jobs/{stop}/stop/"), "alice", json!({})).await;
     assert_eq!(reply.status, 200, "{}", reply.json);
     for (ending, id) in LOCAL_ENDINGS.iter().zip(&ids) {

@@ -4,7 +4,7 @@
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Body;
 use futures::StreamExt;
@@ -12,6 +12,7 @@ use http_body_util::BodyExt;
 use serde_json::{Value, json};
 
 use crate::both_backends;
+use crate::eventually::until;
 use crate::harness::{Backend, Gateway, tar_of};
 
 both_backends!(
@@ -65,15 +66,6 @@ async fn run_printer(gateway: &Gateway, arguments: Value) -> String {
 
 fn terminal(job: &Value) -> bool {
     matches!(job["status"].as_str(), Some("SUCCEEDED" | "FAILED" | "STOPPED"))
-}
-
-/// Waits until `check` holds, or panics with `what` after `seconds`.
-async fn eventually<F: std::future::Future<Output = bool>>(seconds: u64, what: &str, mut check: impl FnMut() -> F) {
-    let deadline = Instant::now() + Duration::from_secs(seconds);
-    while !check().await {
-        assert!(Instant::now() < deadline, "{what}: not within {seconds} s");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 const EVENT_FIELDS: [&str; 9] =
@@ -176,7 +168,7 @@ async fn nats_receives_every_move_in_order_with_the_documented_fields(backend: B
     assert!(sequences.windows(2).all(|pair| pair[0] < pair[1]), "sequences grow: {sequences:?}");
     assert_eq!(ids.iter().collect::<HashSet<_>>().len(), 4);
     let db = &gateway.state.db;
-    eventually(10, "the outbox marks every event delivered", || async move {
+    until("the outbox marks every event delivered", Duration::from_secs(10), || async move {
         gantry::db::outbox::counts(db).await.unwrap() == (0, 4, 0)
     })
     .await;
@@ -226,14 +218,14 @@ async fn a_deleted_nats_stream_is_created_again_for_the_next_events(backend: Bac
         assert_eq!(failed, 0);
         delivered == n
     };
-    eventually(20, "the first job's events reach NATS", || delivered(4)).await;
+    until("the first job's events reach NATS", Duration::from_secs(20), || delivered(4)).await;
     assert_eq!(moves_of(&stored_events(&stream).await, &first), full_lifecycle());
 
     // Between two jobs.
     delete_stream(&stream).await;
     let second = run_printer(&gateway, json!({"nap": 120})).await;
     gateway.wait_for_job("alice", &second, 60, |job| job["status"] == "RUNNING").await;
-    eventually(20, "the next job's events reach the stream created again", || delivered(7)).await;
+    until("the next job's events reach the stream created again", Duration::from_secs(20), || delivered(7)).await;
     let stored = stored_events(&stream).await;
     assert_eq!(moves_of(&stored, &second), full_lifecycle()[..3], "in order, each once");
     assert_eq!(stored.iter().map(sequence).collect::<Vec<_>>(), [1, 2, 3]);
@@ -242,7 +234,7 @@ async fn a_deleted_nats_stream_is_created_again_for_the_next_events(backend: Bac
     delete_stream(&stream).await;
     let job = stop_job(&gateway, &second).await;
     assert_eq!(job["status"], "STOPPED", "{job}");
-    eventually(20, "the job's next event reaches the stream created again", || delivered(8)).await;
+    until("the job's next event reaches the stream created again", Duration::from_secs(20), || delivered(8)).await;
     let stored = stored_events(&stream).await;
     assert_eq!(moves_of(&stored, &second), [(json!("RUNNING"), json!("STOPPED"))]);
     assert_eq!(sequence(&stored[0]), 4);
@@ -380,7 +372,7 @@ async fn every_job_event_is_published_once_with_its_type_and_a_gapless_sequence(
     );
 
     let db = &gateway.state.db;
-    eventually(30, "every event is delivered to both sinks", || async move {
+    until("every event is delivered to both sinks", Duration::from_secs(30), || async move {
         gantry::db::outbox::counts(db).await.unwrap() == (0, 8, 0)
     })
     .await;
@@ -468,7 +460,7 @@ async fn moves_made_while_nats_is_unreachable_are_delivered_once_it_is_back(back
 
     relay.set(true);
     let db = &gateway.state.db;
-    eventually(90, "the outbox delivers everything once NATS is back", || async move {
+    until("the outbox delivers everything once NATS is back", Duration::from_secs(90), || async move {
         gantry::db::outbox::counts(db).await.unwrap() == (0, 4, 0)
     })
     .await;
@@ -530,7 +522,7 @@ async fn webhooks_are_signed_retried_and_delivered_once_each(backend: Backend) {
     let job_id = run_printer(&gateway, json!({"lines": 1})).await;
     gateway.wait_for_job("alice", &job_id, 60, terminal).await;
     let seen = &received;
-    eventually(60, "the webhook accepts all four events", || async move {
+    until("the webhook accepts all four events", Duration::from_secs(60), || async move {
         seen.lock().unwrap().requests.iter().filter(|r| r.2 == 200).count() >= 4
     })
     .await;
@@ -563,7 +555,7 @@ async fn events_a_receiver_rejects_are_kept_with_their_error(backend: Backend) {
     upload_printer(&gateway).await;
     let job_id = run_printer(&gateway, json!({})).await;
     let db = &gateway.state.db;
-    eventually(20, "the rejected event is marked undeliverable", || async move {
+    until("the rejected event is marked undeliverable", Duration::from_secs(20), || async move {
         gantry::db::outbox::counts(db).await.unwrap() == (0, 0, 1)
     })
     .await;
@@ -578,9 +570,11 @@ async fn events_a_receiver_rejects_are_kept_with_their_error(backend: Backend) {
     let requeued = gateway.admin(gantry::admin::AdminCommand::EventsRetry).await;
     assert!(requeued.starts_with("1 undeliverable events queued again"), "{requeued}");
     let seen = &received;
-    eventually(20, "the requeued event is sent again", || async move { seen.lock().unwrap().requests.len() == 2 })
-        .await;
-    eventually(20, "and kept as undeliverable again", || async move {
+    until("the requeued event is sent again", Duration::from_secs(20), || async move {
+        seen.lock().unwrap().requests.len() == 2
+    })
+    .await;
+    until("and kept as undeliverable again", Duration::from_secs(20), || async move {
         gantry::db::outbox::counts(db).await.unwrap() == (0, 0, 1)
     })
     .await;
@@ -602,7 +596,7 @@ async fn the_outbox_keeps_only_the_newest_delivered_events(backend: Backend) {
     let job_id = run_printer(&gateway, json!({})).await;
     gateway.wait_for_job("alice", &job_id, 60, terminal).await;
     let db = &gateway.state.db;
-    eventually(30, "delivered rows beyond the newest two are pruned", || async move {
+    until("delivered rows beyond the newest two are pruned", Duration::from_secs(30), || async move {
         gantry::db::outbox::counts(db).await.unwrap() == (0, 2, 0)
     })
     .await;
@@ -781,7 +775,7 @@ async fn a_log_follower_receives_every_line_of_a_job_that_prints_for_seconds(bac
     assert_eq!(gateway.get(&format!("{uri}?offset=-1"), "alice").await.status, 400);
     assert_eq!(gateway.get(&uri, "mallory").await.status, 403);
     let follows = &gateway.state.follows;
-    eventually(5, "hubs stop when their job ends", || async move { follows.running() == 0 }).await;
+    until("hubs stop when their job ends", Duration::from_secs(5), || async move { follows.running() == 0 }).await;
 }
 
 async fn logs_answers_stream_a_large_archived_log(backend: Backend) {

@@ -17,6 +17,7 @@ use prost::Message;
 use serde_json::{Value, json};
 
 use crate::both_backends;
+use crate::eventually::{eventually, until};
 use crate::harness::{Backend, Gateway, tar_of};
 
 /// One span as the collector received it.
@@ -108,15 +109,11 @@ impl Collector {
 
     /// Waits (at most `seconds`) until `done` holds for the spans received.
     pub async fn wait_for(&self, seconds: u64, done: impl Fn(&[Received]) -> bool) -> Vec<Received> {
-        let deadline = Instant::now() + Duration::from_secs(seconds);
-        loop {
+        eventually("the spans arrived", Duration::from_secs(seconds), || async {
             let spans = self.spans();
-            if done(&spans) {
-                return spans;
-            }
-            assert!(Instant::now() < deadline, "the spans never arrived; received: {spans:#?}");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+            if done(&spans) { Ok(spans) } else { Err(format!("received: {spans:#?}")) }
+        })
+        .await
     }
 }
 
@@ -147,16 +144,20 @@ impl Serve {
             .kill_on_drop(true);
         let mut child = command.spawn().expect("gantry serve starts");
         let base = format!("http://127.0.0.1:{port}");
-        let deadline = Instant::now() + Duration::from_secs(60);
-        while !curl(vec![format!("{base}/readiness/")]).await.contains("ready") {
-            if let Some(status) = child.try_wait().unwrap() {
-                let mut stderr = String::new();
-                let _ = tokio::io::AsyncReadExt::read_to_string(child.stderr.as_mut().unwrap(), &mut stderr).await;
-                panic!("gantry serve ended ({status}):\n{stderr}");
+        until("gantry serve became ready", Duration::from_secs(60), || {
+            // Ended instead: its stderr says why.
+            let ended = child.try_wait().unwrap().map(|status| (status, child.stderr.take()));
+            let readiness = curl(vec![format!("{base}/readiness/")]);
+            async move {
+                if let Some((status, stderr)) = ended {
+                    let mut said = String::new();
+                    let _ = tokio::io::AsyncReadExt::read_to_string(&mut stderr.unwrap(), &mut said).await;
+                    panic!("gantry serve ended ({status}):\n{said}");
+                }
+                readiness.await.contains("ready")
             }
-            assert!(Instant::now() < deadline, "gantry serve did not become ready");
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
+        })
+        .await;
         Serve { base, child }
     }
 
@@ -220,17 +221,17 @@ pub async fn run_job(
     )
     .unwrap();
     let id = run["id"].as_str().unwrap_or_else(|| panic!("run answered {run}")).to_string();
-    let deadline = Instant::now() + Duration::from_secs(90);
-    let job = loop {
+    let job = eventually("the job ended", Duration::from_secs(90), || async {
         let job: Value =
             serde_json::from_str(&curl(vec!["-H".into(), auth.clone(), format!("{base}/api/v1/jobs/{id}/")]).await)
                 .unwrap();
         if ["SUCCEEDED", "FAILED", "STOPPED"].contains(&job["status"].as_str().unwrap_or_default()) {
-            break job;
+            Ok(job)
+        } else {
+            Err(job)
         }
-        assert!(Instant::now() < deadline, "the job never ended: {job}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    })
+    .await;
     let logs: Value =
         serde_json::from_str(&curl(vec!["-H".into(), auth, format!("{base}/api/v1/jobs/{id}/logs/")]).await).unwrap();
     let answers = Answers {
@@ -475,12 +476,12 @@ async fn one_traced_cluster_job(python: &str, main: &str) -> Vec<Received> {
     let collector = Collector::start().await;
     let resources = crate::harness::Gateway::start(crate::harness::Backend::PostgresS3).await;
     let folder = tempfile::tempdir().unwrap();
-    let api = crate::kube_double::ApiServer::new();
+    let api = crate::doubles::kube_double::ApiServer::new();
     api.install_crd(&gantry::crd::crd_yaml()).await;
     let address = api.serve().await;
     let kubeconfig = folder.path().join("kubeconfig");
     std::fs::write(&kubeconfig, api.kubeconfig(address)).unwrap();
-    let _kubelet = crate::kubelet_double::Kubelet::start(api.clone(), "default");
+    let _kubelet = crate::doubles::kubelet_double::Kubelet::start(api.clone(), "default");
     let port = free_port();
     let url = format!("http://127.0.0.1:{port}");
     let (shared, mut env) = role_settings(&resources, folder.path(), &kubeconfig);

@@ -1,9 +1,9 @@
 //! Creating a job: the `run` transaction, the active-job limit checked in it.
 
-use super::counters::{COUNT_ADD, PROVIDER_ADD, slot_shard};
 use super::{OutboxNames, day_of};
+use crate::db::counts::{COUNT_ADD, PROVIDER_ADD, QUEUE_ADD, slot_shard};
 use crate::db::group_commit::{Batched, Counts, Key};
-use crate::db::queue::{QUEUE_ADD, block_of};
+use crate::db::queue::block_of;
 use crate::db::{Db, Error, new_id, now_micros, query_error};
 
 /// A job to create.

@@ -245,7 +245,7 @@ impl PodsSeen {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::compute::controller::status::pod_trigger;
+    use crate::controller::status::pod_trigger;
     use crate::domain::lifecycle::JobStatus;
     use serde_json::json;
     use std::time::Duration;

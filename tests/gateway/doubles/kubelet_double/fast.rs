@@ -16,7 +16,7 @@ use serde_json::{Value, json};
 use tokio::sync::{broadcast, mpsc};
 
 use super::{Kubelet, now};
-use crate::kube_double::{ApiServer, EventType, Kind};
+use crate::doubles::kube_double::{ApiServer, EventType, Kind};
 
 /// How a pod of a function lives on the fast path.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -118,7 +118,7 @@ impl FastKubelet {
         self.attempts.lock().expect("lock").clone()
     }
 
-    async fn follow(self, mut changes: broadcast::Receiver<crate::kube_double::Change>) {
+    async fn follow(self, mut changes: broadcast::Receiver<crate::doubles::kube_double::Change>) {
         let mut seen = HashSet::new();
         self.catch_up(&mut seen);
         loop {

@@ -17,7 +17,7 @@ use base64::Engine;
 use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 
-use crate::kube_double::{ApiServer, Kind};
+use crate::doubles::kube_double::{ApiServer, Kind};
 
 pub mod fast;
 

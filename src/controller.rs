@@ -247,7 +247,7 @@ impl ControllerArgs {
             archive_give_up: Duration::from_secs(self.archive_give_up_seconds),
             infrastructure_retries: self.infrastructure_retries.min(MAX_INFRASTRUCTURE_RETRIES),
             retry_backoff: Duration::from_secs(self.infrastructure_retry_backoff_seconds.min(300)),
-            limits: self.limits.limits(super::CLUSTER_GPU_SLOTS),
+            limits: self.limits.limits(crate::compute::CLUSTER_GPU_SLOTS),
             admission_every: Duration::from_millis(self.scheduler_tick_ms.max(10)),
             concurrency: self.reconcile_concurrency.max(1),
             reconcile_timeout: Duration::from_secs(self.reconcile_timeout_seconds.max(1)),

@@ -20,10 +20,11 @@ use futures::StreamExt;
 use gantry::crd::pod_name;
 use serde_json::{Value, json};
 
-use crate::controller::{NAMESPACE, cpu_seconds};
+use super::cpu_seconds;
+use crate::controller::NAMESPACE;
+use crate::doubles::kube_double::{ApiServer, Kind};
+use crate::doubles::kubelet_double::fast::{FastKubelet, Run};
 use crate::harness::{Backend, Gateway, tar_of};
-use crate::kube_double::{ApiServer, Kind};
-use crate::kubelet_double::fast::{FastKubelet, Run};
 
 /// What the soak does to a job once its pod reached its point.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -743,8 +744,8 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
         let text = log.as_ref().map(|l| String::from_utf8_lossy(l).into_owned());
         match text {
             None => lost.push(format!("{id}: no log stored")),
-            Some(text) if text.starts_with(gantry::compute::controller::status::NO_LOG) => {
-                if text.contains(gantry::compute::controller::status::LOST_LOG) {
+            Some(text) if text.starts_with(gantry::controller::status::NO_LOG) => {
+                if text.contains(gantry::controller::status::LOST_LOG) {
                     lost.push(format!("{id}: {}", text.trim()));
                 } else {
                     no_log += 1;
