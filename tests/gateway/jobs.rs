@@ -141,6 +141,24 @@ async fn run(gateway: &Gateway, token: &str, title: &str, arguments: &str) -> cr
         .await
 }
 
+/// A plain job of `author` for `program` with id `id`, as `run` writes it.
+fn queued_job(program: &str, author: &str, id: String) -> gantry::db::jobs::NewJob {
+    gantry::db::jobs::NewJob {
+        id,
+        program_id: program.to_string(),
+        provider_id: None,
+        author_id: author.to_string(),
+        arguments: "{}".into(),
+        config: "{}".into(),
+        env_vars: "{}".into(),
+        runner: "local".into(),
+        gpu: false,
+        function_size: None,
+        trial: false,
+        traceparent: None,
+    }
+}
+
 async fn job_rows(gateway: &Gateway) -> i64 {
     let (count, _) = gantry::db::jobs::list(&gateway.state.db, &Default::default(), Some(1), 0).await.unwrap();
     count
@@ -758,20 +776,7 @@ async fn a_cancelled_run_never_leaves_a_transaction_open(backend: Backend) {
         .unwrap()
         .to_string();
     let author = gantry::db::users::find_by_username(&gateway.state.db, "alice").await.unwrap().unwrap().id;
-    let new_job = || gantry::db::jobs::NewJob {
-        id: gantry::db::new_id(),
-        program_id: program.clone(),
-        provider_id: None,
-        author_id: author.clone(),
-        arguments: "{}".into(),
-        config: "{}".into(),
-        env_vars: "{}".into(),
-        runner: "local".into(),
-        gpu: false,
-        function_size: None,
-        trial: false,
-        traceparent: None,
-    };
+    let new_job = || queued_job(&program, &author, gantry::db::new_id());
     // Clients that disconnect cancel their requests at any point, also inside the transaction,
     // while others keep the pool busy.
     for round in 0..20u64 {
@@ -813,20 +818,7 @@ async fn runs_waiting_together_each_get_their_own_answer(backend: Backend) {
         let author = gantry::db::users::find_by_username(&db, user).await.unwrap().unwrap().id;
         programs.push((program, author));
     }
-    let new_job = |(program, author): &(String, String), id: String| gantry::db::jobs::NewJob {
-        id,
-        program_id: program.clone(),
-        provider_id: None,
-        author_id: author.clone(),
-        arguments: "{}".into(),
-        config: "{}".into(),
-        env_vars: "{}".into(),
-        runner: "local".into(),
-        gpu: false,
-        function_size: None,
-        trial: false,
-        traceparent: None,
-    };
+    let new_job = |(program, author): &(String, String), id: String| queued_job(program, author, id);
     let taken = gantry::db::new_id();
     gantry::db::jobs::insert_with_limit(&db, &new_job(&programs[1], taken.clone()), 10, true).await.unwrap().unwrap();
     // Queued while the writer is held, so that they wait together.

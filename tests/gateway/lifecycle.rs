@@ -414,6 +414,22 @@ pub(crate) fn serve_with(dir: &std::path::Path, extra: &[&str]) -> (std::process
     (child, base)
 }
 
+/// Uploads `artifact` as alice's function `fn` (entry point main.py) through `curl`.
+fn upload_fn(base: &str, artifact: &std::path::Path) {
+    let uploaded = curl(&[
+        "-H",
+        "Authorization: Bearer alice",
+        "-F",
+        "title=fn",
+        "-F",
+        "entrypoint=main.py",
+        "-F",
+        &format!("artifact=@{}", artifact.display()),
+        &format!("{base}/api/v1/programs/upload/"),
+    ]);
+    assert!(uploaded.contains("\"title\":\"fn\""), "{uploaded}");
+}
+
 /// The threads of process `pid` named `name` (as `/proc` shortens it).
 fn threads_named(pid: u32, name: &str) -> usize {
     std::fs::read_dir(format!("/proc/{pid}/task"))
@@ -437,19 +453,7 @@ fn serve_bounds_its_pool_and_shows_the_database_waits_on_its_admin_port() {
     let auth = "Authorization: Bearer alice";
     let artifact = dir.path().join("fn.tar");
     std::fs::write(&artifact, tar_of(&[("main.py", b"print('hi')\n")])).unwrap();
-    let upload = format!("artifact=@{}", artifact.display());
-    let uploaded = curl(&[
-        "-H",
-        auth,
-        "-F",
-        "title=fn",
-        "-F",
-        "entrypoint=main.py",
-        "-F",
-        &upload,
-        &format!("{base}/api/v1/programs/upload/"),
-    ]);
-    assert!(uploaded.contains("\"title\":\"fn\""), "{uploaded}");
+    upload_fn(&base, &artifact);
     // Sixteen clients at once, reading and running.
     let clients: Vec<_> = (0..16)
         .map(|i| {
@@ -513,18 +517,7 @@ async fn a_restarted_serve_adopts_a_running_job() {
     let data = dir.path().join("data");
     let (mut first, base) = serve(&data);
     let auth = "Authorization: Bearer alice";
-    let uploaded = curl(&[
-        "-H",
-        auth,
-        "-F",
-        "title=fn",
-        "-F",
-        "entrypoint=main.py",
-        "-F",
-        &format!("artifact=@{}", artifact.display()),
-        &format!("{base}/api/v1/programs/upload/"),
-    ]);
-    assert!(uploaded.contains("\"title\":\"fn\""), "{uploaded}");
+    upload_fn(&base, &artifact);
     let body = json!({"title": "fn", "arguments": "{\"n\": 5, \"mode\": \"nap\", \"seconds\": 4}"}).to_string();
     let run: Value = serde_json::from_str(&curl(&[
         "-H",
