@@ -27,8 +27,8 @@
 //!
 //! Deviations a test should know about: no admission, schema or CEL validation; strategic merge
 //! patch is a plain merge patch (lists are replaced, never merged by key); server-side apply
-//! merges the applied object without field ownership (fields a manager stops applying are
-//! kept, no conflicts); pods are deleted gracefully only once bound to a node (`spec.nodeName`,
+//! keeps field ownership as `kube_double::fields` describes it, simplified (lists are atomic,
+//! creation by POST records no owner); pods are deleted gracefully only once bound to a node (`spec.nodeName`,
 //! which the kubelet double sets): marked with `deletionTimestamp` and
 //! `deletionGracePeriodSeconds` until the node removes them, as the real server does; an unbound
 //! pod, or a delete with `gracePeriodSeconds=0`, removes it at once; namespaces need not exist; `dryRun` is refused; owner-reference
