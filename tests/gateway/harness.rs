@@ -419,8 +419,11 @@ impl Drop for Gateway {
             let _ = std::thread::spawn(move || {
                 let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
                 runtime.block_on(async move {
+                    // Bounded: a task of the test's runtime may still hold a connection, and that
+                    // runtime waits for this thread (a current-thread runtime cannot run the task
+                    // to give it back). The forced DROP below ends such a connection anyway.
                     if let Db::Postgres(pool) = db {
-                        pool.close().await;
+                        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), pool.close()).await;
                     }
                     if let Ok(Db::Postgres(pool)) = Db::connect(&admin_url).await {
                         let _ =

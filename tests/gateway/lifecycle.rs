@@ -446,10 +446,12 @@ fn serve_bounds_its_pool_and_shows_the_database_waits_on_its_admin_port() {
     let dir = tempfile::tempdir().unwrap();
     let admin = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let admin_flag = format!("127.0.0.1:{admin}");
-    let (mut child, base) = serve_with(
+    let (child, base) = serve_with(
         dir.path(),
         &["--runner", "none", "--active-jobs-per-user", "1000", "--db-connections", "3", "--admin-listen", &admin_flag],
     );
+    // Killed however the test ends.
+    let child = KilledOnDrop(child);
     let auth = "Authorization: Bearer alice";
     let artifact = dir.path().join("fn.tar");
     std::fs::write(&artifact, tar_of(&[("main.py", b"print('hi')\n")])).unwrap();
@@ -480,7 +482,7 @@ fn serve_bounds_its_pool_and_shows_the_database_waits_on_its_admin_port() {
     for client in clients {
         client.join().unwrap();
     }
-    let connections = threads_named(child.id(), "sqlx-sqlite-wor");
+    let connections = threads_named(child.0.id(), "sqlx-sqlite-wor");
     assert!((1..=3).contains(&connections), "{connections} SQLite connections with --db-connections 3");
     let metrics = curl(&[&format!("http://127.0.0.1:{admin}/metrics")]);
     let value = |name: &str| -> f64 {
@@ -495,8 +497,16 @@ fn serve_bounds_its_pool_and_shows_the_database_waits_on_its_admin_port() {
     assert!(value("gantry_db_write_batch_size_count") <= value("gantry_db_write_batch_size_sum"));
     let runs = curl(&["-H", auth, &format!("{base}/api/v1/jobs/?limit=1")]);
     assert!(runs.contains("\"count\":80"), "{runs}");
-    child.kill().unwrap();
-    child.wait().unwrap();
+}
+
+/// A child process killed (and reaped) when dropped, also when a test fails first.
+struct KilledOnDrop(std::process::Child);
+
+impl Drop for KilledOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
 }
 
 /// A real restart: `gantry serve` is killed while a job runs; the next one adopts the job's
