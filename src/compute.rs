@@ -130,10 +130,10 @@ pub async fn move_job(
     span.record("gantry.job.previous_status", current.as_str());
     span.record("gantry.job.status", mv.to.as_str());
     span.record("gantry.job.origin", mv.origin.as_str());
-    if !jobs::apply_move(db, job_id, &mv, publisher.outbox()).instrument(span).await? {
+    let Some(moved) = jobs::apply_move(db, job_id, &mv, publisher.outbox()).instrument(span).await? else {
         return Ok(None);
-    }
-    job_times::observe(db, job_id, mv.to).await;
+    };
+    job_times::observe(db, job_id, mv.to, moved.created).await;
     publish_move(publisher, job_id, &mv);
     Ok(Some(mv.to))
 }
@@ -148,6 +148,14 @@ pub async fn job_step(db: &Db, step: &'static str, job_id: &str) -> tracing::Spa
     context::job_span(step, job_id, traceparent.as_deref())
 }
 
+/// `job_step` for a job whose trace its caller already read (nothing is read).
+pub fn job_step_of(step: &'static str, job_id: &str, traceparent: Option<&str>) -> tracing::Span {
+    if !telemetry::enabled() {
+        return tracing::Span::none();
+    }
+    context::job_span(step, job_id, traceparent)
+}
+
 /// Hands a written move to the publisher.
 fn publish_move(publisher: &Arc<dyn Publisher>, job_id: &str, mv: &lifecycle::Move) {
     events::publish(
@@ -160,6 +168,22 @@ fn publish_move(publisher: &Arc<dyn Publisher>, job_id: &str, mv: &lifecycle::Mo
             created: db::format_timestamp(db::now_micros()),
         },
     );
+}
+
+/// Applies a trigger to a job its caller last saw in `seen` (read or written by it): one write
+/// when the job is still there; when it moved meanwhile, its status is read again
+/// (`move_job_now`).
+pub async fn move_job_from(
+    db: &Db,
+    publisher: &Arc<dyn Publisher>,
+    job_id: &str,
+    seen: JobStatus,
+    trigger: &Trigger,
+) -> Result<Option<JobStatus>, db::Error> {
+    if let Some(status) = move_job(db, publisher, job_id, seen, trigger).await? {
+        return Ok(Some(status));
+    }
+    move_job_now(db, publisher, job_id, trigger).await
 }
 
 /// Applies a trigger to whatever status the job has now, retrying if another mover got there

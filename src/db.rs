@@ -9,6 +9,7 @@ pub mod idempotency;
 pub mod indexes;
 pub mod jobs;
 pub mod outbox;
+pub mod params;
 pub mod programs;
 pub mod providers;
 pub mod queue;

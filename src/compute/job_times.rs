@@ -35,17 +35,21 @@ pub static JOB_TIMES: LazyLock<JobTimes> = LazyLock::new(|| JobTimes {
     run_time: Family::new_with_constructor(job_histogram as fn() -> Histogram),
 });
 
-/// Observes a move into `to` just written: the queue wait when the job starts running, the run
-/// time when it ends (a job that never ran has none). Reads the job's times only then.
-pub async fn observe(db: &Db, job_id: &str, to: JobStatus) {
-    if to != JobStatus::Running && !to.is_terminal() {
-        return;
-    }
-    let Ok(Some((created, running_since))) = jobs::times(db, job_id).await else { return };
+/// Observes a move into `to` just written (of a job created at `created`, which the move
+/// returned): the queue wait when the job starts running, the run time when it ends (a job that
+/// never ran has none). Only the end reads: when the job started running is in its events, not
+/// its row.
+pub async fn observe(db: &Db, job_id: &str, to: JobStatus, created: i64) {
     let seconds = |since: i64| (db::now_micros() - since).max(0) as f64 / 1e6;
     if to == JobStatus::Running {
         JOB_TIMES.queue_wait.observe(seconds(created));
-    } else if let Some(started) = running_since {
+        return;
+    }
+    if !to.is_terminal() {
+        return;
+    }
+    let Ok(Some((_, running_since))) = jobs::times(db, job_id).await else { return };
+    if let Some(started) = running_since {
         JOB_TIMES.run_time.get_or_create(&FinalStatusLabels { status: to.as_str() }).observe(seconds(started));
     }
 }

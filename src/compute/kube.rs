@@ -160,16 +160,12 @@ impl KubeBackend {
     async fn ensure_resources_traced(&self, job_id: &str) -> Result<(), Error> {
         let database = |source| Error::Database { job_id: job_id.to_string(), source };
         let kube = |operation| move |source| Error::Kube { operation, job_id: job_id.to_string(), source };
-        let job =
-            jobs::find(&self.db, job_id).await.map_err(database)?.ok_or(Error::JobGone { job_id: job_id.into() })?;
+        let jobs::Launch { job, info: launch } =
+            jobs::launch(&self.db, job_id).await.map_err(database)?.ok_or(Error::JobGone { job_id: job_id.into() })?;
         if job.status().is_terminal() {
             // Finished (stopped while queued, or collected after its keep window): never made again.
             return Ok(());
         }
-        let launch = jobs::launch_info(&self.db, job_id)
-            .await
-            .map_err(database)?
-            .ok_or(Error::JobGone { job_id: job_id.into() })?;
         let spec = function_job_spec(&job, &launch, &self.settings.default_resources, self.settings.timeout);
         let mut resource = FunctionJob::new(job_id, spec.clone());
         resource.metadata.labels = Some(labels(&spec));

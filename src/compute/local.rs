@@ -21,8 +21,9 @@ use tokio::sync::Notify;
 
 use self::container::{ContainerJob, Engine, OBJECTS_FOLDER, WORK_MOUNT, container_name};
 
-use super::{Compute, StopOutcome, admit_queued, count_in, move_job, move_job_now, stop_without_process};
-use crate::db::{self, Db, jobs};
+use super::{Compute, StopOutcome, admit_queued, count_in, move_job, move_job_from, stop_without_process};
+use crate::db::jobs::{self, Launch};
+use crate::db::{self, Db};
 use crate::domain::admission::{Capacity, Limits};
 use crate::domain::lifecycle::{JobStatus, Trigger, limit_reason, no_space_reason};
 use crate::domain::runtime_env::{JobEnvironmentInput, job_environment};
@@ -76,12 +77,6 @@ pub struct RunnerConfig {
 enum Running {
     Process(u32),
     Container(String),
-}
-
-/// A job's row and what it was launched with.
-struct Loaded {
-    job: jobs::JobRow,
-    info: jobs::LaunchRow,
 }
 
 /// `backend_ref` of a job run by a container.
@@ -194,23 +189,26 @@ impl LocalRunner {
         Ok(())
     }
 
+    /// Records that an admitted (PENDING) job could not be started.
     async fn fail_launch(&self, job_id: &str, reason: String) {
         tracing::warn!(job.id = %job_id, reason = %reason, "job could not be started");
-        if let Err(error) = move_job_now(&self.db, &self.publisher, job_id, &Trigger::LaunchFailed { reason }).await {
+        let failed = Trigger::LaunchFailed { reason };
+        if let Err(error) = move_job_from(&self.db, &self.publisher, job_id, JobStatus::Pending, &failed).await {
             tracing::error!(error = &error as &dyn std::error::Error, "failed to record a launch failure");
         }
         self.release_slot(job_id).await;
     }
 
     /// Starts `gantry launch` for an admitted (PENDING) job, as a process or in the job's
-    /// container, and watches it.
+    /// container, and watches it. The job is read once, here; after that only what can have
+    /// changed is read again (a stop requested meanwhile, in `started` and `finish`).
     async fn launch(self: Arc<Self>, job_id: String, held: Option<gpus::Held>) {
-        // The start's span: the launcher's spans are its children (`TRACEPARENT`).
-        let span = super::job_step(&self.db, "gantry.job.start", &job_id).await;
         let loaded = match self.load(&job_id).await {
             Ok(loaded) => loaded,
             Err(reason) => return self.fail_launch(&job_id, reason).await,
         };
+        // The start's span: the launcher's spans are its children (`TRACEPARENT`).
+        let span = super::job_step_of("gantry.job.start", &job_id, loaded.info.traceparent.as_deref());
         if loaded.job.gpu && held.is_none() {
             let reason = "the GPUs it asks for were not free when it was admitted".to_string();
             return self.fail_launch(&job_id, reason).await;
@@ -252,27 +250,21 @@ impl LocalRunner {
             Ok(_) => {}
             Err(error) => tracing::error!(error = &error as &dyn std::error::Error, "failed to record a job start"),
         }
-        // A stop that arrived while the launcher was being started.
+        // A stop that arrived while the launcher was being started: read again, as it can have
+        // been requested since the job was loaded.
         if matches!(jobs::find(&self.db, job_id).await, Ok(Some(job)) if job.stop_requested) {
             self.terminate(job_id);
         }
     }
 
-    async fn load(&self, job_id: &str) -> Result<Loaded, String> {
-        let job = jobs::find(&self.db, job_id)
-            .await
-            .map_err(|e| format!("failed to load the job: {e}"))?
-            .ok_or("the job disappeared")?;
-        let info = jobs::launch_info(&self.db, job_id)
-            .await
-            .map_err(|e| format!("failed to load the job: {e}"))?
-            .ok_or("the job disappeared")?;
-        Ok(Loaded { job, info })
+    async fn load(&self, job_id: &str) -> Result<Launch, String> {
+        let launch = jobs::launch(&self.db, job_id).await.map_err(|e| format!("failed to load the job: {e}"))?;
+        Ok(launch.ok_or("the job disappeared")?)
     }
 
     /// The job's own environment (client-contract §5.1) with `DATA_PATH` at `data_path`.
-    fn job_variables(&self, loaded: &Loaded, data_path: &str) -> Result<Vec<(String, String)>, String> {
-        let Loaded { job, info } = loaded;
+    fn job_variables(&self, loaded: &Launch, data_path: &str) -> Result<Vec<(String, String)>, String> {
+        let Launch { job, info } = loaded;
         let request_env: Map<String, Value> = serde_json::from_str(&info.env_vars).unwrap_or_default();
         let function_env: Map<String, Value> =
             info.function_env_vars.as_deref().and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default();
@@ -303,7 +295,7 @@ impl LocalRunner {
     }
 
     /// The job's work folder with its arguments placed.
-    async fn work_folder(&self, loaded: &Loaded) -> Result<PathBuf, String> {
+    async fn work_folder(&self, loaded: &Launch) -> Result<PathBuf, String> {
         let work_dir = self.config.work_root.join(&loaded.job.id);
         tokio::fs::create_dir_all(&work_dir)
             .await
@@ -329,8 +321,8 @@ impl LocalRunner {
     }
 
     /// Starts the job's container (see `container`) and returns its name.
-    async fn start_container(&self, loaded: &Loaded, image: &str, held: Option<&gpus::Held>) -> Result<String, String> {
-        let Loaded { job, info } = loaded;
+    async fn start_container(&self, loaded: &Launch, image: &str, held: Option<&gpus::Held>) -> Result<String, String> {
+        let Launch { job, info } = loaded;
         let engine = &self.config.containers;
         engine.check(job.gpu).map_err(|why| format!("the job's container could not be started: {why}"))?;
         let work_dir = self.work_folder(loaded).await?;
@@ -418,10 +410,10 @@ impl LocalRunner {
     /// last lines of the launcher's stderr.
     async fn spawn_launcher(
         &self,
-        loaded: &Loaded,
+        loaded: &Launch,
         held: Option<&gpus::Held>,
     ) -> Result<(tokio::process::Child, tokio::task::JoinHandle<Vec<String>>), String> {
-        let Loaded { job, info } = loaded;
+        let Launch { job, info } = loaded;
         let job_id = job.id.as_str();
         let (Some(artifact_key), Some(entrypoint)) = (info.artifact_key.clone(), info.entrypoint.clone()) else {
             return Err("the function has no artifact to run".into());
@@ -587,7 +579,9 @@ impl LocalRunner {
             None => self.limit_reached(job_id, !succeeded, record.as_ref()).await,
             Some(_) => None,
         };
-        let stop_requested = matches!(jobs::find(&self.db, job_id).await, Ok(Some(job)) if job.stop_requested);
+        // Read again: its status and a stop requested are what can have changed while it ran.
+        let now = jobs::state(&self.db, job_id).await.ok().flatten();
+        let stop_requested = now.as_ref().is_some_and(|job| job.stop_requested);
         let what = if container.is_some() { "the job's container" } else { "the launcher" };
         let trigger = if stop_requested {
             Trigger::StopRequested
@@ -612,7 +606,8 @@ impl LocalRunner {
                 },
             }
         };
-        if let Err(error) = move_job_now(&self.db, &self.publisher, job_id, &trigger).await {
+        let seen = now.map_or(JobStatus::Running, |job| job.status());
+        if let Err(error) = move_job_from(&self.db, &self.publisher, job_id, seen, &trigger).await {
             tracing::error!(error = &error as &dyn std::error::Error, "failed to record the end of a job");
         }
         self.release_slot(job_id).await;

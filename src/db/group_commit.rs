@@ -6,17 +6,19 @@
 //! again alone, in its own transaction, and gets its own outcome. A batch shares the commit's
 //! cost (the transaction's two round trips, the write-ahead log's pages that several writes
 //! change, such as the indexes' last pages) and the lock's hand-over, and adds to each kept
-//! count's row once (`Counts`): every statement is a hand-over to the connection's own thread,
+//! count's row once (`counts::Changes`): every statement is a hand-over to the connection's own thread,
 //! which is the one thread all writes go through. Used by `run` (`jobs::create`), the write
 //! many clients make at once.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use futures::future::BoxFuture;
 use sqlx::{SqliteConnection, SqlitePool};
 use tokio::sync::oneshot;
+
+use super::counts::{self, Changes};
+use super::params::bind_params;
 
 /// At most this many writes share one transaction: a bound on how long the writes at the
 /// batch's end wait for those at its start, and on the transaction's size.
@@ -31,55 +33,19 @@ pub(crate) trait Batched: Send {
     fn write<'c>(
         &'c mut self,
         connection: &'c mut SqliteConnection,
-        counts: &'c mut Counts,
+        counts: &'c mut Changes,
     ) -> BoxFuture<'c, Result<(), sqlx::Error>>;
     /// Hands the outcome to the request that queued this write, once it is committed, or once
     /// writing it alone failed.
     fn answer(self: Box<Self>, outcome: Result<(), sqlx::Error>);
 }
 
-/// A value of a kept count's row key, bound in order.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub(crate) enum Key {
-    Text(String),
-    Int(i64),
-}
-
-/// The additions a batch's writes make to kept counts: one upsert per row at the end of the
-/// batch instead of one per write (a batch of runs of one user changes the same few rows).
-#[derive(Default)]
-pub(crate) struct Counts {
-    /// (upsert statement, its row's key in bind order) -> the sum to add, bound after the key.
-    adds: HashMap<(&'static str, Vec<Key>), i64>,
-}
-
-impl Counts {
-    /// Adds `n` to the row `key` of the kept count that `statement` upserts (binds: the key's
-    /// values in order, then the amount).
-    pub(crate) fn add(&mut self, statement: &'static str, key: Vec<Key>, n: i64) {
-        *self.adds.entry((statement, key)).or_default() += n;
+/// Writes the kept counts' changes of a batch, one upsert a table.
+async fn write_counts(changes: &Changes, connection: &mut SqliteConnection) -> Result<(), sqlx::Error> {
+    for (sql, params) in changes.statements(counts::shard(), false) {
+        bind_params!(sqlx::query(&sql), &params).execute(&mut *connection).await?;
     }
-
-    /// What this batch adds so far through `statement` to the rows whose key `matches`: not yet
-    /// in the table, so a read of the table in the batch adds it.
-    pub(crate) fn pending(&self, statement: &'static str, matches: impl Fn(&[Key]) -> bool) -> i64 {
-        self.adds.iter().filter(|((text, key), _)| *text == statement && matches(key)).map(|(_, n)| n).sum()
-    }
-
-    /// Writes the additions, one statement a row.
-    async fn apply(self, connection: &mut SqliteConnection) -> Result<(), sqlx::Error> {
-        for ((statement, key), n) in self.adds {
-            let mut query = sqlx::query(statement);
-            for value in key {
-                query = match value {
-                    Key::Text(text) => query.bind(text),
-                    Key::Int(int) => query.bind(int),
-                };
-            }
-            query.bind(n).execute(&mut *connection).await?;
-        }
-        Ok(())
-    }
+    Ok(())
 }
 
 /// SQLite's single writer in this process: the lock every write transaction takes (waiting here
@@ -157,11 +123,11 @@ async fn write_batch(pool: &SqlitePool, mut batch: Vec<Box<dyn Batched>>) {
         // `BEGIN IMMEDIATE` takes SQLite's write lock up front, so every read in the batch
         // (the active-job limit's count) sees the state it then writes on.
         let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-        let mut counts = Counts::default();
+        let mut counts = Changes::default();
         for write in batch.iter_mut() {
             write.write(&mut tx, &mut counts).await?;
         }
-        counts.apply(&mut tx).await?;
+        write_counts(&counts, &mut tx).await?;
         tx.commit().await
     }
     .await;
@@ -184,15 +150,17 @@ async fn write_batch(pool: &SqlitePool, mut batch: Vec<Box<dyn Batched>>) {
 
 async fn alone(pool: &SqlitePool, write: &mut dyn Batched) -> Result<(), sqlx::Error> {
     let mut tx = pool.begin_with("BEGIN IMMEDIATE").await?;
-    let mut counts = Counts::default();
+    let mut counts = Changes::default();
     write.write(&mut tx, &mut counts).await?;
-    counts.apply(&mut tx).await?;
+    write_counts(&counts, &mut tx).await?;
     tx.commit().await
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::db::counts::Counted;
+    use crate::domain::lifecycle::JobStatus;
 
     /// Writes `value` into table `t`; with `fail`, a statement that cannot run.
     struct Insert {
@@ -205,11 +173,12 @@ mod tests {
         fn write<'c>(
             &'c mut self,
             connection: &'c mut SqliteConnection,
-            counts: &'c mut Counts,
+            counts: &'c mut Changes,
         ) -> BoxFuture<'c, Result<(), sqlx::Error>> {
             Box::pin(async move {
                 sqlx::query("INSERT INTO t (value) VALUES (?)").bind(self.value).execute(&mut *connection).await?;
-                counts.add(ADD_TOTAL, vec![Key::Text("all".into())], self.value);
+                let job = Counted { author_id: "all", program_id: "p", created: 0, gpu: false, provider_id: None };
+                counts.add(&job, JobStatus::Queued, self.value);
                 if self.fail {
                     sqlx::query("INSERT INTO missing_table VALUES (1)").execute(&mut *connection).await?;
                 }
@@ -223,9 +192,6 @@ mod tests {
     }
 
     /// A database file of its own (an in-memory one would be one database per connection).
-    const ADD_TOTAL: &str =
-        "INSERT INTO total (name, n) VALUES ($1, $2) ON CONFLICT (name) DO UPDATE SET n = total.n + excluded.n";
-
     async fn pool() -> (tempfile::TempDir, SqlitePool) {
         let folder = tempfile::tempdir().unwrap();
         let options = sqlx::sqlite::SqliteConnectOptions::new()
@@ -234,7 +200,15 @@ mod tests {
             .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
         let pool = SqlitePool::connect_with(options).await.unwrap();
         sqlx::query("CREATE TABLE t (value INTEGER NOT NULL)").execute(&pool).await.unwrap();
-        sqlx::query("CREATE TABLE total (name TEXT PRIMARY KEY, n INTEGER NOT NULL)").execute(&pool).await.unwrap();
+        // The kept counts a queued job of no provider changes (as the migrations make them).
+        for table in [
+            "job_counts (author_id TEXT, program_id TEXT, status TEXT, n INTEGER NOT NULL, PRIMARY KEY (author_id, program_id, status))",
+            "job_counts_by_day (author_id TEXT, program_id TEXT, status TEXT, day INTEGER, n INTEGER NOT NULL, \
+             PRIMARY KEY (author_id, program_id, status, day))",
+            "job_queue_counts (block INTEGER, shard INTEGER, n INTEGER NOT NULL, PRIMARY KEY (block, shard))",
+        ] {
+            sqlx::query(&format!("CREATE TABLE {table}")).execute(&pool).await.unwrap();
+        }
         (folder, pool)
     }
 
@@ -265,7 +239,7 @@ mod tests {
     async fn stored(pool: &SqlitePool) -> Vec<i64> {
         let values: Vec<i64> = sqlx::query_scalar("SELECT value FROM t ORDER BY value").fetch_all(pool).await.unwrap();
         let total: Option<i64> =
-            sqlx::query_scalar("SELECT n FROM total WHERE name = 'all'").fetch_optional(pool).await.unwrap();
+            sqlx::query_scalar("SELECT n FROM job_counts WHERE author_id = 'all'").fetch_optional(pool).await.unwrap();
         assert_eq!(total.unwrap_or(0), values.iter().sum::<i64>(), "the kept total matches the rows");
         values
     }

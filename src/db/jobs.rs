@@ -5,8 +5,10 @@
 
 use std::collections::HashSet;
 
-use super::counts::{COUNT_ADD, PROVIDER_ADD, QUEUE_ADD, SLOT_ADD, slot_shard};
-use super::queue::{QUEUE_BLOCK_MICROS, block_of};
+use super::counts::{self, Changes, Counted};
+pub(crate) use super::counts::{DAY_MICROS, day_of};
+use super::params::bind_params;
+use super::queue::QUEUE_BLOCK_MICROS;
 use super::{Db, Error, new_id, now_micros, on_db, query_error};
 use crate::domain::lifecycle::{JobStatus, Move};
 
@@ -72,13 +74,6 @@ impl JobRow {
 /// A stored status; an unknown one (never written by this code) reads as FAILED.
 fn status_of(stored: &str) -> JobStatus {
     stored.parse().unwrap_or(JobStatus::Failed)
-}
-
-/// Microseconds in a day: the counts are kept per creation day.
-pub(super) const DAY_MICROS: i64 = 86_400_000_000;
-
-pub(super) fn day_of(micros: i64) -> i64 {
-    micros.div_euclid(DAY_MICROS)
 }
 
 /// Inserts a job event with its per-job sequence number `$seq` inside the transaction `$tx`
@@ -247,11 +242,21 @@ macro_rules! move_job {
     };
 }
 
+/// A move written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Moved {
+    /// When the job was created (its row's, returned by the move: no read after it).
+    pub created: i64,
+}
+
 /// Applies a move decided by the state machine, if the job is still in `mv.from`. Returns
-/// whether it was applied. Terminal moves clear `sub_status` and the stored environment (which
-/// holds the caller's token). With `outbox`, the move is also recorded for the outbound sinks.
-pub async fn apply_move(db: &Db, job_id: &str, mv: &Move, outbox: bool) -> Result<bool, Error> {
-    Ok(!apply_moves(db, &[job_id.to_string()], mv, outbox).await?.is_empty())
+/// what was moved, if it was. Terminal moves clear `sub_status` and the stored environment
+/// (which holds the caller's token). With `outbox`, the move is also recorded for the outbound
+/// sinks.
+pub async fn apply_move(db: &Db, job_id: &str, mv: &Move, outbox: bool) -> Result<Option<Moved>, Error> {
+    let (db, job_ids, mv) = (db.clone(), vec![job_id.to_string()], mv.clone());
+    let moved = super::detached(async move { apply_moves_attached(&db, &job_ids, &mv, outbox).await }).await?;
+    Ok(moved.first().map(|(_, created)| Moved { created: *created }))
 }
 
 /// Applies the same move to several jobs in one transaction (an admission pass): each job
@@ -259,10 +264,17 @@ pub async fn apply_move(db: &Db, job_id: &str, mv: &Move, outbox: bool) -> Resul
 /// function. Returns the ids that moved, in the given order.
 pub async fn apply_moves(db: &Db, job_ids: &[String], mv: &Move, outbox: bool) -> Result<Vec<String>, Error> {
     let (db, job_ids, mv) = (db.clone(), job_ids.to_vec(), mv.clone());
-    super::detached(async move { apply_moves_attached(&db, &job_ids, &mv, outbox).await }).await
+    let moved = super::detached(async move { apply_moves_attached(&db, &job_ids, &mv, outbox).await }).await?;
+    Ok(moved.into_iter().map(|(id, _)| id).collect())
 }
 
-async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bool) -> Result<Vec<String>, Error> {
+/// The moves of `apply_moves`: each job moved with its creation time, in the given order.
+async fn apply_moves_attached(
+    db: &Db,
+    job_ids: &[String],
+    mv: &Move,
+    outbox: bool,
+) -> Result<Vec<(String, i64)>, Error> {
     if job_ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -293,24 +305,15 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
             query = query.bind(job_id);
         }
         let updated = query.fetch_all(&mut *tx).await?;
-        // Jobs moved per (author, function, creation day), for the counters.
-        let mut counted: std::collections::BTreeMap<(String, String, i64), i64> = Default::default();
+        let mut changes = Changes::default();
         let mut seqs = std::collections::HashMap::new();
-        // Jobs moved per kind (CPU, GPU), for the slots in use, and per queue block.
-        let mut kinds = [0i64; 2];
-        let mut blocks: std::collections::BTreeMap<i64, i64> = Default::default();
-        // Jobs of provider functions moved per provider.
-        let mut provided: std::collections::BTreeMap<String, i64> = Default::default();
-        for (job_id, author_id, program_id, created, seq, gpu, provider_id) in updated {
-            if let Some(provider_id) = provider_id {
-                *provided.entry(provider_id).or_default() += 1;
-            }
-            *counted.entry((author_id, program_id, day_of(created))).or_default() += 1;
-            kinds[usize::from(gpu)] += 1;
-            *blocks.entry(block_of(created)).or_default() += 1;
-            seqs.insert(job_id, seq);
+        for (job_id, author_id, program_id, created, seq, gpu, provider_id) in &updated {
+            let job = Counted { author_id, program_id, created: *created, gpu: *gpu, provider_id: provider_id.as_deref() };
+            changes.moved(&job, mv.from, mv.to);
+            seqs.insert(job_id.clone(), (*seq, *created));
         }
-        let moved: Vec<String> = job_ids.iter().filter(|id| seqs.contains_key(*id)).cloned().collect();
+        let moved: Vec<(String, i64)> =
+            job_ids.iter().filter_map(|id| seqs.get(id).map(|(_, created)| (id.clone(), *created))).collect();
         if !moved.is_empty() {
             let rows = (0..moved.len())
                 .map(|i| format!("(${}, ${}, ${}, $1, 'STATUS_CHANGE', $2, $3, $4)", 5 + 3 * i, 6 + 3 * i, 7 + 3 * i))
@@ -320,63 +323,23 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
                 "INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) VALUES {rows}"
             );
             let mut query = sqlx::query(&insert).bind(now).bind(mv.origin.as_str()).bind(mv.context).bind(&data);
-            for job_id in &moved {
-                query = query.bind(new_id()).bind(job_id).bind(seqs[job_id]);
+            for (job_id, _) in &moved {
+                query = query.bind(new_id()).bind(job_id).bind(seqs[job_id].0);
             }
             query.execute(&mut *tx).await?;
         }
         if outbox {
-            for job_id in &moved {
-                insert_move_outbox!(tx, job_id, seqs[job_id], now, Some(mv.from.as_str()), mv.to.as_str(), mv.origin.as_str(), mv.context);
+            for (job_id, _) in &moved {
+                insert_move_outbox!(tx, job_id, seqs[job_id].0, now, Some(mv.from.as_str()), mv.to.as_str(), mv.origin.as_str(), mv.context);
             }
         }
         if moved.is_empty() {
             tx.rollback().await?;
             return Ok(moved);
         }
-        // Counter rows are always locked in (status, author, function, day) order, so concurrent
-        // moves cannot deadlock; they come last so the busiest rows are held the shortest.
-        let mut changes: Vec<(&str, &(String, String, i64), i64)> = Vec::new();
-        for (key, n) in &counted {
-            changes.push((mv.from.as_str(), key, -n));
-            changes.push((mv.to.as_str(), key, *n));
-        }
-        changes.sort();
-        for (status, (author_id, program_id, day), delta) in changes {
-            for statement in COUNT_ADD {
-                sqlx::query(statement)
-                    .bind(author_id)
-                    .bind(program_id)
-                    .bind(status)
-                    .bind(day)
-                    .bind(delta)
-                    .execute(&mut *tx)
-                    .await?;
-            }
-        }
-        // Then the providers' counts, in (status, provider) order.
-        let mut changes: Vec<(&str, &String, i64)> = Vec::new();
-        for (provider_id, n) in &provided {
-            changes.push((mv.from.as_str(), provider_id, -n));
-            changes.push((mv.to.as_str(), provider_id, *n));
-        }
-        changes.sort();
-        for (status, provider_id, delta) in changes {
-            sqlx::query(PROVIDER_ADD).bind(provider_id).bind(status).bind(slot_shard()).bind(delta).execute(&mut *tx).await?;
-        }
-        // The slots in use after them, CPU before GPU (every writer's order).
-        if mv.slot_change() != 0 {
-            for (gpu, jobs) in [(false, kinds[0]), (true, kinds[1])] {
-                if jobs > 0 {
-                    sqlx::query(SLOT_ADD).bind(gpu).bind(slot_shard()).bind(jobs * mv.slot_change()).execute(&mut *tx).await?;
-                }
-            }
-        }
-        // Then the queued jobs per hour of creation, in block order.
-        if mv.queue_change() != 0 {
-            for (block, jobs) in blocks {
-                sqlx::query(QUEUE_ADD).bind(block).bind(slot_shard()).bind(jobs * mv.queue_change()).execute(&mut *tx).await?;
-            }
+        // The kept counts come last, so their busiest rows are held the shortest.
+        for (sql, params) in changes.statements(counts::shard(), false) {
+            bind_params!(sqlx::query(&sql), &params).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(moved)
@@ -384,70 +347,48 @@ async fn apply_moves_attached(db: &Db, job_ids: &[String], mv: &Move, outbox: bo
     .map_err(query_error("move job status"))
 }
 
-/// One job's move on PostgreSQL without outbound sinks: the move, its event, the four counter
-/// changes, the slots in use and the queued jobs of its hour in one statement, one round trip.
-/// Counter rows are locked as every other writer locks them: totals in status order, and each
-/// per-day row after its total (it reads the totals' rows), then the provider's rows in status
-/// order, the slots' row, the queue block's row (each of those three sub-statements reads the
-/// one before it, so none starts before the one before it ended), so concurrent moves and runs
-/// cannot deadlock.
-async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Result<Vec<String>, sqlx::Error> {
-    let moved: Option<i64> = sqlx::query_scalar(concat!(
-        "WITH moved AS (",
-        move_job!("$11"),
-        " WHERE status = $2 AND id = $5 \
-           RETURNING id, author_id, COALESCE(program_id, '') AS program_id, created / $10 AS day, \
-             created / $15 AS block, event_seq, gpu, provider_id), \
-         event AS ( \
-           INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
-           SELECT $6, id, event_seq, $3, 'STATUS_CHANGE', $7, $8, $9 FROM moved), \
-         counted AS ( \
-           INSERT INTO job_counts (author_id, program_id, status, n) \
-           SELECT m.author_id, m.program_id, c.status, c.n FROM moved m \
-           CROSS JOIN (VALUES ($2, CAST(-1 AS BIGINT)), ($1, CAST(1 AS BIGINT))) AS c (status, n) ORDER BY c.status \
-           ON CONFLICT (author_id, program_id, status) DO UPDATE SET n = job_counts.n + excluded.n \
-           RETURNING author_id, program_id, status), \
-         counted_by_day AS ( \
-           INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
-           SELECT c.author_id, c.program_id, c.status, m.day, CASE WHEN c.status = $1 THEN 1 ELSE -1 END \
-           FROM counted c CROSS JOIN moved m ORDER BY c.status \
-           ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n \
-           RETURNING n), \
-         provided AS ( \
-           INSERT INTO job_provider_counts (provider_id, status, shard, n) \
-           SELECT m.provider_id, c.status, $12, c.n FROM moved m \
-           CROSS JOIN (VALUES ($2, CAST(-1 AS BIGINT)), ($1, CAST(1 AS BIGINT))) AS c (status, n) \
-           WHERE m.provider_id IS NOT NULL AND (SELECT COUNT(*) FROM counted_by_day) >= 0 ORDER BY c.status \
-           ON CONFLICT (provider_id, status, shard) DO UPDATE SET n = job_provider_counts.n + excluded.n \
-           RETURNING n), \
-         slots AS ( \
-           INSERT INTO job_slot_counts (gpu, shard, n) SELECT gpu, $12, $13 FROM moved \
-           WHERE $13 <> 0 AND (SELECT COUNT(*) FROM provided) >= 0 \
-           ON CONFLICT (gpu, shard) DO UPDATE SET n = job_slot_counts.n + excluded.n RETURNING n), \
-         queue AS ( \
-           INSERT INTO job_queue_counts (block, shard, n) SELECT block, $12, $14 FROM moved \
-           WHERE $14 <> 0 AND (SELECT COUNT(*) FROM slots) >= 0 \
-           ON CONFLICT (block, shard) DO UPDATE SET n = job_queue_counts.n + excluded.n) \
-         SELECT event_seq FROM moved"
-    ))
-    .bind(mv.to.as_str())
-    .bind(mv.from.as_str())
-    .bind(now_micros())
-    .bind(mv.to.is_terminal())
-    .bind(job_id)
-    .bind(new_id())
-    .bind(mv.origin.as_str())
-    .bind(mv.context)
-    .bind(mv.data.to_string())
-    .bind(DAY_MICROS)
-    .bind(mv.reason())
-    .bind(slot_shard())
-    .bind(mv.slot_change())
-    .bind(mv.queue_change())
-    .bind(QUEUE_BLOCK_MICROS)
-    .fetch_optional(pool)
-    .await?;
-    Ok(moved.map(|_| vec![job_id.to_string()]).unwrap_or_default())
+/// One job's move on PostgreSQL without outbound sinks: the move, its event and its kept counts
+/// (`counts::postgres_ctes`, their rows locked as every other writer locks them) in one
+/// statement, one round trip.
+async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Result<Vec<(String, i64)>, sqlx::Error> {
+    static STATEMENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "WITH moved AS ({} WHERE status = $2 AND id = $5 \
+               RETURNING id, author_id, COALESCE(program_id, '') AS program_id, created, created / $10 AS day, \
+                 created / $15 AS block, event_seq, gpu, provider_id), \
+             event AS ( \
+               INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
+               SELECT $6, id, event_seq, $3, 'STATUS_CHANGE', $7, $8, $9 FROM moved){} \
+             SELECT created FROM moved",
+            move_job!("$11"),
+            counts::postgres_ctes(
+                "moved",
+                "($2, CAST(-1 AS BIGINT)), ($1, CAST(1 AS BIGINT))",
+                "$12",
+                Some("$13"),
+                "$14"
+            )
+        )
+    });
+    let moved: Option<i64> = sqlx::query_scalar(STATEMENT.as_str())
+        .bind(mv.to.as_str())
+        .bind(mv.from.as_str())
+        .bind(now_micros())
+        .bind(mv.to.is_terminal())
+        .bind(job_id)
+        .bind(new_id())
+        .bind(mv.origin.as_str())
+        .bind(mv.context)
+        .bind(mv.data.to_string())
+        .bind(DAY_MICROS)
+        .bind(mv.reason())
+        .bind(counts::shard())
+        .bind(mv.slot_change())
+        .bind(mv.queue_change())
+        .bind(QUEUE_BLOCK_MICROS)
+        .fetch_optional(pool)
+        .await?;
+    Ok(moved.map(|created| vec![(job_id.to_string(), created)]).unwrap_or_default())
 }
 
 /// Outcome of a sub-status update.
@@ -711,11 +652,22 @@ pub struct LaunchRow {
     pub traceparent: Option<String>,
 }
 
-pub async fn launch_info(db: &Db, job_id: &str) -> Result<Option<LaunchRow>, Error> {
-    on_db!(db, pool => sqlx::query_as::<_, LaunchRow>(
-        "SELECT j.arguments, j.env_vars, p.artifact_key, p.entrypoint, p.image, p.env_vars AS function_env_vars, \
+/// A job with what a runner needs to start it: read once where its start begins.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub struct Launch {
+    #[sqlx(flatten)]
+    pub job: JobRow,
+    #[sqlx(flatten)]
+    pub info: LaunchRow,
+}
+
+/// The job `job_id` and what starting it takes, in one read.
+pub async fn launch(db: &Db, job_id: &str) -> Result<Option<Launch>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, Launch>(concat!(
+        job_columns!(),
+        ", j.arguments, j.env_vars, p.artifact_key, p.entrypoint, p.image, p.env_vars AS function_env_vars, \
          p.version AS function_version, p.sizes AS function_sizes, j.trial, p.retry_after_start, \
-         j.traceparent FROM jobs j LEFT JOIN programs p ON p.id = j.program_id WHERE j.id = $1")
+         j.traceparent FROM jobs j LEFT JOIN programs p ON p.id = j.program_id WHERE j.id = $1"))
         .bind(job_id)
         .fetch_optional(pool)
         .await)
@@ -775,7 +727,6 @@ mod of_function;
 mod retries;
 pub use create::{NewJob, insert_with_limit, traceparent};
 pub use in_flight::{any_in_flight, count_by_status, in_flight, in_flight_load, queued};
-pub(crate) use listing::bind_params;
-pub use listing::{AdminOf, JobFilter, Param, Window, list, page_if_admin};
+pub use listing::{AdminOf, JobFilter, Window, list, page_if_admin};
 pub use of_function::of_function;
 pub use retries::record_retry;

@@ -687,7 +687,7 @@ async fn the_runtime_api_replaces_group_rules_per_function(backend: Backend) {
     let (status, job) = platform_call(&gateway, "POST", "/api/v1/programs/run/", CRN_OK, Some(run("runnable"))).await;
     assert_eq!(status, 200, "{job}");
     // Its access entry's business model is TRIAL: the job runs as a trial (ENV_ACCESS_TRIAL).
-    let row = gantry::db::jobs::launch_info(&gateway.state.db, job["id"].as_str().unwrap()).await.unwrap().unwrap();
+    let row = gantry::db::jobs::launch(&gateway.state.db, job["id"].as_str().unwrap()).await.unwrap().unwrap().info;
     assert!(row.trial, "the job records that it is a trial");
     // User files follow function-files.read / .write.
     let files = |title: &str| format!("/api/v1/files/?function={title}&provider=acme");

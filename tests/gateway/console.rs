@@ -153,7 +153,7 @@ async fn the_queue_says_which_limit_holds_each_queued_job(backend: Backend) {
     let admitted = decide(JobStatus::Queued, &Trigger::Admitted).unwrap();
     let start = |id: String| {
         let (db, admitted) = (gateway.state.db.clone(), admitted.clone());
-        async move { assert!(gantry::db::jobs::apply_move(&db, &id, &admitted, false).await.unwrap()) }
+        async move { assert!(gantry::db::jobs::apply_move(&db, &id, &admitted, false).await.unwrap().is_some()) }
     };
     // Bob holds two CPU slots; Alice one, under her limit of two.
     for _ in 0..2 {
@@ -191,9 +191,9 @@ async fn the_queue_says_which_limit_holds_each_queued_job(backend: Backend) {
     let bob_running = gateway.get("/api/v1/jobs/queue/", "bob").await.json;
     let bobs = bob_running["jobs"][0]["id"].as_str().unwrap().to_string();
     let running = decide(JobStatus::Pending, &Trigger::Started).unwrap();
-    assert!(gantry::db::jobs::apply_move(&gateway.state.db, &bobs, &running, false).await.unwrap());
+    assert!(gantry::db::jobs::apply_move(&gateway.state.db, &bobs, &running, false).await.unwrap().is_some());
     let ended = decide(JobStatus::Running, &Trigger::Exited { success: true }).unwrap();
-    assert!(gantry::db::jobs::apply_move(&gateway.state.db, &bobs, &ended, false).await.unwrap());
+    assert!(gantry::db::jobs::apply_move(&gateway.state.db, &bobs, &ended, false).await.unwrap().is_some());
     let queue = gateway.get("/api/v1/jobs/queue/", "alice").await.json;
     assert_eq!(queue["cpu_slots"]["used"], 2, "{queue}");
     let waits: Vec<&str> =
@@ -252,21 +252,25 @@ async fn the_slots_in_use_are_kept_with_every_move(backend: Backend) {
     let pass = [ids[0].clone(), ids[1].clone(), ids[4].clone()];
     assert_eq!(jobs::apply_moves(db, &pass, &admit, true).await.unwrap().len(), 3);
     check("an admission pass of two CPU jobs and a GPU job", (2, 1)).await;
-    assert!(jobs::apply_move(db, &ids[2], &admit, false).await.unwrap());
-    assert!(jobs::apply_move(db, &ids[5], &admit, true).await.unwrap());
+    assert!(jobs::apply_move(db, &ids[2], &admit, false).await.unwrap().is_some());
+    assert!(jobs::apply_move(db, &ids[5], &admit, true).await.unwrap().is_some());
     check("one at a time, without and with outbound events", (3, 2)).await;
-    assert!(!jobs::apply_move(db, &ids[2], &admit, false).await.unwrap());
+    assert!(jobs::apply_move(db, &ids[2], &admit, false).await.unwrap().is_none());
     assert!(jobs::apply_moves(db, &pass, &admit, false).await.unwrap().is_empty());
     check("moves that no longer apply change nothing", (3, 2)).await;
-    assert!(jobs::apply_move(db, &ids[0], &mv(JobStatus::Pending, Trigger::Started), false).await.unwrap());
-    assert!(jobs::apply_move(db, &ids[4], &mv(JobStatus::Pending, Trigger::Started), true).await.unwrap());
+    assert!(jobs::apply_move(db, &ids[0], &mv(JobStatus::Pending, Trigger::Started), false).await.unwrap().is_some());
+    assert!(jobs::apply_move(db, &ids[4], &mv(JobStatus::Pending, Trigger::Started), true).await.unwrap().is_some());
     let retry = mv(JobStatus::Running, Trigger::Retrying { reason: "evicted".into() });
-    assert!(jobs::apply_move(db, &ids[0], &retry, false).await.unwrap());
+    assert!(jobs::apply_move(db, &ids[0], &retry, false).await.unwrap().is_some());
     check("started and retried jobs keep their slot", (3, 2)).await;
-    assert!(jobs::apply_move(db, &ids[1], &mv(JobStatus::Pending, Trigger::StopRequested), false).await.unwrap());
-    assert!(jobs::apply_move(db, &ids[3], &mv(JobStatus::Queued, Trigger::StopRequested), false).await.unwrap());
+    assert!(
+        jobs::apply_move(db, &ids[1], &mv(JobStatus::Pending, Trigger::StopRequested), false).await.unwrap().is_some()
+    );
+    assert!(
+        jobs::apply_move(db, &ids[3], &mv(JobStatus::Queued, Trigger::StopRequested), false).await.unwrap().is_some()
+    );
     let exit = mv(JobStatus::Running, Trigger::Exited { success: false });
-    assert!(jobs::apply_move(db, &ids[4], &exit, true).await.unwrap());
+    assert!(jobs::apply_move(db, &ids[4], &exit, true).await.unwrap().is_some());
     check("a stopped pending job and a failed GPU job free theirs, a stopped queued one none", (2, 1)).await;
     let done = [ids[0].clone(), ids[2].clone(), ids[5].clone()];
     let stop = mv(JobStatus::Pending, Trigger::StopRequested);

@@ -475,7 +475,7 @@ async fn a_pod_made_before_a_crash_is_adopted_not_made_again() {
     let resource = cluster.resource_until(&id, |_| true).await;
     // What the dead controller did: admit the job and make its pod.
     let admitted = decide(JobStatus::Queued, &Trigger::Admitted).unwrap();
-    assert!(gantry::db::jobs::apply_move(&cluster.gateway.state.db, &id, &admitted, false).await.unwrap());
+    assert!(gantry::db::jobs::apply_move(&cluster.gateway.state.db, &id, &admitted, false).await.unwrap().is_some());
     let resource: gantry::crd::FunctionJob = serde_json::from_value(resource).unwrap();
     let pod = gantry::controller::build::build_pod(&resource, &cluster.settings.pods);
     let pods: kube::Api<Pod> = kube::Api::namespaced(cluster.api.client(), NAMESPACE);

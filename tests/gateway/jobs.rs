@@ -193,7 +193,7 @@ async fn run_queues_a_job_with_its_first_event(backend: Backend) {
     assert_eq!(events[0]["context"], "RUN_PROGRAM");
     assert_eq!(events[0]["data"], json!({"status": "QUEUED"}));
     // The caller's token is kept sealed with the job, never in plain text.
-    let stored = gantry::db::jobs::launch_info(&gateway.state.db, &id).await.unwrap().unwrap().env_vars;
+    let stored = gantry::db::jobs::launch(&gateway.state.db, &id).await.unwrap().unwrap().info.env_vars;
     assert!(stored.contains("enc:v1:") && !stored.contains("alice"), "{stored}");
     // The size can be chosen from the catalog, in any case.
     let sized = gateway

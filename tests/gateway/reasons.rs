@@ -32,15 +32,15 @@ async fn an_ended_job_says_why_in_its_answer_and_the_listing(backend: Backend) {
     let all = [crashed.clone(), ok.clone(), timed_out.clone()];
     assert_eq!(gantry::db::jobs::apply_moves(db, &all, &admitted, false).await.unwrap().len(), 3);
     for id in &all {
-        assert!(gantry::db::jobs::apply_move(db, id, &started, false).await.unwrap());
+        assert!(gantry::db::jobs::apply_move(db, id, &started, false).await.unwrap().is_some());
     }
     let running = gateway.get(&format!("/api/v1/jobs/{crashed}/"), "alice").await.json;
     assert_eq!(running.get("status_reason"), None, "a running job has no reason: {running}");
     let why = "exit code 1: ZeroDivisionError: division by zero";
     let failed = step(JobStatus::Running, Trigger::Crashed { reason: why.into() });
-    assert!(gantry::db::jobs::apply_move(db, &crashed, &failed, false).await.unwrap());
+    assert!(gantry::db::jobs::apply_move(db, &crashed, &failed, false).await.unwrap().is_some());
     let succeeded = step(JobStatus::Running, Trigger::Exited { success: true });
-    assert!(gantry::db::jobs::apply_move(db, &ok, &succeeded, false).await.unwrap());
+    assert!(gantry::db::jobs::apply_move(db, &ok, &succeeded, false).await.unwrap().is_some());
     let stopped = step(JobStatus::Running, Trigger::TimedOut { limit_secs: 60 });
     assert_eq!(
         gantry::db::jobs::apply_moves(db, std::slice::from_ref(&timed_out), &stopped, false).await.unwrap().len(),

@@ -42,7 +42,7 @@ async fn run(gateway: &Gateway, user: &str, provider: Option<&str>, title: &str)
         .await;
     assert_eq!(reply.status, 200, "{user} runs {title}: {}", reply.json);
     let id = reply.json["id"].as_str().expect("job id").to_string();
-    let launch = gantry::db::jobs::launch_info(&gateway.state.db, &id).await.unwrap().expect("the job");
+    let launch = gantry::db::jobs::launch(&gateway.state.db, &id).await.unwrap().expect("the job").info;
     (id, launch.trial)
 }
 

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use serde_json::{Map, Value};
 
-use super::Loaded;
+use crate::db::jobs::Launch;
 use crate::domain::lifecycle::{LimitHit, limit_kind};
 use crate::domain::sizes;
 
@@ -391,8 +391,8 @@ fn writable_v1(own: &str, mountinfo: &str, name: &str) -> Option<Cgroups> {
 /// The local runner's use of its job limits.
 impl super::LocalRunner {
     /// The job's memory limit in bytes: its size's memory, as a container or pod of it gets.
-    pub(super) fn memory_bytes(&self, loaded: &Loaded) -> u64 {
-        let Loaded { job, info } = loaded;
+    pub(super) fn memory_bytes(&self, loaded: &Launch) -> u64 {
+        let Launch { job, info } = loaded;
         let catalog: Map<String, Value> =
             info.function_sizes.as_deref().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
         let default = self.config.containers.default_resources();

@@ -1,10 +1,11 @@
 //! Creating a job: the `run` transaction, the active-job limit checked in it.
 
 use super::{OutboxNames, day_of};
-use crate::db::counts::{COUNT_ADD, PROVIDER_ADD, QUEUE_ADD, slot_shard};
-use crate::db::group_commit::{Batched, Counts, Key};
+use crate::db::counts::{self, Changes, Counted};
+use crate::db::group_commit::Batched;
 use crate::db::queue::block_of;
 use crate::db::{Db, Error, new_id, now_micros, query_error};
+use crate::domain::lifecycle::JobStatus;
 
 /// A job to create.
 #[derive(Debug, Clone)]
@@ -104,7 +105,7 @@ impl Batched for QueuedRun {
     fn write<'c>(
         &'c mut self,
         connection: &'c mut sqlx::SqliteConnection,
-        counts: &'c mut Counts,
+        counts: &'c mut Changes,
     ) -> futures::future::BoxFuture<'c, Result<(), sqlx::Error>> {
         Box::pin(async move {
             self.created = insert_sqlite(connection, counts, &self.job, self.active_limit, self.outbox).await?;
@@ -124,14 +125,13 @@ impl Batched for QueuedRun {
 /// already has `active_limit` active jobs, counting those the batch queued before this one.
 async fn insert_sqlite(
     tx: &mut sqlx::SqliteConnection,
-    counts: &mut Counts,
+    counts: &mut Changes,
     job: &NewJob,
     active_limit: i64,
     outbox: bool,
 ) -> Result<Option<i64>, sqlx::Error> {
     let now = now_micros();
-    let author = Key::Text(job.author_id.clone());
-    let queued_in_batch = counts.pending(COUNT_ADD[0], |key| key.first() == Some(&author));
+    let queued_in_batch = counts.active_of(&job.author_id);
     let inserted = bind_new_job!(sqlx::query(insert_job!()), job, now, active_limit - queued_in_batch)
         .execute(&mut *tx)
         .await?
@@ -139,18 +139,14 @@ async fn insert_sqlite(
     if inserted == 0 {
         return Ok(None);
     }
-    let key = vec![author, Key::Text(job.program_id.clone()), Key::Text("QUEUED".into()), Key::Int(day_of(now))];
-    for statement in COUNT_ADD {
-        counts.add(statement, key.clone(), 1);
-    }
-    if let Some(provider_id) = &job.provider_id {
-        counts.add(
-            PROVIDER_ADD,
-            vec![Key::Text(provider_id.clone()), Key::Text("QUEUED".into()), Key::Int(slot_shard())],
-            1,
-        );
-    }
-    counts.add(QUEUE_ADD, vec![Key::Int(block_of(now)), Key::Int(slot_shard())], 1);
+    let counted = Counted {
+        author_id: &job.author_id,
+        program_id: &job.program_id,
+        created: now,
+        gpu: job.gpu,
+        provider_id: job.provider_id.as_deref(),
+    };
+    counts.add(&counted, JobStatus::Queued, 1);
     insert_event!(tx, &job.id, 1i64, now, "STATUS_CHANGE", "API", "RUN_PROGRAM", QUEUED_EVENT);
     if outbox {
         insert_move_outbox!(tx, &job.id, 1i64, now, None::<&str>, "QUEUED", "API", "RUN_PROGRAM");
@@ -160,12 +156,9 @@ async fn insert_sqlite(
 
 /// `insert_with_limit` on PostgreSQL in three round trips: `BEGIN` with the lock on the author's
 /// row (concurrent runs of one user wait there), then the limit check, the job, its kept counts
-/// and its first event in one statement (which, started after the lock was granted, counts the
-/// jobs that the runs it waited for committed), then `COMMIT`. The per-day count reads the
-/// total count's row, so the two counter rows are locked in the order every other writer
-/// locks them (total, then per day), then the provider's row and the queue block's row, each
-/// reading the one before (as in a move): sub-statements of one statement otherwise run in no promised order, and two
-/// orders could deadlock with a concurrent status move.
+/// (`counts::postgres_ctes`, their rows locked in every writer's order) and its first event in
+/// one statement (which, started after the lock was granted, counts the jobs that the runs it
+/// waited for committed), then `COMMIT`.
 async fn insert_with_limit_postgres(
     pool: &sqlx::PgPool,
     job: &NewJob,
@@ -183,45 +176,26 @@ async fn insert_with_limit_postgres(
         sqlx::query("SELECT id FROM users WHERE id = $1 FOR UPDATE").bind(&job.author_id).execute(&mut *tx).await?;
         tx
     };
-    let inserted: i64 = bind_new_job!(
-        sqlx::query_scalar(concat!(
-            "WITH job AS (",
-            insert_job!(),
-            " RETURNING id), \
-             counted AS ( \
-               INSERT INTO job_counts (author_id, program_id, status, n) SELECT $4, $2, 'QUEUED', 1 FROM job \
-               ON CONFLICT (author_id, program_id, status) DO UPDATE SET n = job_counts.n + excluded.n \
-               RETURNING author_id), \
-             counted_by_day AS ( \
-               INSERT INTO job_counts_by_day (author_id, program_id, status, day, n) \
-               SELECT $4, $2, 'QUEUED', $15, 1 FROM counted \
-               ON CONFLICT (author_id, program_id, status, day) DO UPDATE SET n = job_counts_by_day.n + excluded.n \
-               RETURNING n), \
-             provided AS ( \
-               INSERT INTO job_provider_counts (provider_id, status, shard, n) \
-               SELECT $3, 'QUEUED', $19, 1 FROM counted_by_day WHERE $3 IS NOT NULL \
-               ON CONFLICT (provider_id, status, shard) DO UPDATE SET n = job_provider_counts.n + excluded.n \
-               RETURNING n), \
-             queue AS ( \
-               INSERT INTO job_queue_counts (block, shard, n) SELECT $18, $19, 1 FROM counted_by_day \
-               WHERE (SELECT COUNT(*) FROM provided) >= 0 \
-               ON CONFLICT (block, shard) DO UPDATE SET n = job_queue_counts.n + excluded.n), \
+    static STATEMENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        format!(
+            "WITH job AS ({} RETURNING id, author_id, COALESCE(program_id, '') AS program_id, CAST($15 AS BIGINT) AS day, \
+               CAST($18 AS BIGINT) AS block, gpu, provider_id){}, \
              event AS ( \
                INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
                SELECT $16, id, 1, $11, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $17 FROM job) \
-             SELECT COUNT(*) FROM job"
-        )),
-        job,
-        now,
-        active_limit
-    )
-    .bind(day_of(now))
-    .bind(new_id())
-    .bind(QUEUED_EVENT)
-    .bind(block_of(now))
-    .bind(slot_shard())
-    .fetch_one(&mut *tx)
-    .await?;
+             SELECT COUNT(*) FROM job",
+            insert_job!(),
+            counts::postgres_ctes("job", "('QUEUED', CAST(1 AS BIGINT))", "$19", None, "1")
+        )
+    });
+    let inserted: i64 = bind_new_job!(sqlx::query_scalar(STATEMENT.as_str()), job, now, active_limit)
+        .bind(day_of(now))
+        .bind(new_id())
+        .bind(QUEUED_EVENT)
+        .bind(block_of(now))
+        .bind(counts::shard())
+        .fetch_one(&mut *tx)
+        .await?;
     if inserted == 0 {
         tx.rollback().await?;
         return Ok(None);

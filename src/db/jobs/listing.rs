@@ -2,15 +2,9 @@
 //! (read from the kept counts where the filters allow), and the page query.
 
 use super::{DAY_MICROS, JobRow, day_of};
+use crate::db::params::Param;
 use crate::db::{Db, Error, query_error};
 use crate::domain::paging::{Cursor, Direction};
-
-/// A value bound into a dynamically built query.
-#[derive(Debug, Clone)]
-pub enum Param {
-    Text(String),
-    Int(i64),
-}
 
 /// Filters of the job listings; each present filter narrows the result.
 #[derive(Debug, Clone, Default)]
@@ -189,20 +183,6 @@ fn bind(params: &mut Vec<Param>, param: Param) -> String {
     format!("${}", params.len())
 }
 
-macro_rules! bind_params {
-    ($query:expr, $params:expr) => {{
-        let mut query = $query;
-        for param in $params {
-            query = match param {
-                $crate::db::jobs::Param::Text(text) => query.bind(text.clone()),
-                $crate::db::jobs::Param::Int(value) => query.bind(*value),
-            };
-        }
-        query
-    }};
-}
-pub(crate) use bind_params;
-
 /// `sql` with each `$N` replaced by the literal of `params[N - 1]`, or `None` when a value
 /// cannot be written safely as a plain literal: text holding a backslash (an escape where
 /// `standard_conforming_strings` is off) or a NUL (which ends a simple query's text), or a
@@ -219,6 +199,7 @@ pub(super) fn with_values_written_in(sql: &str, params: &[Param]) -> Option<Stri
             // In brackets when negative: `x-$1` must not become the comment `x--1`.
             Param::Int(value) if *value < 0 => out.push_str(&format!("({value})")),
             Param::Int(value) => out.push_str(&value.to_string()),
+            Param::Bool(value) => out.push_str(if *value { "TRUE" } else { "FALSE" }),
             Param::Text(text) if text.contains(['\\', '\0']) => return None,
             Param::Text(text) => {
                 out.push('\'');

@@ -2,7 +2,8 @@
 //! every author's jobs found in the same statement.
 
 use super::JobRow;
-use super::listing::{Param, page_rows};
+use super::listing::page_rows;
+use crate::db::params::Param;
 use crate::db::programs::provider_admin;
 use crate::db::{Db, Error, query_error};
 
