@@ -1,12 +1,19 @@
 //! The REST gateway: the route table (`router`, whose documented part `documented_routes` also
 //! yields the OpenAPI document) and the layers around it. Below it, one module per concern:
 //! `state` (what handlers may use), `error` (`ApiError`, rendered in the contract's shapes),
-//! `extract` (the `Caller` of a request), `fields` (request bodies), `requests` and `answers`
-//! (the typed requests and answers, which the document describes), `service` (what each action
-//! does), then the handlers by resource, which parse, call one service function and answer.
-//! Handlers import those modules, never this one; services never import handlers.
+//! `extract` (the `Caller` of a request), `fields` (request bodies), `access` (the lookups that
+//! answer 404 or 403), `shared` (the types several endpoints share), then the endpoints by
+//! resource: `jobs/`, `programs/`, `files`, `streams`, `system`. Each endpoint's file holds its
+//! handlers, which parse, call the flow beside them and answer, that flow (the whole action:
+//! its permission checks and the compensation of a step that fails after another succeeded) and
+//! its request and answer types, which the document describes. Endpoint modules import the
+//! concerns and each other without a circle, never this one.
+//!
+//! Parsing keeps the reference's messages and order of checks: a body's own fields are checked
+//! by its request type; what needs the database (the function, its sizes, its schema) by the
+//! flow. The fields of every answer are declared in alphabetical order (see `shared`).
 
-pub mod answers;
+pub mod access;
 pub mod console;
 pub mod error;
 pub mod extract;
@@ -17,8 +24,7 @@ pub mod jobs;
 pub mod openapi;
 pub mod programs;
 pub mod request_span;
-pub mod requests;
-pub mod service;
+pub mod shared;
 pub mod state;
 pub mod streams;
 pub mod system;
@@ -115,29 +121,29 @@ pub fn documented_routes() -> OpenApiRouter<AppState> {
             .routes(routes!(system::liveness))
     };
     let api = OpenApiRouter::new()
-        .routes(routes!(programs::list_programs))
-        .routes(routes!(programs::get_program_by_title))
-        .routes(routes!(programs::upload_program))
-        .routes(routes!(programs::validate_arguments))
-        .routes(routes!(jobs::run_program))
-        .routes(routes!(jobs::get_program_jobs))
-        .routes(routes!(jobs::list_jobs))
-        .routes(routes!(jobs::list_provider_jobs))
-        .routes(routes!(jobs::my_queue))
-        .routes(routes!(jobs::get_job))
-        .routes(routes!(jobs::get_job_arguments))
-        .routes(routes!(jobs::get_job_trace))
-        .routes(routes!(jobs::get_job_result, jobs::save_job_result))
+        .routes(routes!(programs::read::list_programs))
+        .routes(routes!(programs::read::get_program_by_title))
+        .routes(routes!(programs::upload::upload_program))
+        .routes(routes!(programs::validate::validate_arguments))
+        .routes(routes!(jobs::run::run_program))
+        .routes(routes!(jobs::list::get_program_jobs))
+        .routes(routes!(jobs::list::list_jobs))
+        .routes(routes!(jobs::list::list_provider_jobs))
+        .routes(routes!(jobs::queue::my_queue))
+        .routes(routes!(jobs::read::get_job))
+        .routes(routes!(jobs::read::get_job_arguments))
+        .routes(routes!(jobs::read::get_job_trace))
+        .routes(routes!(jobs::result::get_job_result, jobs::result::save_job_result))
         .routes(routes!(streams::get_job_logs))
         .routes(routes!(streams::stream_job_logs))
         .routes(routes!(streams::get_job_provider_logs))
         .routes(routes!(streams::stream_job_provider_logs))
-        .routes(routes!(jobs::stop_job))
-        .routes(routes!(jobs::set_sub_status))
-        .routes(routes!(jobs::create_job_event))
-        .routes(routes!(jobs::list_job_events))
+        .routes(routes!(jobs::stop::stop_job))
+        .routes(routes!(jobs::sub_status::set_sub_status))
+        .routes(routes!(jobs::events::create_job_event))
+        .routes(routes!(jobs::events::list_job_events))
         .routes(routes!(streams::stream_job_events))
-        .routes(routes!(jobs::list_runtime_jobs, jobs::add_runtime_job))
+        .routes(routes!(jobs::runtime_jobs::list_runtime_jobs, jobs::runtime_jobs::add_runtime_job))
         .routes(routes!(files::list_user_files))
         .routes(routes!(files::list_user_files_spec))
         .routes(routes!(files::upload_user_file))

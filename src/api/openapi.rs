@@ -3,9 +3,10 @@
 //! it works offline).
 //!
 //! Nothing here describes an endpoint: the paths, parameters, bodies and answers come from the
-//! handlers' `#[utoipa::path]` annotations and the types in `requests` and `answers`, gathered by
-//! the route list that also builds the router (`api::documented_routes`). This module adds what
-//! every operation shares: the document's title, the bearer scheme and the error answers.
+//! handlers' `#[utoipa::path]` annotations and the request and answer types beside them (and in
+//! `shared`), gathered by the route list that also builds the router (`api::documented_routes`).
+//! This module adds what every operation shares: the document's title, the bearer scheme and the
+//! error answers.
 
 use std::sync::Arc;
 

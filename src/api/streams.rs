@@ -15,13 +15,14 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::stream::{BoxStream, StreamExt};
+use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
+use utoipa::{IntoParams, ToSchema};
 
-use super::answers::{EventRecord, Logs};
+use super::access::{log_reader_job, own_job};
 use super::error::ApiError;
 use super::extract::Query;
-use super::requests::{EventStreamQuery, LastEventIdHeader, LogStreamQuery};
-use super::service::access::{log_reader_job, own_job};
+use super::shared::EventRecord;
 use super::state::AppState;
 use crate::auth::Caller;
 use crate::db::jobs::{self, JobRow};
@@ -407,6 +408,52 @@ pub async fn get_job_provider_logs(
 ) -> Result<Response, ApiError> {
     let job = log_reader_job(&state, &caller, &job_id, true).await?;
     logs_answer(&state, &job, true).await
+}
+
+/// `GET jobs/{job_id}/events/stream/`.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventStreamQuery {
+    /// Resume after this event (the Last-Event-ID header wins).
+    #[param(value_type = Option<i64>, minimum = 0)]
+    pub last_event_id: Option<String>,
+}
+
+/// The `Last-Event-ID` header a reconnecting EventSource sends.
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Header)]
+pub struct LastEventIdHeader {
+    /// Resume after this event id.
+    #[param(rename = "Last-Event-ID", value_type = Option<i64>, nullable = false, minimum = 0)]
+    pub last_event_id: Option<String>,
+}
+
+/// `GET jobs/{job_id}/logs/stream/` and `provider-logs/stream/`: `offset` and `format` (`sse`
+/// or `text`; by default SSE when `Accept` names `text/event-stream` or the request carries
+/// `Last-Event-ID`, else chunked text).
+#[derive(Debug, Default, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct LogStreamQuery {
+    /// Byte offset to start from.
+    #[param(value_type = Option<i64>, minimum = 0, default = 0)]
+    pub offset: Option<String>,
+    /// Default: SSE when Accept names text/event-stream or Last-Event-ID is sent, else text.
+    #[param(value_type = Option<LogFormat>, inline)]
+    pub format: Option<String>,
+}
+
+/// How a followed log is sent.
+#[derive(Debug, Clone, Copy, ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum LogFormat {
+    Sse,
+    Text,
+}
+
+/// The answer of `logs/` and `provider-logs/` (an archived log is streamed into this shape).
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Logs {
+    pub logs: String,
 }
 
 #[cfg(test)]

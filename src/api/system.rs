@@ -3,8 +3,9 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
+use serde::Serialize;
+use utoipa::ToSchema;
 
-use super::answers::{Probe, Version};
 use super::error::ApiError;
 use super::state::AppState;
 use crate::auth::Caller;
@@ -45,4 +46,17 @@ pub async fn readiness(State(state): State<AppState>) -> (StatusCode, Json<Probe
     security(("bearer" = [])))]
 pub async fn dependencies_versions(_caller: Caller) -> Result<Json<Vec<&'static str>>, ApiError> {
     Ok(Json(dependencies::ALLOWED.to_vec()))
+}
+
+/// `GET version/`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Version {
+    pub version: String,
+}
+
+/// `GET liveness/` and `readiness/`: `alive`, `ready`, `database_unavailable` or
+/// `storage_unavailable`.
+#[derive(Debug, Clone, Serialize, ToSchema)]
+pub struct Probe {
+    pub status: &'static str,
 }

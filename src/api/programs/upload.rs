@@ -1,87 +1,58 @@
-//! Functions: list, get by title, upload (an upsert with the reference's merge rules, storing
-//! the artifact and removing it again when the database write fails) and argument validation.
+//! `POST programs/upload/`: create or update a function, an upsert with the reference's merge
+//! rules, storing the artifact and removing it again when the database write fails. With an
+//! `Idempotency-Key`, a retry gets the first answer.
 
-use std::sync::LazyLock;
-use std::time::Duration;
+use std::borrow::Cow;
 
+use axum::Json;
+use axum::extract::State;
+use axum::response::Response;
 use serde_json::{Map, Value};
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::Schema;
+use utoipa::{PartialSchema, ToSchema};
 
-use super::access::resolve_function;
-use crate::api::answers::{FunctionRecord, Valid};
 use crate::api::error::ApiError;
 use crate::api::fields::{RequestFields, UploadedFile};
-use crate::api::requests::{ProgramsQuery, ValidateRequest};
+use crate::api::idempotency::{self, IdempotencyKey, IdempotencyKeyHeader};
+use crate::api::shared::{FunctionRecord, Size, bad, one_provider};
 use crate::api::state::AppState;
 use crate::auth::Caller;
 use crate::db::programs::{self, ProgramFields, ProgramRow};
 use crate::db::providers::{self, ProviderRow};
-use crate::domain::visibility::{self, FunctionAccess, ProviderOperation};
+use crate::domain::visibility::{self, ProviderOperation};
 use crate::domain::{dependencies, names, schema, sizes};
 use crate::storage::keys;
 
-/// Longest a single argument validation may run before the request is answered with a 400.
-pub const VALIDATION_TIME_LIMIT: Duration = Duration::from_secs(5);
-
-/// Validations running at once; more wait, so hostile inputs cannot take every core.
-static VALIDATION_SLOTS: LazyLock<tokio::sync::Semaphore> = LazyLock::new(|| tokio::sync::Semaphore::new(2));
-
-fn bad(message: impl Into<String>) -> ApiError {
-    ApiError::BadRequest(message.into())
-}
-
-/// The functions the caller can see, as `filter` narrows them.
-pub async fn list(state: &AppState, caller: &Caller, query: ProgramsQuery) -> Result<Vec<FunctionRecord>, ApiError> {
-    let provider = query.provider.as_deref().map(|p| names::sanitize_title(p, false)).filter(|p| !p.is_empty());
-    let rows =
-        programs::list_candidates(&state.db, &caller.user_id, provider.as_deref(), caller.has_instance()).await?;
-    let rule: fn(FunctionAccess) -> bool = match query.filter.as_deref() {
-        Some("serverless") => |access| !access.has_provider && access.is_author,
-        Some("catalog") => visibility::in_catalog,
-        _ => visibility::can_view,
+/// Create or update a function (upsert)
+///
+/// `title` (or `provider` and `title`) names the function. When it exists (and the caller may
+/// manage it), the request updates it: only the fields sent change, so `title` alone is a
+/// valid update that keeps everything. When it does not exist, the request creates it and
+/// needs what the function runs: `entrypoint` and `artifact` (multipart only), or `image` with
+/// `provider` (a provider's container image); without them the answer is 400 `At least one of
+/// attributes (entrypoint, image) is required.` or asks for the artifact. `type` is honoured
+/// on creation only. With an `Idempotency-Key`, a retry gets the first answer.
+#[utoipa::path(post, path = "/programs/upload/", tag = "functions", params(IdempotencyKeyHeader),
+    request_body(content(
+        (UploadMultipart = "multipart/form-data"),
+        (UploadFields = "application/json"),
+        (UploadFields = "application/x-www-form-urlencoded"))),
+    responses((status = 200, description = "the function as stored", body = FunctionRecord)),
+    security(("bearer" = [])))]
+pub async fn upload_program(
+    State(state): State<AppState>,
+    caller: Caller,
+    key: IdempotencyKey,
+    fields: RequestFields,
+) -> Result<Response, ApiError> {
+    let request = key.with_request(&fields).await?;
+    let (db, user_id) = (state.db.clone(), caller.user_id.clone());
+    let work = async move {
+        let (provider, title) = upload_target(&fields)?;
+        upload(&state, &caller, provider, title, fields).await.map(Json)
     };
-    Ok(rows.iter().filter(|row| rule(caller.access(row))).map(FunctionRecord::of).collect())
-}
-
-/// One function the caller can see, by title (and provider).
-pub async fn by_title(
-    state: &AppState,
-    caller: &Caller,
-    title: &str,
-    provider: Option<String>,
-) -> Result<FunctionRecord, ApiError> {
-    let provider = provider.map(|p| names::sanitize_title(&p, false)).filter(|p| !p.is_empty());
-    let title = names::sanitize_title(title, false);
-    let row = resolve_function(state, caller, provider.as_deref(), &title, visibility::can_view).await?;
-    Ok(FunctionRecord::of(&row))
-}
-
-/// Validates arguments against the schema of a function the caller may run.
-pub async fn validate(state: &AppState, caller: &Caller, request: ValidateRequest) -> Result<Valid, ApiError> {
-    let ValidateRequest { title, provider, arguments } = request;
-    let row = resolve_function(state, caller, provider.as_deref(), &title, visibility::can_run).await?;
-    check_arguments(state, &row, arguments).await?;
-    Ok(Valid { valid: true })
-}
-
-/// Validates arguments against a function's stored schema, bounded in concurrency and time.
-pub async fn check_arguments(state: &AppState, row: &ProgramRow, arguments: String) -> Result<(), ApiError> {
-    let Some(schema_text) = row.arguments_schema.clone() else {
-        return Ok(());
-    };
-    let schema: Value = serde_json::from_str(&schema_text)
-        .map_err(|e| bad(format!("the function arguments schema cannot be used: {e}")))?;
-    let max_bytes = state.config.max_arguments_bytes;
-    let _slot = VALIDATION_SLOTS.acquire().await.map_err(ApiError::internal)?;
-    let task = tokio::task::spawn_blocking(move || schema::validate_arguments(&schema, &arguments, max_bytes));
-    match tokio::time::timeout(VALIDATION_TIME_LIMIT, task).await {
-        Err(_) => Err(bad(format!(
-            "argument validation took longer than {} s and was abandoned; simplify the arguments or the schema.",
-            VALIDATION_TIME_LIMIT.as_secs()
-        ))),
-        Ok(joined) => joined
-            .map_err(ApiError::internal)?
-            .map_err(|violation| ApiError::InvalidArguments { message: violation.message, path: violation.path }),
-    }
+    Ok(idempotency::answer_once(&db, &user_id, request, work).await)
 }
 
 /// The function an upload names: `title` (at most 255 characters, maybe `provider/title`) and
@@ -381,4 +352,115 @@ fn merge_upload(
         return Err(bad("At least one of attributes (entrypoint, image) is required."));
     }
     Ok(program)
+}
+
+/// The kind of a function.
+#[derive(Debug, Clone, Copy, ToSchema)]
+#[schema(rename_all = "UPPERCASE")]
+pub enum ProgramType {
+    Generic,
+    Application,
+    Circuit,
+}
+
+/// `POST programs/upload/`: create or update a function (upsert). The fields of an update are
+/// those sent; the upload applies them (`programs::upload::upload`). This type describes the
+/// body; it is read from the `RequestFields` as they come.
+#[derive(Debug, Clone, ToSchema)]
+#[allow(dead_code)]
+pub struct UploadRequest {
+    /// Sanitized to letters, digits, _ and -; `provider/title` names a provider function.
+    #[schema(
+        min_length = 1,
+        max_length = 255,
+        pattern = "^[^/]*[A-Za-z0-9_-][^/]*(/[^/]*[A-Za-z0-9_-][^/]*)?$",
+        example = "example-fn"
+    )]
+    title: String,
+    /// The provider of a provider function (or `provider/title` as `title`); required with
+    /// `image`.
+    #[schema(nullable = false, example = "example-provider")]
+    provider: Option<String>,
+    /// Relative path of a .py file inside the artifact, no `..`.
+    #[schema(nullable = false, pattern = r"^[A-Za-z0-9_./-]+\.py$", example = "main.py")]
+    entrypoint: Option<String>,
+    /// Uncompressed .tar holding the entrypoint.
+    #[schema(value_type = Option<String>, nullable = false, format = Binary,
+        content_media_type = "application/x-tar", example = "artifact.tar")]
+    artifact: Option<String>,
+    /// Container image (provider functions only; must be in the provider's registry).
+    #[schema(nullable = false, example = "registry.example/example-provider/example-fn:1.0")]
+    image: Option<String>,
+    /// JSON array of pinned requirements from dependencies-versions/.
+    #[schema(nullable = false)]
+    dependencies: Option<String>,
+    /// JSON object of strings.
+    #[schema(nullable = false)]
+    env_vars: Option<String>,
+    #[schema(nullable = false)]
+    description: Option<String>,
+    /// A PEP 440 version such as 1.2.3.
+    #[schema(nullable = false)]
+    version: Option<String>,
+    #[schema(rename = "type", value_type = Option<ProgramType>, inline, nullable = false)]
+    program_type: Option<String>,
+    /// JSON Schema (object or boolean); {} removes it.
+    #[schema(nullable = false, max_length = 65536)]
+    arguments_schema: Option<String>,
+    /// JSON object {label: compute profile}, labels S, M, L, XL.
+    #[schema(nullable = false)]
+    sizes: Option<String>,
+    #[schema(value_type = Option<Size>, inline, nullable = false)]
+    default_size: Option<String>,
+    #[schema(value_type = Option<Size>, inline, nullable = false)]
+    function_size: Option<String>,
+    /// Provider functions only.
+    #[schema(nullable = false)]
+    gpu: Option<bool>,
+    /// On Kubernetes: start a job again on a new pod when the cluster ends its pod (evicted,
+    /// preempted, node lost) after the function's code started. Off by default, since a rerun
+    /// may repeat work (and paid quantum work) done before; a job ended before its code started
+    /// is started again either way.
+    #[schema(nullable = false)]
+    retry_after_start: Option<bool>,
+}
+
+/// The upload body as multipart, the only encoding that carries the artifact. Only `title` is
+/// required: an update names the stored function and carries the fields that change. Whether a
+/// request creates or updates depends on what is stored, so what a creation needs besides
+/// (`entrypoint` and `artifact`, or a provider's `image`) is stated in the operation's text,
+/// not as a schema a client would apply to updates too.
+pub struct UploadMultipart;
+
+impl PartialSchema for UploadMultipart {
+    fn schema() -> RefOr<Schema> {
+        one_provider(UploadRequest::schema())
+    }
+}
+
+impl ToSchema for UploadMultipart {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("UploadMultipart")
+    }
+}
+
+/// The upload body as JSON or a form, which cannot carry the artifact: an update with only
+/// `title` and the fields that change, or the creation of a provider's image function (`image`
+/// and `provider`, stated in the operation's text as for multipart).
+pub struct UploadFields;
+
+impl PartialSchema for UploadFields {
+    fn schema() -> RefOr<Schema> {
+        let mut schema = UploadRequest::schema();
+        if let RefOr::T(Schema::Object(object)) = &mut schema {
+            object.properties.retain(|name, _| name != "artifact");
+        }
+        one_provider(schema)
+    }
+}
+
+impl ToSchema for UploadFields {
+    fn name() -> Cow<'static, str> {
+        Cow::Borrowed("UploadFields")
+    }
 }

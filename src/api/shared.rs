@@ -1,5 +1,7 @@
-//! The typed answers of the API: what each endpoint returns on success, serialized as JSON and
-//! described in the OpenAPI document (`ToSchema`) from the same types.
+//! What several endpoints share, so that each endpoint's file holds only its own: the records
+//! their answers carry (`Message`, `JobRecord` with its `ProgramSummary`, `EventRecord`,
+//! `FunctionRecord`) and the pieces more than one request reads (`Size`, the `arguments` field,
+//! the `title`/`provider` rule of the function bodies' schemas).
 //!
 //! The fields of every answer are declared in alphabetical order: the order the answers had when
 //! they were built as JSON maps (sorted by key), so the bytes clients see did not change when
@@ -8,7 +10,11 @@
 use serde::Serialize;
 use serde_json::Value;
 use utoipa::ToSchema;
+use utoipa::openapi::RefOr;
+use utoipa::openapi::schema::{AllOfBuilder, AnyOfBuilder, ObjectBuilder, Schema};
 
+use super::error::ApiError;
+use super::fields::RequestFields;
 use crate::db::jobs::{EventRow, JobRow};
 use crate::db::programs::ProgramRow;
 use crate::db::{self};
@@ -109,60 +115,6 @@ impl JobRecord {
     }
 }
 
-/// The answer of `programs/run/`: the queued job.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct RunAnswer {
-    #[schema(format = DateTime)]
-    pub created: String,
-    #[schema(format = Uuid)]
-    pub id: String,
-    /// The function's id.
-    pub program: String,
-    /// Always null: the job has just been queued.
-    #[schema(required = true, value_type = Option<String>)]
-    pub result: Option<String>,
-    /// `QUEUED`.
-    pub status: String,
-}
-
-/// A page of jobs, with `next`/`previous` links: `limit` and `offset`, or with `cursor`, `limit`,
-/// the next or previous cursor and the filters.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct JobPage {
-    pub count: i64,
-    #[schema(required = true)]
-    pub next: Option<String>,
-    #[schema(required = true)]
-    pub previous: Option<String>,
-    pub results: Vec<JobRecord>,
-}
-
-/// The answer of `sub_status/`: the job after the change.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct JobAnswer {
-    pub job: JobRecord,
-}
-
-/// The answer of `arguments/`: the JSON text the job was run with.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ArgumentsAnswer {
-    pub arguments: String,
-}
-
-/// The answer of `trace/`: the job's trace id and, with `--trace-link`, its address.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct TraceAnswer {
-    #[schema(example = "4bf92f3577b34da6a3ce929d0e0e4736")]
-    pub trace_id: String,
-    pub link: Option<String>,
-}
-
-/// The answer of `result/`.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct ResultAnswer {
-    pub result: String,
-}
-
 /// A job event as `events/` lists it and `events/stream/` sends it.
 #[derive(Debug, Clone, Serialize, ToSchema)]
 pub struct EventRecord {
@@ -189,26 +141,6 @@ impl EventRecord {
             origin: event.origin.clone(),
         }
     }
-}
-
-/// One runtime job a job reported.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct RuntimeJob {
-    pub runtime_job: String,
-    #[schema(required = true)]
-    pub runtime_session: Option<String>,
-}
-
-/// The answer of `runtime_jobs/`.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct RuntimeJobs {
-    pub runtime_jobs: Vec<RuntimeJob>,
-}
-
-/// The answer of `logs/` and `provider-logs/` (an archived log is streamed into this shape).
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Logs {
-    pub logs: String,
 }
 
 /// A function in every answer that returns one.
@@ -283,102 +215,45 @@ impl FunctionRecord {
     }
 }
 
-/// The answer of `validate_arguments/`: the arguments fit the schema (else a 400 says where not).
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Valid {
-    pub valid: bool,
+/// A 400 answer saying `message`: what a request that fails a check gets.
+pub fn bad(message: impl Into<String>) -> ApiError {
+    ApiError::BadRequest(message.into())
 }
 
-/// The file names of an area (`files/`, `files/provider/`).
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct FileList {
-    pub results: Vec<String>,
+/// A size label of a function (any letter case when sent; stored uppercase).
+#[derive(Debug, Clone, Copy, ToSchema)]
+#[schema(rename_all = "UPPERCASE")]
+pub enum Size {
+    S,
+    M,
+    L,
+    Xl,
 }
 
-/// The file names of an area in the spec's shape (`files/list/`).
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct SpecFileList {
-    pub files: Vec<String>,
+/// The `arguments` field as text: the client sends a JSON string; a JSON body may also carry an
+/// object directly.
+pub fn arguments_text(fields: &RequestFields) -> Result<String, ApiError> {
+    match fields.value("arguments") {
+        Some(value) if !value.is_string() => Ok(value.to_string()),
+        _ => fields.required_text("arguments"),
+    }
 }
 
-/// `GET version/`.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Version {
-    pub version: String,
+/// Names (titles, providers) are sanitized to their letters, digits, `_` and `-`, of which they
+/// must hold one: the parameters say so with the searched (not anchored) pattern
+/// `[A-Za-z0-9_-]`, titles that may be `provider/title` with at most one slash and a name on
+/// each side.
+fn pattern_property(name: &str, pattern: &str) -> Schema {
+    let property = ObjectBuilder::new().schema_type(utoipa::openapi::Type::String).pattern(Some(pattern)).build();
+    Schema::Object(ObjectBuilder::new().property(name, property).build())
 }
 
-/// `GET liveness/` and `readiness/`: `alive`, `ready`, `database_unavailable` or
-/// `storage_unavailable`.
-#[derive(Debug, Clone, Serialize, ToSchema)]
-pub struct Probe {
-    pub status: &'static str,
-}
-
-/// The caller's queue: active slots used and allowed, and each unfinished job's place.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct QueueAnswer {
-    /// The most QUEUED+PENDING+RUNNING jobs the caller may have at once (`run` answers 429
-    /// beyond it).
-    pub active_limit: i64,
-    /// The caller's QUEUED+PENDING+RUNNING jobs, all of them (not only those listed).
-    pub active: i64,
-    /// Of those, QUEUED.
-    pub queued: i64,
-    /// Of those, PENDING or RUNNING.
-    pub running: i64,
-    /// The most PENDING+RUNNING jobs the caller may have at once (`LIMITS_JOBS_PER_USER`): more
-    /// wait QUEUED. Null where this server does not admit jobs itself and was not told the limit.
-    #[schema(required = true)]
-    pub running_limit: Option<i64>,
-    /// The slots CPU jobs of every user share (`LIMITS_MAX_CLUSTERS`), as `running_limit`.
-    #[schema(required = true)]
-    pub cpu_slots: Option<SlotUse>,
-    /// The slots GPU jobs of every user share (`LIMITS_MAX_GPU_CLUSTERS`).
-    #[schema(required = true)]
-    pub gpu_slots: Option<SlotUse>,
-    /// The oldest of them, at most `limit` (default and most: 500).
-    pub jobs: Vec<QueuedPlace>,
-}
-
-/// Slots in use (pending and running jobs of every user) of those there are.
-#[derive(Debug, Serialize, ToSchema)]
-pub struct SlotUse {
-    pub used: i64,
-    pub limit: i64,
-}
-
-/// What keeps a queued job waiting, as things stand now.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, ToSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum WaitingFor {
-    /// The caller already has `running_limit` jobs pending or running (or ahead of this one).
-    RunningLimit,
-    /// Every CPU slot is taken.
-    CpuSlots,
-    /// Every GPU slot is taken.
-    GpuSlots,
-    /// Nothing: admission starts it at its next pass.
-    NextAdmission,
-}
-
-#[derive(Debug, Serialize, ToSchema)]
-pub struct QueuedPlace {
-    pub id: String,
-    /// QUEUED, PENDING or RUNNING.
-    pub status: String,
-    #[schema(format = DateTime)]
-    pub created: String,
-    /// For a QUEUED job, how many queued jobs of any user came before it; null otherwise.
-    #[schema(required = true)]
-    pub ahead: Option<i64>,
-    /// For a QUEUED job, its place in the queue of every user (`ahead` + 1); null otherwise.
-    #[schema(required = true)]
-    pub position: Option<i64>,
-    /// For a QUEUED job, which limit holds it back; null otherwise (or when the limits are not
-    /// known here).
-    #[schema(required = true)]
-    pub waiting_for: Option<WaitingFor>,
-    pub gpu: bool,
-    /// Its function.
-    pub program: ProgramSummary,
+/// `schema` with the rule the server keeps between `title` and `provider`: a `provider/title`
+/// title goes without a `provider` (one that sanitizes to nothing counts as none).
+pub fn one_provider(schema: RefOr<Schema>) -> RefOr<Schema> {
+    let branches = AnyOfBuilder::new()
+        .item(pattern_property("title", "^[^/]*$"))
+        .item(pattern_property("provider", "^[^A-Za-z0-9_-]*$"))
+        .build();
+    RefOr::T(Schema::AllOf(AllOfBuilder::new().item(schema).item(Schema::AnyOf(branches)).build()))
 }
