@@ -23,6 +23,8 @@ export class ApiError extends Error {
     const text = (body && (body.message ?? body.detail)) || fallback || `HTTP ${status}`;
     super(typeof text === "string" ? text : JSON.stringify(text));
     this.status = status;
+    // The status's reason phrase (`Bad Request`), for an answer; none when nothing answered.
+    this.statusText = status > 0 ? fallback || "" : "";
     this.body = body;
     this.path = body && Array.isArray(body.path) ? body.path : null;
   }

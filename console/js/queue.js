@@ -65,19 +65,23 @@ export async function queueView(root, { scope }) {
       ),
     );
   };
-  try {
-    await load();
-    health.ok();
-  } catch (error) {
-    if (!scope.alive) return;
-    fill(summary, notice("error", error.message));
-    health.failed(error, REFRESH_MS);
-  }
-  scope.add(poll(load, REFRESH_MS, health));
+  // Read at once, then every few seconds; an error answer is shown with its status and
+  // message and asked again a few times at most (a refusal: not at all), then Retry.
+  let shown = false;
+  const read = async () => {
+    try {
+      await load();
+      shown = true;
+    } catch (error) {
+      if (scope.alive && !shown) fill(summary, notice("error", error.message));
+      throw error;
+    }
+  };
+  scope.add(poll(read, REFRESH_MS, health, { now: true }));
 }
 
 /** Why a queued job waits, in words. */
-function waitingText(job, queue) {
+export function waitingText(job, queue) {
   switch (job.waiting_for) {
     case "running_limit":
       return `Your limit of ${queue.running_limit} jobs running at once`;

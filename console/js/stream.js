@@ -12,6 +12,7 @@
 // gateway coming back.
 
 import { send } from "./api.js";
+import { retryDelay } from "./dom.js";
 
 const RETRY_FIRST_MS = 500;
 const RETRY_MOST_MS = 4000;
@@ -105,8 +106,11 @@ export function follow(path, { kind, onText, onEvent, onState = () => {}, finish
     } catch (error) {
       if (stopped || error.name === "AbortError") return;
       lastError = error;
-      // A refusal (403, 404 …) will not change by asking again.
-      if (error.status >= 400 && error.status < 500 && error.status !== 408 && error.status !== 429) {
+      // A refusal (403, 404 …) will not change by asking again; another error answer (a 500)
+      // is asked again a few times at most. No answer, or "not now" (502-504), is asked until
+      // the gateway answers.
+      const retry = retryDelay(error, failures + 1, RETRY_FIRST_MS);
+      if (retry === null) {
         stopped = true;
         onState("failed", error);
         return;
