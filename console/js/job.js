@@ -4,14 +4,39 @@
 // who may read it.
 
 import * as api from "./api.js";
-import { h, fill, notice, when, route, statusBadge, functionName, pretty, poll, freshness, TERMINAL } from "./dom.js";
+import { h, fill, notice, when, route, statusBadge, functionName, pretty, poll, freshness, failure, bounded, retryDelay, TERMINAL } from "./dom.js";
 import { follow } from "./stream.js";
+import { waitingText } from "./queue.js";
 
 const FALLBACK_POLL_MS = 3000;
 const RETRY_MS = 3000;
+const QUEUE_POLL_MS = 3000;
+// What the gateway's stop answer says of runtime jobs, said of a job that reported none only
+// because no runtime service came with the request (the console sends none).
+const RUNTIME_NOTES = [
+  "QiskitRuntimeService not found, cannot stop runtime jobs.",
+  "QiskitRuntimeService could not be read (not a serialized service), cannot stop runtime jobs.",
+  "No active runtime job ID associated with this serverless job ID.",
+];
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 const backToJobs = () => h("p", {}, h("a", { href: "#/jobs", class: "button quiet" }, "Back to the jobs"));
+// The page read again from the start (the router renders the route shown again).
+const reopen = () => window.dispatchEvent(new HashChangeEvent("hashchange"));
+
+/** `1` → `1st`, `22` → `22nd`. */
+function ordinal(n) {
+  const tens = n % 100;
+  const suffix = tens >= 11 && tens <= 13 ? "th" : { 1: "st", 2: "nd", 3: "rd" }[n % 10] || "th";
+  return `${n}${suffix}`;
+}
+
+/** The stop answer without its runtime notes (for a job that reported no runtime job). */
+export function withoutRuntimeNotes(message) {
+  let text = message;
+  for (const note of RUNTIME_NOTES) text = text.replace(note, "");
+  return text.replace(/\s{2,}/g, " ").trim();
+}
 
 export async function jobView(root, { args, scope }) {
   const id = args[0] || "";
@@ -19,21 +44,27 @@ export async function jobView(root, { args, scope }) {
   const health = freshness();
   fill(root, h("h1", {}, "Job ", h("span", { class: "mono" }, id)), health.element, h("p", { class: "muted" }, "Loading…"));
   // The first read: a job that does not exist (or is not the caller's) says so with a way back;
-  // a gateway that cannot be reached is asked again until it answers.
+  // a gateway that cannot be reached is asked again until it answers; an error answer is
+  // shown with its status and asked again a few times at most, then offers Retry.
   let job;
+  let failures = 0;
   for (;;) {
     try {
       job = await api.get(`jobs/${encodeURIComponent(id)}/`, { with_result: "false" });
       break;
     } catch (error) {
       if (!scope.alive) return;
-      if (error.status >= 400 && error.status < 500) {
+      if (error.status >= 400 && error.status < 500 && error.status !== 408 && error.status !== 429) {
         fill(root, h("h1", {}, "Job ", h("span", { class: "mono" }, id)), notice("error", error.message), backToJobs());
         return;
       }
-      health.failed(error, RETRY_MS);
+      failures += 1;
+      const delay = retryDelay(error, failures, RETRY_MS);
+      if (delay === null) health.gaveUp(error, reopen);
+      else health.failed(error, delay, bounded(error) ? failures : null);
       fill(root, h("h1", {}, "Job ", h("span", { class: "mono" }, id)), health.element, notice("error", error.message));
-      await sleep(RETRY_MS);
+      if (delay === null) return;
+      await sleep(delay);
       if (!scope.alive) return;
     }
   }
@@ -71,6 +102,9 @@ export async function jobView(root, { args, scope }) {
   const updated = h("dd", {});
   // Where the job's time went, from its status moves: queued until RUNNING, then running.
   const timingBox = h("dd", { id: "job-timing" }, "—");
+  // A queued job's place in the queue and what holds it back (`jobs/queue/`), while it waits.
+  const queueTerm = h("dt", { hidden: true }, "Queue");
+  const queueBox = h("dd", { id: "job-queue", hidden: true, "aria-live": "polite" });
   const times = { created: job.created, started: null, finished: null };
   const showTiming = () => fill(timingBox, timing(times));
   const stopButton = h("button", { type: "button", class: "danger", id: "stop-button" }, "Stop");
@@ -116,6 +150,8 @@ export async function jobView(root, { args, scope }) {
         updated,
         h("dt", {}, "Time"),
         timingBox,
+        queueTerm,
+        queueBox,
         traceTerm,
         traceBox,
         job.function_size ? [h("dt", {}, "Size"), h("dd", {}, job.function_size)] : null,
@@ -145,9 +181,50 @@ export async function jobView(root, { args, scope }) {
       fill(stopAnswer, notice("ok", `${said}${how}`));
     }
   };
+  // While the job is queued, its place is read every few seconds; it goes when the job moves on.
+  let stopQueueWatch = null;
+  const watchQueue = (queued) => {
+    if (queued && !stopQueueWatch) {
+      stopQueueWatch = poll(readPlace, QUEUE_POLL_MS, null, { now: true });
+      scope.add(() => stopQueueWatch && stopQueueWatch());
+    } else if (!queued && stopQueueWatch) {
+      stopQueueWatch();
+      stopQueueWatch = null;
+      queueTerm.hidden = true;
+      queueBox.hidden = true;
+    }
+  };
+  const readPlace = async () => {
+    const queue = await api.get("jobs/queue/");
+    if (!scope.alive || !stopQueueWatch) return;
+    const place = (queue.jobs || []).find((item) => item.id === id);
+    // Not the caller's job (a provider's admin reads it), or it has just left the queue.
+    if (!place || place.status !== "QUEUED") {
+      queueTerm.hidden = true;
+      queueBox.hidden = true;
+      return;
+    }
+    const why =
+      place.waiting_for === "next_admission"
+        ? "Nothing holds it back: it starts at the next admission."
+        : place.waiting_for
+          ? `Held back by: ${waitingText(place, queue)}.`
+          : null;
+    fill(
+      queueBox,
+      h("p", { class: "queue-place" }, h("strong", { class: "position" }, place.position ? `${ordinal(place.position)} in the queue` : "In the queue"), place.position ? ` (${place.ahead} queued ${place.ahead === 1 ? "job" : "jobs"} of any user ahead of it).` : "."),
+      why ? h("p", { class: "queue-place waiting-for", "data-waiting-for": place.waiting_for }, why) : null,
+      h("p", { class: "queue-place" }, h("a", { href: "#/queue", id: "job-queue-link" }, "See the whole queue")),
+    );
+    queueTerm.hidden = false;
+    queueBox.hidden = false;
+  };
   const showStatus = () => {
     fill(statusBox, statusBadge(current.status, current.sub_status));
     const finished = TERMINAL.has(current.status);
+    watchQueue(current.status === "QUEUED");
+    // An ended job's page is final: it says so instead of "Live".
+    if (finished) health.ended(current.status, times.finished || lastUpdate);
     // A finished job has nothing to stop; a job being stopped is not offered Stop again.
     stopButton.hidden = finished || stopping;
     if (finished) stopConfirm.hidden = true;
@@ -166,26 +243,37 @@ export async function jobView(root, { args, scope }) {
     const fresh = await api.get(path, { with_result: "false" });
     health.ok();
     current = { status: fresh.status, sub_status: fresh.sub_status, reason: fresh.status_reason };
+    lastUpdate = fresh.updated;
     fill(updated, when(fresh.updated));
     if (scope.alive) showStatus();
     return TERMINAL.has(fresh.status);
   };
   fill(updated, when(job.updated));
+  let lastUpdate = job.updated;
   showStatus();
 
   async function showResult() {
     fill(resultBox, h("p", { class: "muted" }, "Loading the result…"));
     let answer;
-    // Asked again while the gateway cannot be reached, so an outage's error never stays.
+    // Asked again while the gateway cannot be reached, so an outage's error never stays; an
+    // error answer a few times at most, then a Retry button.
+    let failures = 0;
     for (;;) {
       try {
         answer = await api.get(`${path}result/`);
         break;
       } catch (error) {
         if (!scope.alive) return;
-        fill(resultBox, notice("error", error.message));
-        if (error.status >= 400 && error.status < 500 && error.status !== 408 && error.status !== 429) return;
-        await sleep(RETRY_MS);
+        failures += 1;
+        const delay = retryDelay(error, failures, RETRY_MS);
+        if (delay === null) {
+          const again = h("button", { type: "button", class: "quiet" }, "Retry");
+          again.addEventListener("click", () => showResult());
+          fill(resultBox, notice("error", `${failure(error)}.`), again);
+          return;
+        }
+        fill(resultBox, notice("error", `${failure(error)}. Asking again in ${Math.round(delay / 1000)} s…`));
+        await sleep(delay);
         if (!scope.alive) return;
       }
     }
@@ -221,8 +309,18 @@ export async function jobView(root, { args, scope }) {
     fill(stopAnswer, notice("info", "Asking the gateway to stop the job…"));
     try {
       const answer = await api.call("POST", `${path}stop/`, { body: {} });
-      // The gateway's answer, as sent, then what became of the job.
-      stopMessage = answer && answer.message !== undefined ? answer.message : JSON.stringify(answer);
+      // The gateway's answer, then what became of the job. Its notes on runtime jobs are left
+      // out for a job that reported none (they are about the runtime service the console does
+      // not send); the API's message itself is as the reference words it.
+      let said = answer && answer.message !== undefined ? String(answer.message) : JSON.stringify(answer);
+      if (RUNTIME_NOTES.some((note) => said.includes(note))) {
+        const reported = await api.get(`${path}runtime_jobs/`).catch(() => null);
+        if (reported && Array.isArray(reported.runtime_jobs) && !reported.runtime_jobs.length) {
+          said = withoutRuntimeNotes(said);
+        }
+      }
+      if (!scope.alive) return;
+      stopMessage = said;
       stopNote();
     } catch (error) {
       stopping = false;
@@ -246,6 +344,8 @@ export async function jobView(root, { args, scope }) {
         }
         eventCount += 1;
         timelineNote.hidden = true;
+        // Heard from the gateway: the line says so as each event arrives.
+        health.ok();
         const data = event.data || {};
         // A status move's data names the new status (`status`; `new_status` in published events).
         const moved = event.event_type === "STATUS_CHANGE" ? data.status ?? data.new_status : null;
@@ -263,6 +363,7 @@ export async function jobView(root, { args, scope }) {
           current = { ...current, sub_status: data.sub_status };
           showStatus();
         }
+        lastUpdate = event.created;
         fill(updated, when(event.created));
       },
       finished: refresh,
@@ -287,7 +388,9 @@ export async function jobView(root, { args, scope }) {
 
   followLog(scope, `${path}logs/stream/`, logBox, logState, refresh, (error) => {
     fill(logBox, error.message);
-  });
+    // An error answer the gateway kept giving (not a refusal): said, with a way to ask again.
+    if (error.status >= 500) health.gaveUp(error, reopen);
+  }, () => {}, () => health.ok());
   if (program.provider) {
     const providerState = providerSection.querySelector(".stream-state");
     followLog(scope, `${path}provider-logs/stream/`, providerLog, providerState, refresh, () => {
@@ -300,7 +403,7 @@ export async function jobView(root, { args, scope }) {
 }
 
 /** Follows a log into `box`, keeping it scrolled to the end while the reader is there. */
-function followLog(scope, path, box, stateLabel, finished, onRefused, onLive = () => {}) {
+function followLog(scope, path, box, stateLabel, finished, onRefused, onLive = () => {}, onLines = () => {}) {
   let received = 0;
   const empty = h("span", { class: "muted" }, "(nothing logged yet)");
   box.append(empty);
@@ -313,6 +416,7 @@ function followLog(scope, path, box, stateLabel, finished, onRefused, onLive = (
       received += text.length;
       box.append(text);
       if (atEnd) box.scrollTop = box.scrollHeight;
+      onLines();
     },
     onState: (state, error) => {
       const labels = { live: "following live", reconnecting: "connection lost, reconnecting…", ended: "complete", failed: "" };
