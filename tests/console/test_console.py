@@ -103,7 +103,8 @@ def test_upload_then_run_from_the_form_with_live_validation_status_and_log(page,
     token = new_user("run")
     sign_in(page, token)
     # Upload from a tar file, with an arguments schema.
-    page.get_by_role("link", name="Functions").click()
+    # (The empty jobs page of a new user links to Functions too: the navigation's link.)
+    page.get_by_role("navigation", name="Main").get_by_role("link", name="Functions").click()
     page.get_by_role("link", name="Upload a function").click()
     archive = tmp_path / "console-form.tar"
     archive.write_bytes(function_tar())
@@ -227,18 +228,81 @@ def test_stop_a_sleeping_job_shows_the_answer_and_then_stopped(page, user):
     expect(status_badge(page)).to_have_text("RUNNING")
     page.get_by_role("button", name="Stop", exact=True).click()
     page.get_by_role("button", name="Yes, stop the job").click()
-    # While it stops, Stop is not offered again; the note shows the gateway's answer as sent,
-    # then follows the job to its end.
+    # While it stops, Stop is not offered again; the note shows the gateway's answer, then
+    # follows the job to its end. The job reported no runtime jobs, so the answer's note that
+    # no runtime service came to stop them with is left out (the API still sends it).
     expect(page.locator("#stop-button")).to_be_hidden()
     answer = page.locator("#stop-answer")
-    gateway_said = (
-        f"Stop requested for job {job_id}; its status will show STOPPED once it has stopped."
-        " QiskitRuntimeService not found, cannot stop runtime jobs."
-    )
+    gateway_said = f"Stop requested for job {job_id}; its status will show STOPPED once it has stopped."
     expect(status_badge(page)).to_have_text("STOPPED")
     expect(answer).to_have_text(f"{gateway_said} The job has stopped.")
     expect(page.locator("#stop-button")).to_be_hidden()
     expect(page.locator("#events")).to_contain_text("→ STOPPED")
+    # A job's page that has ended says so, not "Live".
+    expect(page.locator(".freshness")).to_have_attribute("data-state", "ended")
+    expect(page.locator(".freshness")).to_contain_text("Ended · STOPPED")
+
+
+def test_stop_a_job_that_reported_runtime_jobs_keeps_the_gateways_runtime_note(page, user):
+    job_id = user.run(mode="sleep", n=1)
+    user.wait(job_id, {"RUNNING"})
+    user.post(f"jobs/{job_id}/runtime_jobs/", json={"runtime_job": "console-runtime-1"})
+    sign_in(page, user.token)
+    open_job(page, job_id)
+    expect(status_badge(page)).to_have_text("RUNNING")
+    page.get_by_role("button", name="Stop", exact=True).click()
+    page.get_by_role("button", name="Yes, stop the job").click()
+    expect(status_badge(page)).to_have_text("STOPPED")
+    # Its runtime job could not be stopped without a runtime service: that is said, as sent.
+    expect(page.locator("#stop-answer")).to_have_text(
+        f"Stop requested for job {job_id}; its status will show STOPPED once it has stopped."
+        " QiskitRuntimeService not found, cannot stop runtime jobs. The job has stopped."
+    )
+
+
+def test_live_line_moves_as_lines_arrive_and_says_when_the_job_ended(page, user, recorder):
+    job_id = user.run(mode="ticks", n=16, pause=0.5)
+    user.wait(job_id, {"RUNNING"})
+    sign_in(page, user.token)
+    open_job(page, job_id)
+    line = page.locator(".freshness")
+    expect(line).to_have_attribute("data-state", "live")
+    expect(page.locator("#log")).to_contain_text("tick 1")
+    first = line.locator("time").get_attribute("datetime")
+    # Nothing is polled while the streams are open: the time moves because lines arrive.
+    expect(page.locator("#log")).to_contain_text("tick 6")
+    expect(line.locator("time")).not_to_have_attribute("datetime", first)
+    assert line.text_content().startswith("Live · updated")
+    expect(status_badge(page)).to_have_text("SUCCEEDED")
+    expect(line).to_have_attribute("data-state", "ended")
+    expect(line).to_contain_text("Ended · SUCCEEDED at")
+    assert "Live" not in line.text_content()
+    page.screenshot(path=str(OUT / "console-job-ended.png"))
+
+
+def test_times_show_their_zone_and_the_iso_time_in_a_tooltip(browser, recorder, user):
+    job_id = user.run(n=1, pause=0)
+    user.wait(job_id)
+    created = user.get(f"jobs/{job_id}/", with_result="false")["created"]
+    context = browser.new_context(viewport={"width": 1180, "height": 820}, timezone_id="Asia/Kolkata", locale="en-US")
+    try:
+        page = context.new_page()
+        recorder.attach(page)
+        sign_in(page, user.token)
+        cell = page.locator(f'tr[data-job="{job_id}"] td').nth(3).locator("time")
+        expect(cell).to_have_text(re.compile(r"GMT\+5:30$"))
+        iso = cell.get_attribute("title")
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", iso), iso
+        assert iso[:19] == created[:19], (iso, created)
+        open_job(page, job_id)
+        expect(page.locator(".facts time").first).to_have_text(re.compile(r"GMT\+5:30$"))
+        expect(page.locator(".freshness time")).to_have_text(re.compile(r"GMT\+5:30$"))
+        page.screenshot(path=str(OUT / "test_times_show_their_zone.png"))
+    finally:
+        context.close()
+    from conftest import check_requests
+
+    check_requests(recorder)
 
 
 def test_a_failing_job_shows_its_error_event(page, user):

@@ -5,7 +5,10 @@ failed job's reason at the top of its page."""
 
 import json
 import re
+import time
 
+import pytest
+import requests
 from conftest import (
     BASE,
     FUNCTION,
@@ -110,6 +113,24 @@ def test_the_queue_shows_the_running_limit_holding_two_queued_jobs(page, user):
         for job_id in sleepers[:2]:
             expect(page.locator(f'tr[data-job="{job_id}"] .waiting-for')).to_have_text("Started")
         page.screenshot(path=str(OUT / "console-queue.png"))
+        # A queued job's own page: its place in the queue and what holds it back, linked to
+        # the queue (not just "not started yet").
+        page.locator(f'tr[data-job="{sleepers[3]}"] a').click()
+        place = page.locator("#job-queue")
+        expect(place.locator(".position")).to_have_text(re.compile(r"^\d+(st|nd|rd|th) in the queue$"))
+        ahead = positions[1] - 1
+        expect(place).to_contain_text(f"({ahead} queued {'job' if ahead == 1 else 'jobs'} of any user ahead of it)")
+        expect(place.locator(".waiting-for")).to_have_text("Held back by: Your limit of 2 jobs running at once.")
+        expect(page.locator("#job-timing")).to_have_text("not started yet")
+        page.screenshot(path=str(OUT / "console-queued-job.png"))
+        page.locator("#job-queue-link").click()
+        expect(page.get_by_role("heading", name="Queue")).to_be_visible()
+        # Once it runs, the place goes.
+        page.go_back()
+        for job_id in sleepers[:3]:
+            user.post(f"jobs/{job_id}/stop/", json={})
+        expect(status_badge(page)).to_have_text("RUNNING")
+        expect(page.locator("#job-queue")).to_be_hidden()
     finally:
         for job_id in sleepers:
             user.post(f"jobs/{job_id}/stop/", json={})
@@ -128,12 +149,15 @@ def test_the_jobs_list_past_the_end_with_an_unknown_function_and_the_picker(page
     expect(page.locator(".pager .range")).to_have_text("1–3 of 3")
     # No Size column (the listing has no size to show).
     expect(page.locator("table.jobs thead th")).to_have_text(["Job", "Function", "Status", "Created", "Updated"])
-    # The function picker offers the caller's functions; an unknown name matches no job.
+    # The function picker offers the caller's functions; a name no function has says so, in
+    # the console's words, and links to the functions.
     expect(page.locator(f'datalist option[value="{FUNCTION}"]')).to_have_count(1)
     page.get_by_label("Function", exact=True).fill("no-such-function")
     page.get_by_role("button", name="Apply").click()
-    expect(page.locator("#no-jobs")).to_contain_text("No jobs match.")
+    expect(page.locator("#no-jobs")).to_contain_text("No function's name contains “no-such-function”.")
+    expect(page.locator("#no-jobs").get_by_role("link", name="See the functions you can run")).to_be_visible()
     expect(page.locator('.table-wrap [role="alert"]')).to_have_count(0)
+    expect(page.locator(".pager")).to_be_hidden()
     page.get_by_label("Function", exact=True).fill(FUNCTION)
     page.get_by_role("button", name="Apply").click()
     expect(page.locator(".pager .range")).to_have_text("1–3 of 3")
@@ -222,3 +246,137 @@ def test_a_failed_job_shows_its_reason_with_the_exception_line_at_the_top(page, 
     for below in ("#events", "#log"):
         assert top < page.locator(below).bounding_box()["y"], below
     page.screenshot(path=str(OUT / "console-job.png"))
+
+
+def test_the_function_filter_matches_part_of_a_name_in_any_case(page, user, recorder):
+    """The console's function filter looks for what was typed in the names of the functions the
+    user can see, in any case, and lists their jobs (merged, newest first, in pages); the API's
+    own `function=` stays exact, with its message."""
+    user.upload_function(title="my-DEMO-tool")
+    demo = [user.run(n=1, pause=0) for _ in range(6)]
+    tool = [user.run(title="my-DEMO-tool", n=1, pause=0) for _ in range(5)]
+    for job_id in demo + tool:
+        user.wait(job_id)
+    newest_first = [job["id"] for job in user.get("jobs/", limit=20)["results"]]
+    assert set(newest_first) == set(demo + tool), newest_first
+    sign_in(page, user.token)
+    function = page.get_by_label("Function", exact=True)
+    # Part of one name, in another case: that function's jobs, and a line saying which.
+    function.fill("CONSOLE-DE")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator("#function-match")).to_contain_text(f"Jobs of {FUNCTION}, the function whose name contains “CONSOLE-DE”.")
+    expect(page.locator(".pager .range")).to_have_text("1–6 of 6")
+    expect(page.locator("table.jobs tbody tr")).to_have_count(6)
+    # Part of two names: both functions' jobs, newest first, in pages.
+    function.fill("demo")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator("#function-match")).to_contain_text("the 2 functions whose names contain “demo”")
+    expect(page.locator(".pager .range")).to_have_text("1–10 of 11")
+    rows = page.locator("table.jobs tbody tr")
+    expect(rows).to_have_count(10)
+    assert [rows.nth(i).get_attribute("data-job") for i in range(10)] == newest_first[:10]
+    page.get_by_role("link", name="Next").click()
+    expect(page.locator(".pager .range")).to_have_text("11–11 of 11")
+    expect(rows).to_have_count(1)
+    assert rows.first.get_attribute("data-job") == newest_first[10]
+    page.get_by_role("button", name="Previous").click()
+    expect(page.locator(".pager .range")).to_have_text("1–10 of 11")
+    assert [rows.nth(i).get_attribute("data-job") for i in range(10)] == newest_first[:10]
+    # Nothing matches: said plainly, with the way to the functions.
+    function.fill("xyz")
+    page.get_by_role("button", name="Apply").click()
+    expect(page.locator("#no-jobs")).to_have_text(
+        "No function's name contains “xyz”. See the functions you can run, or show the jobs of every function."
+    )
+    # The console never asked the gateway for a function by a part of its name.
+    asked = [url for url in recorder.urls("/api/v1/jobs/?") if "function=" in url]
+    assert asked and all(re.search(r"function=(console-demo|my-DEMO-tool)(&|$)", url) for url in asked), asked
+    # The API itself is unchanged: exact, with its own message.
+    answer = requests.get(
+        f"{BASE}/api/v1/jobs/", params={"function": "console-de"}, headers={"Authorization": f"Bearer {user.token}"}, timeout=10
+    )
+    assert answer.status_code == 404 and answer.json()["message"] == "Qiskit Function console-de doesn't exist.", answer.text
+    page.screenshot(path=str(OUT / "console-jobs-function-filter.png"))
+
+
+def test_a_new_users_empty_jobs_page_points_to_the_functions(page):
+    sign_in(page, new_user("newcomer"))
+    empty = page.locator("#no-jobs")
+    expect(empty).to_contain_text("You have no jobs yet.")
+    expect(empty).to_contain_text("press Run")
+    # No pager that leads nowhere.
+    expect(page.locator(".pager")).to_be_hidden()
+    expect(page.get_by_role("link", name="Previous")).to_have_count(0)
+    page.screenshot(path=str(OUT / "console-jobs-empty.png"))
+    empty.get_by_role("link", name="Functions").click()
+    expect(page.get_by_role("heading", name="Functions")).to_be_visible()
+
+
+def test_an_error_answer_is_shown_with_its_status_and_not_asked_forever(page, user, recorder):
+    sign_in(page, user.token)
+    # A refusal (400): the status and the gateway's message, asked once, and a Retry button.
+    message = requests.get(
+        f"{BASE}/api/v1/jobs/", params={"created_after": "garbage"}, headers={"Authorization": f"Bearer {user.token}"}, timeout=10
+    ).json()["message"]
+    page.goto(f"{BASE}/console/#/jobs?created_after=garbage")
+    line = freshness(page)
+    expect(line).to_have_attribute("data-state", "stopped")
+    expect(line).to_contain_text(f"The gateway answered 400 Bad Request: {message.rstrip('.')}.")
+    expect(line).not_to_contain_text("Nothing has been heard")
+    expect(line.get_by_role("button", name="Retry")).to_be_visible()
+    expect(page.locator(".table-wrap [role=alert]")).to_have_text(message)
+    reads = len(recorder.urls("/api/v1/jobs/?"))
+    page.wait_for_timeout(4000)
+    assert len(recorder.urls("/api/v1/jobs/?")) == reads, "a refused read was asked again"
+
+    # A server error (500): asked again a few times, further apart, then no more; Retry asks again.
+    failing = {"on": True}
+
+    def answer(route):
+        if failing["on"]:
+            route.fulfill(status=500, content_type="application/json", body=json.dumps({"message": "The database is unavailable."}))
+        else:
+            route.continue_()
+
+    page.route(re.compile(r"/api/v1/jobs/queue/"), answer)
+    started = time.monotonic()
+    page.goto(f"{BASE}/console/#/queue")
+    expect(line).to_contain_text("The gateway answered 500 Internal Server Error: The database is unavailable.")
+    expect(line).to_contain_text("Asking again in 3 s (1 of 3)")
+    expect(line).to_have_attribute("data-state", "stopped", timeout=40_000)
+    waited = time.monotonic() - started
+    assert 18 <= waited, f"gave up after {waited:.1f} s"
+    asked = len(recorder.urls("/api/v1/jobs/queue/?limit=100"))
+    assert asked == 4, f"{asked} reads of the queue"
+    page.wait_for_timeout(4000)
+    assert len(recorder.urls("/api/v1/jobs/queue/?limit=100")) == asked
+    page.screenshot(path=str(OUT / "console-error-answer.png"))
+    failing["on"] = False
+    line.get_by_role("button", name="Retry").click()
+    expect(line).to_have_attribute("data-state", "live")
+    expect(page.locator("#slots-used")).to_be_visible()
+    page.unroute(re.compile(r"/api/v1/jobs/queue/"))
+
+
+@pytest.mark.viewport(400, 740)
+def test_at_400_px_the_filters_fold_and_the_first_job_is_on_the_first_screen(page, user):
+    job_id = user.run(n=1, pause=0)
+    user.wait(job_id)
+    sign_in(page, user.token)
+    first = page.locator("table.jobs tbody tr").first
+    expect(first).to_have_attribute("data-job", job_id)
+    box = first.bounding_box()
+    assert box["y"] + box["height"] <= 740, f"the first job's row ends at {box['y'] + box['height']} px"
+    toggle = page.get_by_role("button", name="Filters")
+    expect(toggle).to_have_attribute("aria-expanded", "false")
+    expect(page.get_by_label("Status")).to_be_hidden()
+    page.screenshot(path=str(OUT / "console-jobs-400px.png"))
+    toggle.click()
+    expect(toggle).to_have_attribute("aria-expanded", "true")
+    expect(page.get_by_label("Status")).to_be_visible()
+    page.get_by_label("Status").select_option("SUCCEEDED")
+    page.get_by_role("button", name="Apply").click()
+    # The toggle says how many filters are set; the jobs still come first.
+    expect(page.get_by_role("button", name="Filters (1)")).to_have_attribute("aria-expanded", "false")
+    expect(first).to_be_visible()
+    assert page.evaluate("document.documentElement.scrollWidth") <= 400
