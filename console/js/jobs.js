@@ -33,8 +33,9 @@ function toLocalInput(iso) {
 export function matchFunctions(functions, text, provider) {
   const seen = new Map();
   for (const fn of functions) {
+    if (!fn || !fn.title) continue;
     const name = functionName(fn.title, fn.provider);
-    if (fn && fn.title && !seen.has(name)) seen.set(name, fn);
+    if (!seen.has(name)) seen.set(name, fn);
   }
   const all = [...seen.values()].filter((fn) => !provider || (fn.provider || "").toLowerCase() === provider.toLowerCase());
   const exact = all.filter((fn) => fn.title === text || functionName(fn.title, fn.provider) === text);
