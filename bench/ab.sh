@@ -10,7 +10,7 @@
 # usage: bench/ab.sh A_CHECKOUT A_BINARY B_CHECKOUT B_BINARY
 #   e.g. git worktree add /tmp/old 407aaef && (cd /tmp/old && cargo build --release)
 #        bench/ab.sh /tmp/old /tmp/old/target/release/gantry . target/x86_64-unknown-linux-gnu/release/gantry
-# env:   ROUNDS (default 3), DURATION/WARMUP (default 8/2 s per test), OUT (folder kept for
+# env:   ROUNDS (default 3), DURATION/WARMUP (default 8/2 s per test), LOAD_TESTS (default "a b d e"), OUT (folder kept for
 #        the raw outputs; default a temporary one, removed)
 set -euo pipefail
 if [ $# -ne 4 ]; then sed -n '2,15p' "$0" >&2; exit 2; fi
@@ -28,7 +28,7 @@ run() {
   local dir bin
   if [ "$1" = A ]; then dir=$a_dir bin=$a_bin; else dir=$b_dir bin=$b_bin; fi
   echo "round $2, $1: $dir ($(date +%H:%M:%S))" >&2
-  (cd "$dir" && GANTRY_BIN=$bin LOAD_TESTS="a b d e" DURATION=${DURATION:-8} WARMUP=${WARMUP:-2} STARTS=1 FILES_S3=0 \
+  (cd "$dir" && GANTRY_BIN=$bin LOAD_TESTS=${LOAD_TESTS:-a b d e} DURATION=${DURATION:-8} WARMUP=${WARMUP:-2} STARTS=1 FILES_S3=0 \
     LOAD_SH=${LOAD_SH:-$(realpath "$b_dir/../shared/bench/load.sh")} bench/jobs.sh) >"$OUT/$1.$2.md" 2>"$OUT/$1.$2.log" ||
     { echo "bench/jobs.sh failed ($1, round $2):" >&2; tail -20 "$OUT/$1.$2.log" >&2; exit 1; }
 }

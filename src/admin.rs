@@ -112,6 +112,56 @@ pub enum AdminCommand {
     /// Count the kept job counts again from the jobs (after loading jobs by other means, or to
     /// repair drift); holds writes to the jobs while it counts.
     Recount,
+    /// Set a monthly budget (docs/usage.md): a user's, a group's (its members' jobs together) or
+    /// a provider's function's (every user's jobs of it), in CPU-hours and GPU-hours; a run past
+    /// a spent budget is refused with 429, running jobs go on. Without either limit, or with
+    /// --remove, the budget goes.
+    SetBudget {
+        /// The user whose jobs it limits.
+        #[arg(long, conflicts_with_all = ["group", "provider"])]
+        user: Option<String>,
+        /// The group whose members' jobs it limits together.
+        #[arg(long, conflicts_with = "provider")]
+        group: Option<String>,
+        /// With --function: the provider function whose jobs it limits.
+        #[arg(long, requires = "function")]
+        provider: Option<String>,
+        #[arg(long, requires = "provider")]
+        function: Option<String>,
+        /// Allocated CPU a month: cores × hours (e.g. 100, 2.5).
+        #[arg(long)]
+        cpu_hours: Option<f64>,
+        /// GPU time a month: GPUs × hours.
+        #[arg(long)]
+        gpu_hours: Option<f64>,
+        /// Remove the budget.
+        #[arg(long, conflicts_with_all = ["cpu_hours", "gpu_hours"])]
+        remove: bool,
+    },
+    /// List the budgets with this month's use.
+    Budgets,
+    /// The usage ledger's totals for a period (docs/usage.md): everyone's, or one user's or one
+    /// provider's, grouped by function, size, day, user or provider; as a table or CSV.
+    Usage {
+        /// First day (`YYYY-MM-DD`, UTC; default: the first of this month).
+        #[arg(long)]
+        from: Option<String>,
+        /// Day after the period (default: the first of next month).
+        #[arg(long)]
+        to: Option<String>,
+        /// function, size, day, user or provider.
+        #[arg(long, default_value = "function")]
+        group_by: String,
+        /// Only this user's jobs (by name).
+        #[arg(long, conflicts_with = "provider")]
+        user: Option<String>,
+        /// Only the jobs of this provider's functions (by name).
+        #[arg(long)]
+        provider: Option<String>,
+        /// Comma-separated values with a header line, for a spreadsheet.
+        #[arg(long)]
+        csv: bool,
+    },
     /// Delete finished jobs (SUCCEEDED, FAILED, STOPPED) last updated more than --older-than days
     /// ago, with their events, runtime jobs and objects (arguments, result, logs), in batches.
     Gc {
@@ -274,6 +324,77 @@ pub async fn admin_with(db: &Db, storage: Option<&Storage>, command: AdminComman
             )
         }
         AdminCommand::Recount => db::counts::recount(db).await?.to_string(),
+        AdminCommand::SetBudget { user, group, provider, function, cpu_hours, gpu_hours, remove } => {
+            use crate::db::budgets::{self, Kind};
+            let (kind, subject_id, name) = match (user, group, provider.zip(function)) {
+                (Some(user), _, _) => {
+                    let row = users::find_by_username(db, &user)
+                        .await?
+                        .with_context(|| format!("user {user} does not exist"))?;
+                    (Kind::User, row.id, format!("user {user}"))
+                }
+                (None, Some(group), _) => {
+                    let row = users::find_group(db, &group)
+                        .await?
+                        .with_context(|| format!("group {group} does not exist"))?;
+                    (Kind::Group, row.id, format!("group {group}"))
+                }
+                (None, None, Some((provider, function))) => {
+                    let program = find_provider_function(db, &provider, &function).await?;
+                    (Kind::Function, program.id, format!("function {provider}/{function}"))
+                }
+                (None, None, None) => bail!("say whose budget: --user, --group, or --provider with --function"),
+            };
+            let millis = |name: &str, hours: Option<f64>| -> anyhow::Result<Option<i64>> {
+                match hours {
+                    Some(h) if !(0.0..=1e9).contains(&h) => {
+                        bail!("--{name} must be a number of hours from 0 to 1e9, got {h}")
+                    }
+                    Some(h) => Ok(Some((h * crate::domain::usage::HOUR_MS as f64).round() as i64)),
+                    None => Ok(None),
+                }
+            };
+            let (cpu, gpu) = (millis("cpu-hours", cpu_hours)?, millis("gpu-hours", gpu_hours)?);
+            if remove || (cpu.is_none() && gpu.is_none()) {
+                budgets::set(db, kind, &subject_id, None, None).await?;
+                format!("budget of {name} removed")
+            } else {
+                budgets::set(db, kind, &subject_id, cpu, gpu).await?;
+                let limit = |h: Option<f64>| h.map_or("no limit".to_string(), |h| format!("{h} h"));
+                format!("budget of {name}: CPU {} a month, GPU {} a month", limit(cpu_hours), limit(gpu_hours))
+            }
+        }
+        AdminCommand::Budgets => {
+            let now = db::now_micros();
+            let (from, to) = crate::domain::usage::month_of(db::counts::day_of(now));
+            let mut lines = vec![format!(
+                "budgets for {} (they reset on {})",
+                &crate::domain::usage::date_of(from)[..7],
+                crate::domain::usage::date_of(to)
+            )];
+            let hours = |ms: i64| format!("{:.3}", ms as f64 / crate::domain::usage::HOUR_MS as f64);
+            for budget in db::budgets::list(db).await? {
+                let used = db::budgets::used(db, &budget, from, to, now).await?;
+                let of = |limit: Option<i64>, used: i64| match limit {
+                    Some(limit) => format!("{} of {} h", hours(used), hours(limit)),
+                    None => format!("{} h (no limit)", hours(used)),
+                };
+                lines.push(format!(
+                    "{} {}: CPU {}, GPU {}",
+                    budget.kind.as_str(),
+                    budget.name,
+                    of(budget.cpu_core_ms, used.cpu_core_ms),
+                    of(budget.gpu_ms, used.gpu_ms)
+                ));
+            }
+            if lines.len() == 1 {
+                lines.push("(no budgets)".into());
+            }
+            lines.join("\n")
+        }
+        AdminCommand::Usage { from, to, group_by, user, provider, csv } => {
+            usage_report(db, from, to, &group_by, user, provider, csv).await?
+        }
         AdminCommand::Gc { older_than, dry_run } => {
             let storage = storage.context("gantry admin gc needs the object storage")?;
             let policy = crate::retention::Policy::new(older_than);
@@ -285,4 +406,104 @@ pub async fn admin_with(db: &Db, storage: Option<&Storage>, command: AdminComman
             report.to_string()
         }
     })
+}
+
+/// `gantry admin usage`: the totals as a table, or CSV.
+async fn usage_report(
+    db: &Db,
+    from: Option<String>,
+    to: Option<String>,
+    group_by: &str,
+    user: Option<String>,
+    provider: Option<String>,
+    csv: bool,
+) -> anyhow::Result<String> {
+    use crate::db::usage::{GroupBy, Scope};
+    use crate::domain::usage::{date_of, day_number, month_of};
+    let now = db::now_micros();
+    let (this_month, next_month) = month_of(db::counts::day_of(now));
+    let day = |name: &str, text: Option<String>, default: i64| match text {
+        None => Ok(default),
+        Some(text) => day_number(&text).with_context(|| format!("--{name} must be a date as YYYY-MM-DD, got '{text}'")),
+    };
+    let (from, to) = (day("from", from, this_month)?, day("to", to, next_month)?);
+    if to <= from {
+        bail!("--to ({}) must be after --from ({})", date_of(to), date_of(from));
+    }
+    let grouping = match group_by {
+        "function" => GroupBy::Function,
+        "size" => GroupBy::Size,
+        "day" => GroupBy::Day,
+        "user" => GroupBy::User,
+        "provider" => GroupBy::Provider,
+        other => bail!("--group-by must be one of function, size, day, user, provider; got '{other}'"),
+    };
+    let user_id = match &user {
+        Some(name) => Some(
+            db::users::find_by_username(db, name).await?.with_context(|| format!("user {name} does not exist"))?.id,
+        ),
+        None => None,
+    };
+    let provider_id = match &provider {
+        Some(name) => Some(
+            db::providers::find_by_name(db, name).await?.with_context(|| format!("provider {name} does not exist"))?.id,
+        ),
+        None => None,
+    };
+    let scope = match (&user_id, &provider_id) {
+        (Some(id), _) => Scope::User(id),
+        (None, Some(id)) => Scope::Provider(id),
+        (None, None) => Scope::Everyone,
+    };
+    let totals = db::usage::totals(db, scope, from, to, grouping, now).await?;
+    let seconds = |ms: i64| format!("{:.3}", ms as f64 / 1000.0);
+    let rows: Vec<[String; 9]> = totals
+        .iter()
+        .map(|t| {
+            let key =
+                if grouping == GroupBy::Day { t.key.parse().map_or(t.key.clone(), date_of) } else { t.key.clone() };
+            let f = t.figures;
+            [
+                key,
+                t.name.clone().unwrap_or_default(),
+                t.jobs.to_string(),
+                t.running.to_string(),
+                seconds(f.wait_ms),
+                seconds(f.run_ms),
+                seconds(f.cpu_core_ms),
+                seconds(f.gib_ms),
+                seconds(f.gpu_ms),
+            ]
+        })
+        .collect();
+    let header = [
+        group_by,
+        "name",
+        "jobs",
+        "running",
+        "wait_seconds",
+        "run_seconds",
+        "cpu_core_seconds",
+        "gib_seconds",
+        "gpu_seconds",
+    ];
+    if csv {
+        let field = |text: &str| {
+            if text.contains([',', '"', '\n', '\r']) {
+                format!("\"{}\"", text.replace('"', "\"\""))
+            } else {
+                text.to_string()
+            }
+        };
+        let mut lines = vec![header.join(",")];
+        lines.extend(rows.iter().map(|row| row.iter().map(|f| field(f)).collect::<Vec<_>>().join(",")));
+        return Ok(lines.join("\n"));
+    }
+    let mut lines = vec![format!("usage from {} to {} (the day after), by {group_by}", date_of(from), date_of(to))];
+    lines.push(header.join("\t"));
+    lines.extend(rows.iter().map(|row| row.join("\t")));
+    if rows.is_empty() {
+        lines.push("(no usage in this period)".into());
+    }
+    Ok(lines.join("\n"))
 }

@@ -28,6 +28,7 @@ pub mod shared;
 pub mod state;
 pub mod streams;
 pub mod system;
+pub mod usage;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -130,6 +131,8 @@ pub fn documented_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(jobs::list::list_jobs))
         .routes(routes!(jobs::list::list_provider_jobs))
         .routes(routes!(jobs::queue::my_queue))
+        .routes(routes!(usage::get_usage))
+        .routes(routes!(usage::get_job_usage))
         .routes(routes!(jobs::read::get_job))
         .routes(routes!(jobs::read::get_job_arguments))
         .routes(routes!(jobs::read::get_job_trace))

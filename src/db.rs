@@ -3,6 +3,7 @@
 //! ids, integer timestamps) and run on either pool through `on_db!`; each table's queries live in
 //! `db/<table>.rs` with their row types. One set of migrations (`migrations/`) serves both.
 
+pub mod budgets;
 pub mod counts;
 pub(crate) mod group_commit;
 pub mod idempotency;
@@ -15,6 +16,7 @@ pub mod providers;
 pub mod queue;
 pub mod retention;
 pub mod storage_steps;
+pub mod usage;
 pub mod users;
 pub mod watched;
 

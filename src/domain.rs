@@ -12,4 +12,5 @@ pub mod paging;
 pub mod runtime_env;
 pub mod schema;
 pub mod sizes;
+pub mod usage;
 pub mod visibility;

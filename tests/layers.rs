@@ -22,7 +22,7 @@ const LAYERS: &[(&str, &[&str])] = &[
         "services: events, compute backends, the launcher, authentication, live following",
         &["events", "compute", "launcher", "auth", "follow", "retention"],
     ),
-    ("the HTTP API: state, extractors, handlers, services, errors", &["api"]),
+    ("the HTTP API: state, extractors, errors, endpoints (handler, flow and types)", &["api"]),
     ("operations: the admin port", &["ops"]),
     ("roles", &["serve", "gateway", "admin", "controller"]),
     ("the command line", &["cli", "main", "lib"]),

@@ -27,6 +27,7 @@ use crate::crd::{
 use crate::db::{self, Db, jobs};
 use crate::domain::logs::LogRouter;
 use crate::domain::sizes::{self, Resources};
+use crate::domain::usage::Allocation;
 use crate::events::Publisher;
 use crate::secrets::TokenCipher;
 use crate::storage::access::JobAccess;
@@ -138,6 +139,18 @@ fn is_env_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// What a FunctionJob's pod is given, as the usage ledger records it.
+fn allocation_of(spec: &FunctionJobSpec) -> Allocation {
+    let quantity = |q: &Option<Quantity>| q.as_ref().map(|q| q.0.clone()).unwrap_or_default();
+    let resources = Resources {
+        cpu: quantity(&spec.resources.cpu),
+        memory: quantity(&spec.resources.memory),
+        gpus: spec.gpus,
+        gpu_model: spec.gpu_model.clone(),
+    };
+    Allocation::of(&resources, spec.compute_profile.as_deref())
+}
+
 fn labels(spec: &FunctionJobSpec) -> BTreeMap<String, String> {
     BTreeMap::from([
         (LABEL_JOB_ID.to_string(), label_value(&spec.job_id)),
@@ -167,6 +180,8 @@ impl KubeBackend {
             return Ok(());
         }
         let spec = function_job_spec(&job, &launch, &self.settings.default_resources, self.settings.timeout);
+        // What its pod gets: what the usage ledger meters its run with.
+        jobs::record_allocation(&self.db, job_id, &allocation_of(&spec)).await.map_err(database)?;
         let mut resource = FunctionJob::new(job_id, spec.clone());
         resource.metadata.labels = Some(labels(&spec));
         // Born with the controller's finalizer: the controller need not add it (one write and

@@ -218,6 +218,10 @@ impl LocalRunner {
         {
             return self.fail_launch(&job_id, reason).await;
         }
+        // What the usage ledger meters its run with: not started without it.
+        if let Err(error) = jobs::record_allocation(&self.db, &job_id, &self.allocation(&loaded)).await {
+            return self.fail_launch(&job_id, format!("failed to record the job's allocation: {error}")).await;
+        }
         let held = held.as_ref();
         let running = match loaded.info.image.clone() {
             Some(image) => match self.start_container(&loaded, &image, held).instrument(span).await {

@@ -12,8 +12,10 @@ use std::collections::BTreeMap;
 
 use super::params::{Param, placeholders};
 use super::queue::block_of;
+use super::usage::UsageRecord;
 use super::{Db, Error, on_db, query_error};
 use crate::domain::lifecycle::JobStatus;
+use crate::domain::usage::Figures;
 
 /// Microseconds in a day: the counts are kept per creation day.
 pub(crate) const DAY_MICROS: i64 = 86_400_000_000;
@@ -59,7 +61,13 @@ pub(crate) struct Changes {
     slots: [i64; 2],
     /// Queue block (hour of creation) -> queued jobs.
     queued: BTreeMap<i64, i64>,
+    /// Usage records summed per (author, day of their end, function, size): the provider of
+    /// the function (`""` for none), the records, their figures (`usage_by_day`).
+    used: BTreeMap<UsageKey, (String, i64, Figures)>,
 }
+
+/// A row of `usage_by_day`: author, day, function, size.
+type UsageKey = (String, i64, String, String);
 
 /// At most this many rows in one multi-row upsert (five parameters a row at most, well under
 /// both dialects' limits on parameters).
@@ -87,6 +95,22 @@ impl Changes {
     pub(crate) fn moved(&mut self, job: &Counted<'_>, from: JobStatus, to: JobStatus) {
         self.add(job, from, -1);
         self.add(job, to, 1);
+    }
+
+    /// A job's usage record enters the totals of the day it ended.
+    pub(crate) fn used(&mut self, record: &UsageRecord) {
+        let key = (
+            record.author_id.clone(),
+            day_of(record.ended),
+            record.program_id.clone(),
+            record.function_size.clone().unwrap_or_default(),
+        );
+        let entry = self
+            .used
+            .entry(key)
+            .or_insert_with(|| (record.provider_id.clone().unwrap_or_default(), 0, Figures::default()));
+        entry.1 += 1;
+        entry.2 = entry.2.plus(record.figures());
     }
 
     /// What these changes add to `author`'s active jobs (QUEUED, PENDING, RUNNING): not yet in
@@ -132,9 +156,35 @@ impl Changes {
             .map(|(block, n)| (vec![Param::Int(*block), Param::Int(shard)], *n))
             .collect();
         upserts(&mut out, "job_queue_counts", "block, shard", &queue_rows, false);
+        let used: Vec<_> = self.used.iter().collect();
+        for chunk in used.chunks(ROWS_PER_STATEMENT) {
+            let (mut values, mut params) = (Vec::new(), Vec::new());
+            for (i, ((author, day, program, size), (provider, jobs, figures))) in chunk.iter().enumerate() {
+                values.push(format!("({})", placeholders(1 + i * 11, 11)));
+                params.extend([text(author), Param::Int(*day), text(program), text(size), text(provider)]);
+                params.extend(
+                    [*jobs, figures.wait_ms, figures.run_ms, figures.cpu_core_ms, figures.gib_ms, figures.gpu_ms]
+                        .map(Param::Int),
+                );
+            }
+            let sums = USAGE_SUMS.iter().map(|c| format!("{c} = usage_by_day.{c} + excluded.{c}")).collect::<Vec<_>>();
+            out.push((
+                format!(
+                    "INSERT INTO usage_by_day (author_id, day, program_id, function_size, provider_id, {}) VALUES {} \
+                     ON CONFLICT (author_id, day, program_id, function_size) DO UPDATE SET {}",
+                    USAGE_SUMS.join(", "),
+                    values.join(", "),
+                    sums.join(", ")
+                ),
+                params,
+            ));
+        }
         out
     }
 }
+
+/// The summed columns of `usage_by_day`, in the order a row binds them.
+const USAGE_SUMS: [&str; 6] = ["jobs", "wait_ms", "run_ms", "cpu_core_ms", "gib_ms", "gpu_ms"];
 
 fn text(value: &str) -> Param {
     Param::Text(value.to_string())
@@ -227,7 +277,7 @@ pub(crate) fn postgres_ctes(source: &str, statuses: &str, shard: &str, slots: Op
 /// The statements of a recount, in order: each kept table emptied, then filled from `jobs`.
 /// Their numbers are those of the migrations that added the tables (days of 86,400,000,000
 /// microseconds, hours of `queue::QUEUE_BLOCK_MICROS`).
-const RECOUNT: [&str; 10] = [
+const RECOUNT: [&str; 12] = [
     "DELETE FROM job_counts",
     "INSERT INTO job_counts (author_id, program_id, status, n) \
      SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY author_id, COALESCE(program_id, ''), status",
@@ -244,6 +294,12 @@ const RECOUNT: [&str; 10] = [
     "DELETE FROM job_queue_counts",
     "INSERT INTO job_queue_counts (block, shard, n) \
      SELECT created / 3600000000, 0, COUNT(*) FROM jobs WHERE status = 'QUEUED' GROUP BY created / 3600000000",
+    "DELETE FROM usage_by_day",
+    "INSERT INTO usage_by_day (author_id, day, program_id, function_size, provider_id, jobs, wait_ms, run_ms, \
+       cpu_core_ms, gib_ms, gpu_ms) \
+     SELECT author_id, ended / 86400000000, program_id, COALESCE(function_size, ''), MIN(COALESCE(provider_id, '')), \
+       COUNT(*), SUM(wait_ms), SUM(run_ms), SUM(cpu_core_ms), SUM(gib_ms), SUM(gpu_ms) FROM job_usage \
+     GROUP BY author_id, ended / 86400000000, program_id, COALESCE(function_size, '')",
 ];
 
 /// The kept tables' sums: jobs by user, function and status; by day; by provider; the slots in
@@ -253,10 +309,11 @@ const TOTALS: &str = "SELECT \
      (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_counts_by_day), \
      (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_provider_counts), \
      (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_slot_counts), \
-     (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_queue_counts)";
+     (SELECT CAST(COALESCE(SUM(n), 0) AS BIGINT) FROM job_queue_counts), \
+     (SELECT CAST(COALESCE(SUM(jobs), 0) AS BIGINT) FROM usage_by_day)";
 
 /// The sums of the kept tables, in `TOTALS`' order.
-pub type Totals = (i64, i64, i64, i64, i64);
+pub type Totals = (i64, i64, i64, i64, i64, i64);
 
 /// What a recount changed: the kept tables' sums before and after (after: every job, every
 /// job again by day, the jobs of provider functions, the pending and running jobs, the queued
@@ -272,8 +329,8 @@ impl std::fmt::Display for Recounted {
         let (b, a) = (self.before, self.after);
         write!(
             f,
-            "recounted {} jobs: by user and function {} -> {}, by day {} -> {}, by provider {} -> {}, slots in use {} -> {}, queued {} -> {}",
-            a.0, b.0, a.0, b.1, a.1, b.2, a.2, b.3, a.3, b.4, a.4
+            "recounted {} jobs: by user and function {} -> {}, by day {} -> {}, by provider {} -> {}, slots in use {} -> {}, queued {} -> {}, usage records {} -> {}",
+            a.0, b.0, a.0, b.1, a.1, b.2, a.2, b.3, a.3, b.4, a.4, b.5, a.5
         )
     }
 }

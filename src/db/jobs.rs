@@ -9,8 +9,10 @@ use super::counts::{self, Changes, Counted};
 pub(crate) use super::counts::{DAY_MICROS, day_of};
 use super::params::bind_params;
 use super::queue::QUEUE_BLOCK_MICROS;
+use super::usage::{self, ENDED_COLUMNS, UsageRecord};
 use super::{Db, Error, new_id, now_micros, on_db, query_error};
 use crate::domain::lifecycle::{JobStatus, Move};
+use crate::domain::usage::Allocation;
 
 /// A job's columns with the names of its function, provider and author, each looked up by its
 /// primary key for each job listed. Not joins: for a page of 1,000 jobs over 100,000 users the
@@ -228,7 +230,8 @@ pub async fn find(db: &Db, id: &str) -> Result<Option<JobRow>, Error> {
 
 /// Moves jobs to `$1` (at `$3`, terminal when `$4`) with their next event number: terminal
 /// moves clear the sub-status and the stored environment and keep the move's reason (the
-/// parameter named by the macro's argument). The caller adds which jobs.
+/// parameter named by the macro's argument); the first move into RUNNING keeps its time (what
+/// the usage ledger meters the run from). The caller adds which jobs.
 macro_rules! move_job {
     ($reason:literal) => {
         concat!(
@@ -237,9 +240,19 @@ macro_rules! move_job {
             $reason,
             " ELSE NULL END, \
              sub_status = CASE WHEN $4 THEN NULL ELSE sub_status END, \
-             env_vars = CASE WHEN $4 THEN '{}' ELSE env_vars END"
+             env_vars = CASE WHEN $4 THEN '{}' ELSE env_vars END, \
+             running_since = CASE WHEN $1 = 'RUNNING' THEN COALESCE(running_since, $3) ELSE running_since END"
         )
     };
+}
+
+/// A job as a move returns it.
+#[derive(sqlx::FromRow)]
+struct MovedRow {
+    #[sqlx(flatten)]
+    job: usage::Ended,
+    event_seq: i64,
+    gpu: bool,
 }
 
 /// A move written.
@@ -278,7 +291,8 @@ async fn apply_moves_attached(
     if job_ids.is_empty() {
         return Ok(Vec::new());
     }
-    if let (Db::Postgres(pool), [job_id], false) = (db, job_ids, outbox) {
+    // A terminal move writes the job's usage record, made here from what the move returns.
+    if let (Db::Postgres(pool), [job_id], false, false) = (db, job_ids, outbox, mv.to.is_terminal()) {
         return apply_move_postgres(pool, job_id, mv).await.map_err(query_error("move job status"));
     }
     let now = now_micros();
@@ -287,15 +301,12 @@ async fn apply_moves_attached(
     // One statement moves them all (`$5` is the reason, `$6...` the ids), one more records
     // their events.
     let ids = (0..job_ids.len()).map(|i| format!("${}", i + 6)).collect::<Vec<_>>().join(", ");
-    let update = format!(
-        "{} WHERE status = $2 AND id IN ({ids}) \
-         RETURNING id, author_id, COALESCE(program_id, ''), created, event_seq, gpu, provider_id",
-        move_job!("$5")
-    );
+    let update =
+        format!("{} WHERE status = $2 AND id IN ({ids}) RETURNING {ENDED_COLUMNS}, event_seq, gpu", move_job!("$5"));
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
         let mut tx = pool.begin().await?;
-        let mut query = sqlx::query_as::<_, (String, String, String, i64, i64, bool, Option<String>)>(&update)
+        let mut query = sqlx::query_as::<_, MovedRow>(&update)
             .bind(mv.to.as_str())
             .bind(mv.from.as_str())
             .bind(now)
@@ -307,10 +318,16 @@ async fn apply_moves_attached(
         let updated = query.fetch_all(&mut *tx).await?;
         let mut changes = Changes::default();
         let mut seqs = std::collections::HashMap::new();
-        for (job_id, author_id, program_id, created, seq, gpu, provider_id) in &updated {
-            let job = Counted { author_id, program_id, created: *created, gpu: *gpu, provider_id: provider_id.as_deref() };
-            changes.moved(&job, mv.from, mv.to);
-            seqs.insert(job_id.clone(), (*seq, *created));
+        for MovedRow { job, event_seq, gpu } in &updated {
+            let counted = Counted {
+                author_id: &job.author_id,
+                program_id: &job.program_id,
+                created: job.created,
+                gpu: *gpu,
+                provider_id: job.provider_id.as_deref(),
+            };
+            changes.moved(&counted, mv.from, mv.to);
+            seqs.insert(job.id.clone(), (*event_seq, job.created));
         }
         let moved: Vec<(String, i64)> =
             job_ids.iter().filter_map(|id| seqs.get(id).map(|(_, created)| (id.clone(), *created))).collect();
@@ -336,6 +353,16 @@ async fn apply_moves_attached(
         if moved.is_empty() {
             tx.rollback().await?;
             return Ok(moved);
+        }
+        if terminal {
+            // One usage record a job (a job that has one keeps it, and it is counted once).
+            let records: Vec<UsageRecord> = updated.iter().map(|row| row.job.record(mv.to.as_str(), now)).collect();
+            let mut written = HashSet::new();
+            for (sql, params) in usage::insert_statements(&records) {
+                let ids: Vec<String> = bind_params!(sqlx::query_scalar::<_, String>(&sql), &params).fetch_all(&mut *tx).await?;
+                written.extend(ids);
+            }
+            records.iter().filter(|record| written.contains(&record.job_id)).for_each(|record| changes.used(record));
         }
         // The kept counts come last, so their busiest rows are held the shortest.
         for (sql, params) in changes.statements(counts::shard(), false) {
@@ -682,6 +709,25 @@ pub async fn set_backend_ref(db: &Db, job_id: &str, backend_ref: Option<&str>) -
         .await
         .map(|r| r.rows_affected()))
     .map_err(query_error("record job backend"))?;
+    Ok(())
+}
+
+/// Records what the job's runner gives it (the usage ledger meters its run with it), while it
+/// is active.
+pub async fn record_allocation(db: &Db, job_id: &str, allocation: &Allocation) -> Result<(), Error> {
+    on_db!(db, pool => sqlx::query(
+        "UPDATE jobs SET compute_profile = $2, allocated_cpu_millis = $3, allocated_memory_mib = $4, \
+         allocated_gpus = $5, allocated_gpu_model = $6 WHERE id = $1 AND status IN ('QUEUED', 'PENDING', 'RUNNING')")
+        .bind(job_id)
+        .bind(&allocation.compute_profile)
+        .bind(allocation.cpu_millis)
+        .bind(allocation.memory_mib)
+        .bind(allocation.gpus)
+        .bind(&allocation.gpu_model)
+        .execute(pool)
+        .await
+        .map(|done| done.rows_affected()))
+    .map_err(query_error("record a job's allocation"))?;
     Ok(())
 }
 

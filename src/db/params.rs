@@ -8,6 +8,10 @@ pub enum Param {
     Text(String),
     Int(i64),
     Bool(bool),
+    /// Text or a NULL of text's type.
+    OptText(Option<String>),
+    /// An integer or a NULL of an integer's type.
+    OptInt(Option<i64>),
 }
 
 /// Binds every `Param` of `$params` on `$query`, in order.
@@ -19,6 +23,8 @@ macro_rules! bind_params {
                 $crate::db::params::Param::Text(text) => query.bind(text.clone()),
                 $crate::db::params::Param::Int(value) => query.bind(*value),
                 $crate::db::params::Param::Bool(value) => query.bind(*value),
+                $crate::db::params::Param::OptText(value) => query.bind(value.clone()),
+                $crate::db::params::Param::OptInt(value) => query.bind(*value),
             };
         }
         query

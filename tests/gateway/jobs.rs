@@ -156,6 +156,7 @@ fn queued_job(program: &str, author: &str, id: String) -> gantry::db::jobs::NewJ
         function_size: None,
         trial: false,
         traceparent: None,
+        instance: None,
     }
 }
 

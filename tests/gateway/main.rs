@@ -45,4 +45,5 @@ mod streams;
 mod system;
 mod traces;
 mod trials;
+mod usage;
 mod visibility;

@@ -476,6 +476,7 @@ async fn check_ending(cluster: &Cluster, ending: &Ending, id: &str) {
     let text = logs["logs"].as_str().unwrap_or_default();
     assert!(text.contains(ending.log), "{name}: the log: {logs}");
     check_retries(cluster, ending, id, resource.as_ref()).await;
+    crate::usage::check_record(&cluster.gateway, id, ending.status, 1 + ending.retried as i64).await;
 }
 
 /// The column "retried or final": each retry recorded once with its reason on the FunctionJob,

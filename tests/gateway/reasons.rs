@@ -169,6 +169,9 @@ async fn every_local_ending_says_why() {
     assert_eq!(reply.status, 200, "{}", reply.json);
     for (ending, id) in LOCAL_ENDINGS.iter().zip(&ids) {
         check_reason(&gateway, id, ending.status, ending.reason).await;
+        // Metered from its start to its end, with what the runner gave it.
+        let record = crate::usage::check_record(&gateway, id, ending.status, 1).await;
+        assert!(record.run_ms > 0 && record.cpu_millis.is_some_and(|c| c > 0), "{record:?}");
     }
     // The traceback names the function's files by their path in its folder.
     let logs = gateway.get(&format!("/api/v1/jobs/{}/logs/", ids[0]), "alice").await.json;
@@ -195,4 +198,6 @@ async fn a_local_job_past_its_timeout_says_so() {
     upload_files(&gateway, "sleeper", &[("main.py", SLEEPER)]).await;
     let id = run_title(&gateway, "sleeper").await;
     check_reason(&gateway, &id, "STOPPED", "timed out after 2 s (the limit, PROGRAM_TIMEOUT)").await;
+    let record = crate::usage::check_record(&gateway, &id, "STOPPED", 1).await;
+    assert!(record.run_ms >= 1_000, "{record:?}");
 }

@@ -11,6 +11,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::Query;
 use crate::api::shared::ProgramSummary;
 use crate::api::state::AppState;
+use crate::api::usage::{BudgetUse, budget_uses};
 use crate::auth::Caller;
 use crate::db::{self, queue};
 use crate::domain::admission::Limits;
@@ -74,6 +75,7 @@ pub async fn queue(state: &AppState, caller: &Caller, limit: Option<&str>) -> Re
                 }
             })
             .collect(),
+        budgets: budget_uses(state, &caller.user_id, "").await?.into_iter().map(|(_, _, usage)| usage).collect(),
     })
 }
 
@@ -142,6 +144,9 @@ pub struct QueueAnswer {
     pub gpu_slots: Option<SlotUse>,
     /// The oldest of them, at most `limit` (default and most: 500).
     pub jobs: Vec<QueuedPlace>,
+    /// The budgets the caller's runs count against (theirs and their groups'; a function's
+    /// budget shows in `run`'s refusal), with this month's use.
+    pub budgets: Vec<BudgetUse>,
 }
 
 /// Slots in use (pending and running jobs of every user) of those there are.

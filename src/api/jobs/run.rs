@@ -34,7 +34,7 @@ use crate::telemetry::{self, context};
         (RunRequest = "application/x-www-form-urlencoded"))),
     responses((status = 200, description = "the queued job", body = RunAnswer),
         (status = 423, description = "the function is disabled", body = ErrorBody),
-        (status = 429, description = "the caller's active-job limit is reached", body = ErrorBody)),
+        (status = 429, description = "the caller's active-job limit is reached, or a budget the run counts against is spent", body = ErrorBody)),
     security(("bearer" = [])))]
 pub async fn run_program(
     State(state): State<AppState>,
@@ -124,6 +124,7 @@ pub async fn run(
         return Err(bad(format!("Function {title} cannot run here: {why}")));
     }
     check_arguments(state, &program, arguments.clone()).await?;
+    crate::api::usage::check_budgets(state, &caller.user_id, &program.id).await?;
     let instance = headers.instance;
     // No channel with an instance is the quantum platform (as the platform check decides).
     let channel =
@@ -136,7 +137,7 @@ pub async fn run(
     let request_env = json!({
         "token": state.tokens.seal(&caller.token),
         "channel": channel,
-        "instance": instance,
+        "instance": &instance,
     });
     let job = NewJob {
         id: db::new_id(),
@@ -152,6 +153,7 @@ pub async fn run(
         trial,
         // The job's trace: this request's span, or (spans off) the trace the caller sent.
         traceparent: context::current().or(headers.traceparent.filter(|sent| context::parse(sent).is_some())),
+        instance,
     };
     span.record("gantry.job.id", job.id.as_str());
     let limit = state.config.active_jobs_per_user;

@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 use crate::db::jobs::Launch;
 use crate::domain::lifecycle::{LimitHit, limit_kind};
 use crate::domain::sizes;
+use crate::domain::usage::Allocation;
 
 /// The words of the exit record and of `limit_reached` for the kinds of limit.
 const MEMORY: &str = limit_kind::MEMORY;
@@ -398,6 +399,17 @@ impl super::LocalRunner {
         let default = self.config.containers.default_resources();
         let resources = sizes::job_resources(&catalog, job.function_size.as_deref(), job.gpu, &default);
         sizes::memory_bytes(&resources.memory).or_else(|| sizes::memory_bytes(&default.memory)).unwrap_or(u64::MAX)
+    }
+
+    /// What the job is given (its size's resources, else the default), as the usage ledger
+    /// records it.
+    pub(super) fn allocation(&self, loaded: &Launch) -> Allocation {
+        let Launch { job, info } = loaded;
+        let catalog: Map<String, Value> =
+            info.function_sizes.as_deref().and_then(|s| serde_json::from_str(s).ok()).unwrap_or_default();
+        let default = self.config.containers.default_resources();
+        let resources = sizes::job_resources(&catalog, job.function_size.as_deref(), job.gpu, &default);
+        Allocation::of(&resources, sizes::job_profile(&catalog, job.function_size.as_deref()))
     }
 
     /// Makes the job's cgroup; `None` under rlimits, or when it cannot be made (then rlimits

@@ -200,6 +200,10 @@ pub(super) fn with_values_written_in(sql: &str, params: &[Param]) -> Option<Stri
             Param::Int(value) if *value < 0 => out.push_str(&format!("({value})")),
             Param::Int(value) => out.push_str(&value.to_string()),
             Param::Bool(value) => out.push_str(if *value { "TRUE" } else { "FALSE" }),
+            // Never bound by a listing; written as the database would read them.
+            Param::OptInt(None) | Param::OptText(None) => out.push_str("NULL"),
+            Param::OptInt(Some(value)) => out.push_str(&format!("({value})")),
+            Param::OptText(Some(_)) => return None,
             Param::Text(text) if text.contains(['\\', '\0']) => return None,
             Param::Text(text) => {
                 out.push('\'');

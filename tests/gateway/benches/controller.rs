@@ -69,6 +69,7 @@ async fn bench_pods_created_per_second() {
                         function_size: None,
                         trial: false,
                         traceparent: None,
+                        instance: None,
                     };
                     gantry::db::jobs::insert_with_limit(&db, &job, i64::MAX, false).await.unwrap().unwrap();
                     let spec = FunctionJobSpec {

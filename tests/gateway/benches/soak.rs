@@ -710,6 +710,44 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
         println!("SOAK   mismatch {line}");
     }
 
+    // The usage ledger: every finished job has one record (the key makes it at most one), its
+    // run time the RUNNING→end interval of its own status events, within a second.
+    // (job, its recorded run time, its RUNNING and its terminal events' times)
+    type Metered = (String, Option<i64>, Option<i64>, Option<i64>);
+    let usage: Vec<Metered> = sqlx::query_as(
+        "SELECT j.id, u.run_ms, \
+           (SELECT MIN(e.created) FROM job_events e WHERE e.job_id = j.id AND e.event_type = 'STATUS_CHANGE' \
+              AND e.data LIKE '%\"status\":\"RUNNING\"%'), \
+           (SELECT MAX(e.created) FROM job_events e WHERE e.job_id = j.id AND e.event_type = 'STATUS_CHANGE' \
+              AND (e.data LIKE '%\"status\":\"SUCCEEDED\"%' OR e.data LIKE '%\"status\":\"FAILED\"%' \
+                   OR e.data LIKE '%\"status\":\"STOPPED\"%')) \
+         FROM jobs j LEFT JOIN job_usage u ON u.job_id = j.id WHERE j.status IN ('SUCCEEDED', 'FAILED', 'STOPPED')",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    let unrecorded: Vec<&String> =
+        usage.iter().filter(|(_, run_ms, _, _)| run_ms.is_none()).map(|(id, ..)| id).collect();
+    let off: Vec<String> = usage
+        .iter()
+        .filter_map(|(id, run_ms, running, ended)| {
+            let expected = match (running, ended) {
+                (Some(running), Some(ended)) => (ended - running) / 1000,
+                _ => 0,
+            };
+            let run_ms = (*run_ms)?;
+            ((run_ms - expected).abs() > 1000)
+                .then(|| format!("{id}: {run_ms} ms recorded, {expected} ms between its events"))
+        })
+        .collect();
+    println!(
+        "SOAK usage: finished={} recorded={} unrecorded={} run_time_off_by_more_than_1s={}",
+        usage.len(),
+        usage.len() - unrecorded.len(),
+        unrecorded.len(),
+        off.len()
+    );
+
     // Objects left.
     println!(
         "SOAK objects when the last job finished: pods={} secrets={} functionjobs={} (of which {} finished within the {KEEP_SECONDS} s keep window)",
@@ -882,5 +920,7 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
     assert_eq!((after.0, after.1, after.2), (0, 0, 0), "objects left in the cluster after the keep window{tails}");
     assert!(lost.is_empty(), "logs lost: {lost:?}");
     assert_eq!(twice, 0, "status moves recorded twice");
+    assert!(unrecorded.is_empty(), "finished jobs without a usage record: {unrecorded:?}");
+    assert!(off.is_empty(), "usage records whose run time is not their RUNNING→end interval: {off:?}");
     assert!(undecided.is_empty(), "jobs given a pod no retry decided (their function run again): {undecided:?}");
 }
