@@ -4,13 +4,14 @@
 // who may read it.
 
 import * as api from "./api.js";
-import { h, fill, notice, when, route, statusBadge, functionName, pretty, poll, freshness, failure, bounded, retryDelay, TERMINAL } from "./dom.js";
+import { h, fill, notice, when, route, statusBadge, functionName, pretty, poll, freshness, failure, answered, bounded, retryDelay, TERMINAL } from "./dom.js";
 import { follow } from "./stream.js";
 import { waitingText } from "./queue.js";
 
 const FALLBACK_POLL_MS = 3000;
 const RETRY_MS = 3000;
 const QUEUE_POLL_MS = 3000;
+const USAGE_POLL_MS = 5000;
 // What the gateway's stop answer says of runtime jobs, said of a job that reported none only
 // because no runtime service came with the request (the console sends none).
 const RUNTIME_NOTES = [
@@ -122,6 +123,17 @@ export async function jobView(root, { args, scope }) {
     { class: "card", id: "provider-log-section", hidden: true },
     h("h2", {}, "Provider log ", h("span", { class: "stream-state", id: "provider-log-state" })),
   );
+  // Its own usage (`usage/`): what it waited, ran and was given, and its allocation over the
+  // run; read again every few seconds until it has ended (then once more: the final record).
+  const usageNote = h("span", { class: "stream-state", id: "job-usage-state" });
+  const usageBox = h("div", { id: "job-usage-facts" }, h("p", { class: "muted" }, "Loading…"));
+  const usageSection = h(
+    "section",
+    { class: "card", id: "job-usage", "aria-labelledby": "job-usage-heading" },
+    h("h2", { id: "job-usage-heading" }, "Usage ", usageNote),
+    usageBox,
+    h("p", { class: "muted hint" }, "CPU-hours are the cores its runner gave it × its run time. ", h("a", { href: "#/usage" }, "All your usage")),
+  );
   const providerLog = h("pre", { class: "log", id: "provider-log", tabindex: "0", "aria-label": "Provider log" });
   providerSection.append(providerLog);
 
@@ -165,6 +177,7 @@ export async function jobView(root, { args, scope }) {
     ),
     h("div", { class: "columns" }, h("section", { class: "card" }, h("h2", {}, "Events"), timelineNote, timeline), h("section", { class: "card" }, h("h2", {}, "Result"), resultBox)),
     h("section", { class: "card" }, h("h2", {}, "Log ", logState), logBox),
+    usageSection,
     providerSection,
   );
 
@@ -219,9 +232,47 @@ export async function jobView(root, { args, scope }) {
     queueTerm.hidden = false;
     queueBox.hidden = false;
   };
+  let usageEnded = false;
+  let usageFinal = false; // the job has ended: its usage is read to its final record, then no more
+  let stopUsage = () => {};
+  const readUsage = async () => {
+    if (usageEnded) return;
+    let usage;
+    try {
+      usage = await api.get(`${path}usage/`);
+    } catch (error) {
+      if (!scope.alive) return;
+      // A job that ended before the usage ledger was kept has no record.
+      const text = error.status === 404 && TERMINAL.has(current.status) ? "No usage was recorded for this job (it ended before usage was kept)." : `${failure(error)}.`;
+      fill(usageBox, notice(error.status === 404 ? "info" : "error", text));
+      throw error;
+    }
+    if (!scope.alive) return;
+    usageEnded = Boolean(usage.ended);
+    fill(usageNote, usage.ended ? "final" : "so far");
+    usageNote.dataset.state = usage.ended ? "ended" : "live";
+    fill(usageBox, jobUsageFacts(usage));
+  };
+  const finalUsage = async () => {
+    // The record is written with the job's last move, so one read finds it; a few more if not.
+    for (let attempt = 0; attempt < 4 && scope.alive && !usageEnded; attempt += 1) {
+      if (attempt) await sleep(RETRY_MS);
+      try {
+        await readUsage();
+      } catch (error) {
+        if (!bounded(error) && answered(error)) return;
+      }
+    }
+  };
   const showStatus = () => {
     fill(statusBox, statusBadge(current.status, current.sub_status));
     const finished = TERMINAL.has(current.status);
+    // Once it has ended, its usage is read to the final record and no more.
+    if (finished && !usageFinal) {
+      usageFinal = true;
+      stopUsage();
+      finalUsage();
+    }
     watchQueue(current.status === "QUEUED");
     // An ended job's page is final: it says so instead of "Live".
     if (finished) health.ended(current.status, times.finished || lastUpdate);
@@ -250,6 +301,10 @@ export async function jobView(root, { args, scope }) {
   };
   fill(updated, when(job.updated));
   let lastUpdate = job.updated;
+  if (!TERMINAL.has(job.status)) {
+    stopUsage = poll(readUsage, USAGE_POLL_MS, null, { now: true });
+    scope.add(() => stopUsage());
+  }
   showStatus();
 
   async function showResult() {
@@ -430,6 +485,15 @@ function followLog(scope, path, box, stateLabel, finished, onRefused, onLive = (
   scope.add(stop);
 }
 
+/** Hours as people read them: `12.5`, `0.25`, `0.00056` (two significant digits when small). */
+export function hours(value) {
+  if (!value) return "0";
+  if (value < 0.0001) return "< 0.0001";
+  if (value >= 10) return String(Number(value.toFixed(1)));
+  if (value >= 0.1) return String(Number(value.toFixed(2)));
+  return String(Number(value.toPrecision(2)));
+}
+
 /** A duration in seconds as people read it: `4.2 s`, `3 min 12 s`, `2 h 5 min`. */
 export function duration(seconds) {
   if (!(seconds >= 0)) return "?";
@@ -480,5 +544,27 @@ function eventItem(event, from, to) {
     { class: `event event-${String(type).toLowerCase()}`, "data-type": type },
     h("div", { class: "event-head" }, parts.slice(0, 1), h("span", { class: "muted" }, " ", when(event.created), origin ? ` · ${origin}` : "")),
     parts.slice(1),
+  );
+}
+
+/** A job's own usage (`jobs/{id}/usage/`) as the facts the job's page shows. */
+export function jobUsageFacts(usage) {
+  const soFar = usage.ended ? "" : " so far";
+  const given = [];
+  if (usage.cpu_cores !== null && usage.cpu_cores !== undefined) given.push(`${usage.cpu_cores} ${usage.cpu_cores === 1 ? "core" : "cores"}`);
+  if (usage.memory_gib !== null && usage.memory_gib !== undefined) given.push(`${hours(usage.memory_gib)} GiB memory`);
+  if (usage.gpus) given.push(`${usage.gpus} GPU${usage.gpus === 1 ? "" : "s"}${usage.gpu_model ? ` (${usage.gpu_model})` : ""}`);
+  const fact = (label, key, value, hint) => [h("dt", {}, label), h("dd", { "data-usage": key, title: hint || null }, value)];
+  return h(
+    "dl",
+    { class: "facts" },
+    fact("Waited", "wait", duration(usage.wait_seconds) + (usage.run_seconds || usage.ended ? "" : soFar), `${usage.wait_seconds} s`),
+    fact("Ran", "run", duration(usage.run_seconds) + (usage.run_seconds ? soFar : usage.ended ? " (never ran)" : " (not started)"), `${usage.run_seconds} s`),
+    fact("Given", "given", given.length ? given.join(", ") : "— (not started)", usage.profile ? `compute profile ${usage.profile}` : null),
+    usage.profile ? fact("Profile", "profile", usage.profile) : null,
+    fact("CPU-hours", "cpu-hours", hours(usage.cpu_core_seconds / 3600) + soFar, `${usage.cpu_core_seconds} core-seconds`),
+    fact("Memory GiB-hours", "gib-hours", hours(usage.gib_seconds / 3600) + soFar, `${usage.gib_seconds} GiB-seconds`),
+    usage.gpus || usage.gpu_seconds ? fact("GPU-hours", "gpu-hours", hours(usage.gpu_seconds / 3600) + soFar, `${usage.gpu_seconds} GPU-seconds`) : null,
+    usage.attempts > 1 ? fact("Attempts", "attempts", String(usage.attempts)) : null,
   );
 }
