@@ -22,6 +22,8 @@ const VIEWS = {
   upload: uploadView,
   files: filesView,
   queue: queueView,
+  // Loaded when first opened: not part of the first page load.
+  usage: (root, context) => import("./usage.js").then((module) => module.usageView(root, context)),
 };
 
 let scope = null;
