@@ -101,6 +101,16 @@ class Api:
         raise AssertionError(f"job {job_id} did not reach {statuses} in {seconds} s (last {status})")
 
 
+def gantry_admin(*arguments: str) -> str:
+    """`gantry admin` on the gateway under test's data (run.sh names it), e.g. set-budget."""
+    data = os.environ["GANTRY_TEST_DATA_DIR"]
+    done = subprocess.run(
+        [os.environ["GANTRY_BIN"], "admin", "--data-dir", data, *arguments], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, f"gantry admin {' '.join(arguments)}: {done.stdout}{done.stderr}"
+    return done.stdout
+
+
 # Every token a test used: no request URL may contain any of them.
 TOKENS: list[str] = [PROVIDER_ADMIN]
 

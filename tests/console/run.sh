@@ -59,8 +59,9 @@ for _ in $(seq 1 100); do
 done
 
 status=0
-# GANTRY_BIN and GANTRY_TEST_PYTHON: tests that stop and start a gateway of their own.
-GANTRY_CONSOLE_URL="http://127.0.0.1:$PORT" GANTRY_TEST_OUT="$OUT" GANTRY_TEST_CHROMIUM="$CHROMIUM" \
+# GANTRY_BIN and GANTRY_TEST_PYTHON: tests that stop and start a gateway of their own;
+# GANTRY_TEST_DATA_DIR: tests that set budgets with `gantry admin` on the gateway under test.
+GANTRY_CONSOLE_URL="http://127.0.0.1:$PORT" GANTRY_TEST_DATA_DIR="$DATA/gantry" GANTRY_TEST_OUT="$OUT" GANTRY_TEST_CHROMIUM="$CHROMIUM" \
   GANTRY_TEST_PROVIDER=console GANTRY_TEST_PROVIDER_ADMIN=console-erin GANTRY_BIN="$GANTRY_BIN" GANTRY_TEST_PYTHON="$PYTHON" \
   "$PYTHON" -m pytest -q -p no:cacheprovider tests/console/ "$@" || status=$?
 if [ "$status" != 0 ]; then

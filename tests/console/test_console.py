@@ -458,7 +458,7 @@ def test_phone_width_and_keyboard_only(page, user):
     page.keyboard.press("Enter")
     expect(page.get_by_role("heading", name="Functions")).to_be_visible()
     # Nothing wider than the phone.
-    for view in ["#/jobs", f"#/job/{job_id}", "#/functions", f"#/function?title={FUNCTION}", "#/queue", f"#/files?function={FUNCTION}"]:
+    for view in ["#/jobs", f"#/job/{job_id}", "#/functions", f"#/function?title={FUNCTION}", "#/queue", "#/usage", f"#/files?function={FUNCTION}"]:
         page.goto(f"{BASE}/console/{view}")
         expect(page.locator("main h1")).to_be_visible()
         page.wait_for_load_state("networkidle")
@@ -467,7 +467,7 @@ def test_phone_width_and_keyboard_only(page, user):
     page.goto(f"{BASE}/console/#/job/{job_id}")
     expect(status_badge(page)).to_have_text("SUCCEEDED")
     # Every form control has a label.
-    for view in ["#/jobs", f"#/function?title={FUNCTION}", "#/upload", f"#/files?function={FUNCTION}"]:
+    for view in ["#/jobs", f"#/function?title={FUNCTION}", "#/upload", "#/usage", f"#/files?function={FUNCTION}"]:
         page.goto(f"{BASE}/console/{view}")
         page.wait_for_load_state("networkidle")
         unlabelled = page.evaluate(
