@@ -37,6 +37,11 @@ pub struct RetentionArgs {
     /// hourly background pass. Default: keep every job.
     #[arg(long, env = "GANTRY_RETAIN_FINISHED_DAYS", value_parser = parse_retention_days)]
     pub retain_finished_days: Option<Duration>,
+    /// Delete the usage records of jobs that ended more than this many days ago, with those
+    /// days' totals (whole days, UTC); an hourly background pass. Records outlive their jobs:
+    /// they are what is billed.
+    #[arg(long, env = "GANTRY_RETAIN_USAGE_DAYS", default_value = "400", value_parser = parse_retention_days)]
+    pub retain_usage_days: Duration,
 }
 
 impl RetentionArgs {
@@ -49,7 +54,12 @@ impl RetentionArgs {
     /// spent hours (`db::queue::prune_spent_blocks`) are pruned in any case.
     pub fn start(&self, db: &Db, storage: &Storage) -> String {
         tokio::spawn(prune_queue_periodically(db.clone(), PRUNE_QUEUE_EVERY));
-        match self.policy() {
+        tokio::spawn(prune_usage_periodically(db.clone(), self.retain_usage_days, PASS_EVERY));
+        let usage = format!(
+            "; usage records kept {} after their job ended (GANTRY_RETAIN_USAGE_DAYS)",
+            describe_age(self.retain_usage_days)
+        );
+        let jobs = match self.policy() {
             Some(policy) => {
                 let description = format!(
                     "finished jobs deleted {} after their last update (GANTRY_RETAIN_FINISHED_DAYS)",
@@ -59,7 +69,31 @@ impl RetentionArgs {
                 description
             }
             None => "finished jobs kept forever (GANTRY_RETAIN_FINISHED_DAYS not set)".to_string(),
+        };
+        jobs + &usage
+    }
+}
+
+/// The first day (since the epoch) whose usage is kept at `now` when records are kept for
+/// `keep`.
+pub fn usage_kept_from(keep: Duration, now: i64) -> i64 {
+    let keep = i64::try_from(keep.as_micros()).unwrap_or(i64::MAX);
+    db::counts::day_of(now.saturating_sub(keep))
+}
+
+/// Deletes usage records past `keep` now and then every `every`, for as long as the process
+/// runs; failures are logged and the next pass tries again.
+pub async fn prune_usage_periodically(db: Db, keep: Duration, every: Duration) {
+    loop {
+        match db::usage::prune(&db, usage_kept_from(keep, db::now_micros())).await {
+            Ok(0) => tracing::debug!("usage retention: nothing to delete"),
+            Ok(records) => tracing::info!(records, "usage retention: old usage records deleted"),
+            Err(error) => tracing::warn!(
+                error = &error as &dyn std::error::Error,
+                "deleting old usage records failed; the next pass tries again"
+            ),
         }
+        tokio::time::sleep(every).await;
     }
 }
 

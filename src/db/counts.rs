@@ -17,13 +17,8 @@ use super::{Db, Error, on_db, query_error};
 use crate::domain::lifecycle::JobStatus;
 use crate::domain::usage::Figures;
 
-/// Microseconds in a day: the counts are kept per creation day.
-pub(crate) const DAY_MICROS: i64 = 86_400_000_000;
-
-/// The creation day of a job created at `micros`.
-pub(crate) fn day_of(micros: i64) -> i64 {
-    micros.div_euclid(DAY_MICROS)
-}
+/// Days: the counts are kept per creation day.
+pub(crate) use crate::domain::usage::{DAY_MICROS, day_of};
 
 /// Rows per key of the provider, slot and queue counts: writes take them in turn, so
 /// concurrent writes of one process never wait for each other's row.

@@ -4,7 +4,7 @@
 
 use super::params::{Param, placeholders};
 use super::{Db, Error, on_db, query_error};
-use crate::domain::usage::{Ending, Figures};
+use crate::domain::usage::{DAY_MICROS, Ending, Figures, day_of};
 
 /// A job's usage record.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -199,6 +199,36 @@ pub async fn of_job(db: &Db, job_id: &str, now: i64) -> Result<Option<UsageRecor
     Ok(live.map(|live| live.job.record(&live.status, now)))
 }
 
+/// Records deleted per statement by `prune`: each statement holds its rows' locks briefly.
+const PRUNE_BATCH: i64 = 10_000;
+
+/// Deletes the usage records of jobs that ended before day `before_day` (days since the epoch)
+/// and the kept totals of those days, in batches; answers the records deleted. Whole days, so
+/// the totals left are those of the records left.
+pub async fn prune(db: &Db, before_day: i64) -> Result<u64, Error> {
+    let before = before_day.saturating_mul(DAY_MICROS);
+    let mut deleted = 0;
+    loop {
+        let _writer = db.write_lock().await;
+        let done = on_db!(db, pool => sqlx::query(
+            "DELETE FROM job_usage WHERE job_id IN (SELECT job_id FROM job_usage WHERE ended < $1 LIMIT $2)")
+            .bind(before)
+            .bind(PRUNE_BATCH)
+            .execute(pool)
+            .await
+            .map(|done| done.rows_affected()))
+        .map_err(query_error("delete old usage records"))?;
+        deleted += done;
+        if done < PRUNE_BATCH as u64 {
+            break;
+        }
+    }
+    let _writer = db.write_lock().await;
+    on_db!(db, pool => sqlx::query("DELETE FROM usage_by_day WHERE day < $1").bind(before_day).execute(pool).await.map(|_| ()))
+        .map_err(query_error("delete old usage totals"))?;
+    Ok(deleted)
+}
+
 /// Every usage record whose job ended in `[from, to)` (microseconds), oldest first: what the
 /// soak and the CSV read.
 pub async fn records(db: &Db, from: i64, to: i64) -> Result<Vec<UsageRecord>, Error> {
@@ -364,7 +394,7 @@ pub async fn totals(
         Scope::User(id) | Scope::Provider(id) | Scope::Group(id) | Scope::Function(id) => id,
         Scope::Everyone => "",
     };
-    let today = super::counts::day_of(now);
+    let today = day_of(now);
     let sql = format!(
         "SELECT t.kind, t.key, {name} AS name, t.jobs, t.wait_ms, t.run_ms, t.cpu_core_ms, t.gib_ms, t.gpu_ms, \
            t.created, t.running_since, t.cpu_millis, t.memory_mib, t.gpus FROM ( \

@@ -7,6 +7,14 @@ use chrono::{Datelike, NaiveDate};
 
 use super::sizes::{Resources, memory_bytes};
 
+/// Microseconds in a day: the kept counts and the usage ledger count days of UTC.
+pub const DAY_MICROS: i64 = 86_400_000_000;
+
+/// The day (since the Unix epoch, UTC) of the time `micros` (microseconds since the epoch).
+pub fn day_of(micros: i64) -> i64 {
+    micros.div_euclid(DAY_MICROS)
+}
+
 /// `NaiveDate::from_ymd(1970, 1, 1).num_days_from_ce()`.
 const EPOCH_DAYS_FROM_CE: i32 = 719_163;
 

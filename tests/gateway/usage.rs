@@ -159,6 +159,14 @@ async fn every_ending_writes_one_record_with_its_figures(backend: Backend) {
     let recounted = gantry::db::counts::recount(db).await.unwrap();
     assert_eq!(recounted.before, recounted.after, "{recounted}");
     assert_eq!(recounted.after.5, 5, "{recounted}");
+    // Usage retention: records of days before the cutoff go with their days' totals; a cutoff
+    // of today keeps today's.
+    let today = gantry::db::now_micros().div_euclid(86_400_000_000);
+    assert_eq!(gantry::db::usage::prune(db, today).await.unwrap(), 0);
+    assert_eq!(gantry::db::usage::prune(db, today + 1).await.unwrap(), 5);
+    assert!(gantry::db::usage::records(db, 0, i64::MAX).await.unwrap().is_empty());
+    let recounted = gantry::db::counts::recount(db).await.unwrap();
+    assert_eq!((recounted.before.5, recounted.after.5), (0, 0), "{recounted}");
 }
 
 /// Runs `title` as `user` and moves it as a runner would: into RUNNING, then, with `end`, out.
