@@ -130,7 +130,7 @@ pub async fn move_job(
     span.record("gantry.job.previous_status", current.as_str());
     span.record("gantry.job.status", mv.to.as_str());
     span.record("gantry.job.origin", mv.origin.as_str());
-    let Some(moved) = jobs::apply_move(db, job_id, &mv, publisher.outbox()).instrument(span).await? else {
+    let Some(moved) = jobs::apply_move(db, job_id, &mv, publisher.moves_outbox()).instrument(span).await? else {
         return Ok(None);
     };
     job_times::observe(db, job_id, mv.to, moved.created).await;
@@ -262,7 +262,7 @@ pub async fn admit_queued(
         queue.iter().map(|job| (job.id.as_str(), job)).collect();
     let mut count = 0;
     for batch in admission::admit(&queue, capacity, limits).chunks(ADMISSION_BATCH) {
-        for job_id in jobs::apply_moves(db, batch, &mv, publisher.outbox()).await? {
+        for job_id in jobs::apply_moves(db, batch, &mv, publisher.moves_outbox()).await? {
             let span = job_step(db, "gantry.job.admit", &job_id).await;
             span.record("gantry.job.previous_status", JobStatus::Queued.as_str());
             span.record("gantry.job.status", mv.to.as_str());

@@ -14,7 +14,7 @@ use std::time::Duration;
 use serde::Serialize;
 use tokio::sync::Notify;
 
-use crate::db::outbox::{self, Attempt, DrainLock, OutboxRow};
+use crate::db::outbox::{self, Attempt, DrainLock, Outbox, OutboxRow};
 use crate::db::{self, Db};
 use crate::telemetry::{self, context};
 use sinks::{Sink, SinkError};
@@ -43,6 +43,12 @@ pub trait Publisher: Send + Sync {
     /// Whether job events are also recorded in the outbox (some outbound sink is configured).
     fn outbox(&self) -> bool {
         false
+    }
+
+    /// What a status move records in the outbox: its job event, and its usage events where
+    /// they are published.
+    fn moves_outbox(&self) -> Outbox {
+        self.outbox().into()
     }
 
     /// Says that a job event other than a status move was committed (with its outbox row), so
@@ -90,6 +96,17 @@ pub fn cloud_event(source: &str, row: &OutboxRow) -> serde_json::Value {
     })
 }
 
+/// What an outbox row is about (a sink's subject): its job, `<job id>.usage` for a usage event.
+fn subject_of(row: &OutboxRow) -> String {
+    match row.stream.as_str() {
+        USAGE_STREAM => format!("{}.usage", row.job_id),
+        _ => row.job_id.clone(),
+    }
+}
+
+/// The outbox stream of usage events.
+const USAGE_STREAM: &str = "usage";
+
 /// Where events go besides the log, and how hard to try.
 #[derive(Debug, Clone, clap::Args)]
 pub struct EventArgs {
@@ -120,6 +137,26 @@ pub struct EventArgs {
     /// How often the outbox is read when no move wakes the publisher, in milliseconds.
     #[arg(long, env = "GANTRY_EVENTS_POLL_MS", default_value_t = 1000)]
     pub events_poll_ms: u64,
+    /// Whether jobs' usage events (started, in progress, completed, licence: docs/usage.md)
+    /// are published with their job events.
+    #[arg(long, env = "GANTRY_EVENTS_USAGE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub events_usage: bool,
+    /// How often a running job's usage leaves as an "in progress" usage event (15m, 1h, 30s;
+    /// `off` for none). Its started and completed events leave whatever this says.
+    #[arg(long, env = "GANTRY_EVENTS_USAGE_PROGRESS", default_value = "15m", value_parser = parse_every)]
+    pub events_usage_progress: Every,
+}
+
+/// A period, or none (`off`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Every(pub Option<Duration>);
+
+/// `off` (or `0`, `none`), else a duration as `--timeout` takes it.
+pub fn parse_every(text: &str) -> Result<Every, String> {
+    match text.trim() {
+        "off" | "none" | "0" => Ok(Every(None)),
+        _ => crate::shared::parse_timeout(text).map(|period| Every(Some(period))),
+    }
 }
 
 impl EventArgs {
@@ -168,15 +205,18 @@ impl EventArgs {
             keep_delivered: self.events_keep_delivered,
             poll: Duration::from_millis(self.events_poll_ms.max(10)),
             wake: Arc::clone(&wake),
+            progress: self.events_usage_progress.0.filter(|_| self.events_usage),
         };
         tokio::spawn(drainer.run());
-        Ok(Arc::new(OutboxPublisher { wake }))
+        Ok(Arc::new(OutboxPublisher { wake, usage: self.events_usage }))
     }
 }
 
 /// Logs each move and wakes the outbox publisher (the move itself recorded the outbox row).
 struct OutboxPublisher {
     wake: Arc<Notify>,
+    /// Usage events are published too.
+    usage: bool,
 }
 
 impl Publisher for OutboxPublisher {
@@ -189,9 +229,19 @@ impl Publisher for OutboxPublisher {
         true
     }
 
+    fn moves_outbox(&self) -> Outbox {
+        if self.usage { Outbox::JobsAndUsage } else { Outbox::Jobs }
+    }
+
     fn recorded(&self) {
         self.wake.notify_one();
     }
+}
+
+/// How often the publisher looks for running jobs due an "in progress" event: a tenth of the
+/// period, at most a minute (an event is at most that late), at least a tenth of a second.
+fn progress_check(every: Duration) -> Duration {
+    (every / 10).clamp(Duration::from_millis(100), Duration::from_secs(60))
 }
 
 /// Rows read from the outbox per pass.
@@ -210,15 +260,24 @@ pub struct Drainer {
     pub keep_delivered: i64,
     pub poll: Duration,
     pub wake: Arc<Notify>,
+    /// The period of running jobs' "in progress" usage events; `None`: none.
+    pub progress: Option<Duration>,
 }
 
 impl Drainer {
     pub async fn run(self) {
         let mut lock = DrainLock::new();
         let mut passes: u64 = 0;
+        let mut progress_checked = tokio::time::Instant::now();
         loop {
             let mut busy = false;
             if lock.acquire(&self.db).await {
+                if let Some(every) = self.progress
+                    && progress_checked.elapsed() >= progress_check(every)
+                {
+                    progress_checked = tokio::time::Instant::now();
+                    self.record_progress(every).await;
+                }
                 match self.pass().await {
                     Ok(delivered) => busy = delivered > 0,
                     Err(error) => {
@@ -241,13 +300,28 @@ impl Drainer {
         }
     }
 
+    /// Records the "in progress" usage events that are due (all of them, a batch at a time).
+    async fn record_progress(&self, every: Duration) {
+        let every = i64::try_from(every.as_micros()).unwrap_or(i64::MAX);
+        loop {
+            match db::jobs::record_progress(&self.db, every, db::now_micros()).await {
+                Ok(recorded) if recorded > 0 => tracing::debug!(recorded, "usage in progress recorded"),
+                Ok(_) => break,
+                Err(error) => {
+                    tracing::warn!(error = &error as &dyn std::error::Error, "failed to record usage in progress");
+                    break;
+                }
+            }
+        }
+    }
+
     /// One pass over the oldest undelivered rows; returns how many were delivered.
     pub async fn pass(&self) -> Result<usize, db::Error> {
         use futures::StreamExt;
         let rows = outbox::pending(&self.db, BATCH).await?;
-        let mut by_job: BTreeMap<String, Vec<OutboxRow>> = BTreeMap::new();
+        let mut by_job: BTreeMap<(String, String), Vec<OutboxRow>> = BTreeMap::new();
         for row in rows {
-            by_job.entry(row.job_id.clone()).or_default().push(row);
+            by_job.entry((row.job_id.clone(), row.stream.clone())).or_default().push(row);
         }
         let delivered: Vec<Result<usize, db::Error>> = futures::stream::iter(by_job.into_values())
             .map(|mut rows| async move {
@@ -260,7 +334,7 @@ impl Drainer {
         delivered.into_iter().sum()
     }
 
-    /// Delivers one job's rows in order, stopping at the first that must wait.
+    /// Delivers one stream of one job's rows in order, stopping at the first that must wait.
     async fn deliver_in_order(&self, rows: Vec<OutboxRow>) -> Result<usize, db::Error> {
         let mut delivered = 0;
         for row in rows {
@@ -321,7 +395,7 @@ impl Drainer {
             if done.iter().any(|name| name == sink.name()) {
                 continue;
             }
-            if let Err(error) = sink.send(&row.id, &row.job_id, body.clone()).await {
+            if let Err(error) = sink.send(&row.id, &subject_of(row), body.clone()).await {
                 return (done.join(","), Err(error));
             }
             done.push(sink.name().to_string());

@@ -152,6 +152,10 @@ export async function functionView(root, { query, scope }) {
         { class: "links" },
         h("a", { class: "button quiet", href: route("jobs", { function: fn.title, provider: fn.provider }) }, "Jobs"),
         h("a", { class: "button quiet", href: route("files", { function: fn.title, provider: fn.provider }) }, "Files"),
+        // Every user's use of the provider's functions: its admins read it (others get a 403).
+        fn.provider
+          ? h("a", { class: "button quiet", href: route("usage", { provider: fn.provider }), title: `Every user's use of ${fn.provider}'s functions (its admins)` }, `${fn.provider} usage`)
+          : null,
       ),
     ),
     h("div", { class: "columns" }, h("section", { class: "card" }, h("h2", {}, "Details"), details), runForm(fn, sizes, scope)),

@@ -21,6 +21,9 @@ use crate::domain::usage::{Figures, HOUR_MS, date_of, day_number, month_of, spen
 /// The longest period one request covers, in days.
 pub const MAX_PERIOD_DAYS: i64 = 400;
 
+/// The most groups one answer lists (those with the most CPU-core time; the totals count all).
+pub const MAX_GROUPS: usize = 1000;
+
 /// The query of `GET usage/`.
 #[derive(Debug, Deserialize, IntoParams)]
 #[into_params(parameter_in = Query)]
@@ -87,8 +90,11 @@ pub struct UsageAnswer {
     /// First day of the period.
     pub from: String,
     pub group_by: String,
-    /// The totals per group, by key.
+    /// The totals per group, by key: at most 1,000, those with the most CPU-core time when
+    /// there are more (`groups_left_out` says how many are not listed; `total` counts them).
     pub groups: Vec<UsageGroup>,
+    /// Groups not listed beyond the first 1,000.
+    pub groups_left_out: usize,
     /// The provider whose functions' jobs these are; null: the caller's own jobs.
     pub provider: Option<String>,
     /// Day after the period.
@@ -176,14 +182,23 @@ pub async fn totals(state: &AppState, caller: &Caller, query: &UsageQuery) -> Re
 }
 
 /// The answer for `groups`, keyed as users read them (days as dates).
-fn answer(from: i64, to: i64, group_by: &str, provider: Option<String>, groups: Vec<Total>) -> UsageAnswer {
+fn answer(from: i64, to: i64, group_by: &str, provider: Option<String>, mut groups: Vec<Total>) -> UsageAnswer {
     let (mut jobs, mut running, mut figures) = (0, 0, Figures::default());
+    for group in &groups {
+        jobs += group.jobs;
+        running += group.running;
+        figures = figures.plus(group.figures);
+    }
+    let groups_left_out = groups.len().saturating_sub(MAX_GROUPS);
+    if groups_left_out > 0 {
+        // The heaviest, listed by key as the others are.
+        groups.sort_by(|a, b| b.figures.cpu_core_ms.cmp(&a.figures.cpu_core_ms).then_with(|| a.key.cmp(&b.key)));
+        groups.truncate(MAX_GROUPS);
+        groups.sort_by(|a, b| a.key.cmp(&b.key));
+    }
     let groups = groups
         .into_iter()
         .map(|group| {
-            jobs += group.jobs;
-            running += group.running;
-            figures = figures.plus(group.figures);
             let key = match group_by {
                 "day" => group.key.parse().map_or(group.key.clone(), date_of),
                 "day,function" => match group.key.split_once(' ') {
@@ -199,6 +214,7 @@ fn answer(from: i64, to: i64, group_by: &str, provider: Option<String>, groups: 
         from: date_of(from),
         group_by: group_by.to_string(),
         groups,
+        groups_left_out,
         provider,
         to: date_of(to),
         total: UsageFigures::of(jobs, running, figures),
@@ -306,17 +322,24 @@ fn hours(ms: i64) -> f64 {
     (ms as f64 / HOUR_MS as f64 * 1000.0).round() / 1000.0
 }
 
-/// The budgets a run of `program_id` by `user_id` counts against (`""`: the user's and their
-/// groups' only), each with what it used this month, its running jobs counted up to now.
-pub async fn budget_uses(
-    state: &AppState,
-    user_id: &str,
-    program_id: &str,
-) -> Result<Vec<(Budget, Figures, BudgetUse)>, ApiError> {
+/// Which budgets `budget_uses` reads.
+pub enum BudgetsOf<'a> {
+    /// Those a run of the function `program_id` counts against.
+    Run { user_id: &'a str, program_id: &'a str },
+    /// Those the user's runs count against as `jobs/queue/` shows them (`budgets::of_user`).
+    User(&'a str),
+}
+
+/// The budgets `of`, each with what it used this month, its running jobs counted up to now.
+pub async fn budget_uses(state: &AppState, of: BudgetsOf<'_>) -> Result<Vec<(Budget, Figures, BudgetUse)>, ApiError> {
     let now = db::now_micros();
     let (from, to) = month_of(db::counts::day_of(now));
+    let found = match of {
+        BudgetsOf::Run { user_id, program_id } => budgets::applying(&state.db, user_id, program_id).await?,
+        BudgetsOf::User(user_id) => budgets::of_user(&state.db, user_id, from).await?,
+    };
     let mut uses = Vec::new();
-    for budget in budgets::applying(&state.db, user_id, program_id).await? {
+    for budget in found {
         let used = budgets::used(&state.db, &budget, from, to, now).await?;
         let left = |limit: Option<i64>, used: i64| limit.map(|limit| hours((limit - used).max(0)));
         let usage = BudgetUse {
@@ -339,7 +362,7 @@ pub async fn budget_uses(
 /// Refuses a run (429) that would start past a spent budget, naming the budget, what was used
 /// and when it resets. Running jobs go on: a budget only holds back new runs.
 pub async fn check_budgets(state: &AppState, user_id: &str, program_id: &str) -> Result<(), ApiError> {
-    for (budget, used, usage) in budget_uses(state, user_id, program_id).await? {
+    for (budget, used, usage) in budget_uses(state, BudgetsOf::Run { user_id, program_id }).await? {
         if let Some((which, limit, used)) = spent(budget.cpu_core_ms, budget.gpu_ms, &used) {
             return Err(ApiError::TooManyRequests(format!(
                 "Budget spent: the {which}-hours budget of {} {} is {} a month and {} were used in {}; it resets on {}.",
@@ -358,6 +381,23 @@ pub async fn check_budgets(state: &AppState, user_id: &str, program_id: &str) ->
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_answer_lists_at_most_a_thousand_groups_the_heaviest_and_totals_them_all() {
+        let groups: Vec<Total> = (0..1005)
+            .map(|i| Total {
+                key: format!("k{i:04}"),
+                jobs: 1,
+                figures: Figures { cpu_core_ms: i, ..Figures::default() },
+                ..Total::default()
+            })
+            .collect();
+        let answer = answer(0, 1, "user", None, groups);
+        assert_eq!((answer.groups.len(), answer.groups_left_out), (1000, 5));
+        assert_eq!(answer.total.jobs, 1005);
+        assert_eq!(answer.groups[0].key, "k0005", "the five lightest left out, the rest by key");
+        assert!(answer.groups.windows(2).all(|pair| pair[0].key < pair[1].key));
+    }
 
     #[test]
     fn a_bad_day_names_its_parameter() {

@@ -99,19 +99,19 @@ pub fn parse_instance_access(answer: &Value) -> InstanceAccess {
             Some(((provider.to_string(), name.to_string()), names(entry.get("permissions"))))
         })
         .collect();
-    let trials = answer
+    let business_models = answer
         .get("functions")
         .and_then(Value::as_array)
         .into_iter()
         .flatten()
-        .filter(|entry| entry.get("business_model").and_then(Value::as_str) == Some("TRIAL"))
         .filter_map(|entry| {
             let provider = entry.get("provider").and_then(Value::as_str)?;
             let name = entry.get("name").and_then(Value::as_str)?;
-            Some((provider.to_string(), name.to_string()))
+            let model = entry.get("business_model").and_then(Value::as_str).filter(|m| !m.is_empty())?;
+            Some(((provider.to_string(), name.to_string()), model.to_string()))
         })
         .collect();
-    InstanceAccess { functions, custom: names(answer.pointer("/custom_functions/permissions")), trials }
+    InstanceAccess { functions, custom: names(answer.pointer("/custom_functions/permissions")), business_models }
 }
 
 /// What an API key is, cached.

@@ -579,10 +579,16 @@ impl LocalRunner {
             self.config.containers.remove(name).await;
         }
         let succeeded = record.as_ref().is_some_and(|r| r["exit_code"].as_i64() == Some(0) && r["error"].is_null());
-        let limit = match container {
+        let (limit, used) = match container {
             None => self.limit_reached(job_id, !succeeded, record.as_ref()).await,
-            Some(_) => None,
+            Some(_) => (None, limits::Used::default()),
         };
+        if used != limits::Used::default()
+            && let Err(error) = jobs::record_measured(&self.db, job_id, used.cpu_ms, used.memory_peak_bytes).await
+        {
+            // The record is written without them: they are what the runner could tell, not what is billed.
+            tracing::warn!(error = &error as &dyn std::error::Error, "failed to keep what a job used");
+        }
         // Read again: its status and a stop requested are what can have changed while it ran.
         let now = jobs::state(&self.db, job_id).await.ok().flatten();
         let stop_requested = now.as_ref().is_some_and(|job| job.stop_requested);

@@ -137,6 +137,29 @@ pub async fn applying(db: &Db, user_id: &str, program_id: &str) -> Result<Vec<Bu
     Ok(rows.into_iter().map(Budget::from).collect())
 }
 
+/// The budgets `user_id`'s runs count against as `jobs/queue/` shows them: the user's, their
+/// groups', and those of the functions they ran since day `since_day` or have active jobs of.
+/// One statement.
+pub async fn of_user(db: &Db, user_id: &str, since_day: i64) -> Result<Vec<Budget>, Error> {
+    let sql = format!(
+        "SELECT b.kind, b.subject_id, {NAME} AS name, b.cpu_core_ms, b.gpu_ms FROM budgets b \
+         WHERE (b.kind = 'user' AND b.subject_id = $1) \
+            OR (b.kind = 'group' AND b.subject_id IN (SELECT m.group_id FROM group_members m WHERE m.user_id = $1)) \
+            OR (b.kind = 'function' AND (b.subject_id IN (SELECT u.program_id FROM usage_by_day u \
+                                                           WHERE u.author_id = $1 AND u.day >= $2) \
+                 OR b.subject_id IN (SELECT j.program_id FROM jobs j WHERE j.author_id = $1 \
+                                      AND j.status IN ('QUEUED', 'PENDING', 'RUNNING'))))"
+    );
+    let mut rows: Vec<BudgetRow> = on_db!(db, pool => sqlx::query_as::<_, BudgetRow>(&sql)
+        .bind(user_id)
+        .bind(since_day)
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("read a user's budgets"))?;
+    rows.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
+    Ok(rows.into_iter().map(Budget::from).collect())
+}
+
 /// What `budget`'s subject used over the days `[from_day, to_day)`, its running jobs counted up
 /// to `now`.
 pub async fn used(db: &Db, budget: &Budget, from_day: i64, to_day: i64, now: i64) -> Result<Figures, Error> {

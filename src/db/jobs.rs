@@ -7,10 +7,12 @@ use std::collections::HashSet;
 
 use super::counts::{self, Changes, Counted};
 pub(crate) use super::counts::{DAY_MICROS, day_of};
+use super::outbox::Outbox;
 use super::params::bind_params;
 use super::queue::QUEUE_BLOCK_MICROS;
 use super::usage::{self, ENDED_COLUMNS, UsageRecord};
 use super::{Db, Error, new_id, now_micros, on_db, query_error};
+use crate::domain::event_data::UsageEvent;
 use crate::domain::lifecycle::{JobStatus, Move};
 use crate::domain::usage::Allocation;
 
@@ -179,6 +181,48 @@ macro_rules! insert_event_outbox {
     };
 }
 
+/// Records usage events `$kinds` (`&[UsageEvent]`) of the job whose record up to now (or final
+/// one) is `$record` in the outbox inside the transaction `$tx`, numbered after the job's
+/// earlier usage events. With `$only_running`, only while the job is still RUNNING (an "in
+/// progress" event never follows its end). Evaluates to whether they were recorded.
+macro_rules! insert_usage_outbox {
+    ($tx:ident, $record:expr, $running_since:expr, $kinds:expr, $now:expr, $only_running:expr) => {{
+        let record: &UsageRecord = $record;
+        let kinds: &[UsageEvent] = $kinds;
+        let numbered: Option<i64> = sqlx::query_scalar(
+            "UPDATE jobs SET usage_seq = usage_seq + $2, usage_reported = $3 \
+             WHERE id = $1 AND (NOT $4 OR status = 'RUNNING') RETURNING usage_seq",
+        )
+        .bind(&record.job_id)
+        .bind(kinds.len() as i64)
+        .bind($now)
+        .bind($only_running)
+        .fetch_optional(&mut *$tx)
+        .await?;
+        if let Some(last) = numbered {
+            let names: usage::EventNames =
+                sqlx::query_as(usage::EVENT_NAMES).bind(&record.job_id).fetch_one(&mut *$tx).await?;
+            let first = last - kinds.len() as i64 + 1;
+            for (seq, kind) in (first..).zip(kinds.iter().copied()) {
+                let data = usage::event_data(kind, record, &names, $running_since, $now);
+                sqlx::query(
+                    "INSERT INTO event_outbox (id, job_id, seq, created, event_type, data, stream) \
+                     VALUES ($1, $2, $3, $4, $5, $6, 'usage')",
+                )
+                .bind(crate::db::new_id())
+                .bind(&record.job_id)
+                .bind(seq)
+                .bind($now)
+                .bind(kind.cloud_type())
+                .bind(serde_json::to_string(&data).unwrap_or_default())
+                .execute(&mut *$tx)
+                .await?;
+            }
+        }
+        numbered.is_some()
+    }};
+}
+
 /// What a published event says of its job.
 #[derive(sqlx::FromRow)]
 struct OutboxNames {
@@ -264,10 +308,10 @@ pub struct Moved {
 
 /// Applies a move decided by the state machine, if the job is still in `mv.from`. Returns
 /// what was moved, if it was. Terminal moves clear `sub_status` and the stored environment
-/// (which holds the caller's token). With `outbox`, the move is also recorded for the outbound
-/// sinks.
-pub async fn apply_move(db: &Db, job_id: &str, mv: &Move, outbox: bool) -> Result<Option<Moved>, Error> {
-    let (db, job_ids, mv) = (db.clone(), vec![job_id.to_string()], mv.clone());
+/// (which holds the caller's token). With `outbox`, the move (and, with usage, the job's usage
+/// events) is also recorded for the outbound sinks.
+pub async fn apply_move(db: &Db, job_id: &str, mv: &Move, outbox: impl Into<Outbox>) -> Result<Option<Moved>, Error> {
+    let (db, job_ids, mv, outbox) = (db.clone(), vec![job_id.to_string()], mv.clone(), outbox.into());
     let moved = super::detached(async move { apply_moves_attached(&db, &job_ids, &mv, outbox).await }).await?;
     Ok(moved.first().map(|(_, created)| Moved { created: *created }))
 }
@@ -275,8 +319,13 @@ pub async fn apply_move(db: &Db, job_id: &str, mv: &Move, outbox: bool) -> Resul
 /// Applies the same move to several jobs in one transaction (an admission pass): each job
 /// still in `mv.from` moves with its own event; the status counters are updated once per
 /// function. Returns the ids that moved, in the given order.
-pub async fn apply_moves(db: &Db, job_ids: &[String], mv: &Move, outbox: bool) -> Result<Vec<String>, Error> {
-    let (db, job_ids, mv) = (db.clone(), job_ids.to_vec(), mv.clone());
+pub async fn apply_moves(
+    db: &Db,
+    job_ids: &[String],
+    mv: &Move,
+    outbox: impl Into<Outbox>,
+) -> Result<Vec<String>, Error> {
+    let (db, job_ids, mv, outbox) = (db.clone(), job_ids.to_vec(), mv.clone(), outbox.into());
     let moved = super::detached(async move { apply_moves_attached(&db, &job_ids, &mv, outbox).await }).await?;
     Ok(moved.into_iter().map(|(id, _)| id).collect())
 }
@@ -286,13 +335,13 @@ async fn apply_moves_attached(
     db: &Db,
     job_ids: &[String],
     mv: &Move,
-    outbox: bool,
+    outbox: Outbox,
 ) -> Result<Vec<(String, i64)>, Error> {
     if job_ids.is_empty() {
         return Ok(Vec::new());
     }
     // A terminal move writes the job's usage record, made here from what the move returns.
-    if let (Db::Postgres(pool), [job_id], false, false) = (db, job_ids, outbox, mv.to.is_terminal()) {
+    if let (Db::Postgres(pool), [job_id], false, false) = (db, job_ids, outbox.jobs(), mv.to.is_terminal()) {
         return apply_move_postgres(pool, job_id, mv).await.map_err(query_error("move job status"));
     }
     let now = now_micros();
@@ -345,7 +394,7 @@ async fn apply_moves_attached(
             }
             query.execute(&mut *tx).await?;
         }
-        if outbox {
+        if outbox.jobs() {
             for (job_id, _) in &moved {
                 insert_move_outbox!(tx, job_id, seqs[job_id].0, now, Some(mv.from.as_str()), mv.to.as_str(), mv.origin.as_str(), mv.context);
             }
@@ -354,15 +403,33 @@ async fn apply_moves_attached(
             tx.rollback().await?;
             return Ok(moved);
         }
+        if outbox.usage() && mv.to == JobStatus::Running {
+            // A job's first move into RUNNING starts its usage: `started`, and a licence for a
+            // provider's function.
+            for MovedRow { job, .. } in updated.iter().filter(|row| row.job.running_since == Some(now)) {
+                let kinds: &[UsageEvent] = if job.provider_id.is_some() {
+                    &[UsageEvent::Started, UsageEvent::Licence]
+                } else {
+                    &[UsageEvent::Started]
+                };
+                let _ = insert_usage_outbox!(tx, &job.record(mv.to.as_str(), now), job.running_since, kinds, now, false);
+            }
+        }
         if terminal {
-            // One usage record a job (a job that has one keeps it, and it is counted once).
+            // One usage record a job (a job that has one keeps it, and it is counted once); with
+            // outbound sinks it leaves as the job's `completed` usage event.
             let records: Vec<UsageRecord> = updated.iter().map(|row| row.job.record(mv.to.as_str(), now)).collect();
             let mut written = HashSet::new();
             for (sql, params) in usage::insert_statements(&records) {
                 let ids: Vec<String> = bind_params!(sqlx::query_scalar::<_, String>(&sql), &params).fetch_all(&mut *tx).await?;
                 written.extend(ids);
             }
-            records.iter().filter(|record| written.contains(&record.job_id)).for_each(|record| changes.used(record));
+            for (record, MovedRow { job, .. }) in records.iter().zip(&updated).filter(|(record, _)| written.contains(&record.job_id)) {
+                changes.used(record);
+                if outbox.usage() {
+                    let _ = insert_usage_outbox!(tx, record, job.running_since, &[UsageEvent::Completed], now, false);
+                }
+            }
         }
         // The kept counts come last, so their busiest rows are held the shortest.
         for (sql, params) in changes.statements(counts::shard(), false) {
@@ -771,8 +838,10 @@ mod in_flight;
 mod listing;
 mod of_function;
 mod retries;
+mod usage_events;
 pub use create::{NewJob, insert_with_limit, traceparent};
 pub use in_flight::{any_in_flight, count_by_status, in_flight, in_flight_load, queued};
 pub use listing::{AdminOf, JobFilter, Window, list, page_if_admin};
 pub use of_function::of_function;
 pub use retries::record_retry;
+pub use usage_events::{record_measured, record_progress};

@@ -5,10 +5,41 @@
 
 use super::{Db, Error, on_db, query_error};
 
+/// What a status move records in the outbox for the outbound sinks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Outbox {
+    /// Nothing: no outbound sink.
+    #[default]
+    Off,
+    /// The job's events.
+    Jobs,
+    /// The job's events and its usage events (`UsageEvent`).
+    JobsAndUsage,
+}
+
+impl Outbox {
+    pub fn jobs(self) -> bool {
+        self != Outbox::Off
+    }
+
+    pub fn usage(self) -> bool {
+        self == Outbox::JobsAndUsage
+    }
+}
+
+/// `true`: the job's events; `false`: nothing.
+impl From<bool> for Outbox {
+    fn from(jobs: bool) -> Outbox {
+        if jobs { Outbox::Jobs } else { Outbox::Off }
+    }
+}
+
 #[derive(Debug, Clone, sqlx::FromRow)]
 pub struct OutboxRow {
     pub id: String,
     pub job_id: String,
+    /// `job` (the job's events) or `usage` (its usage events): each leaves in its own order.
+    pub stream: String,
     pub seq: i64,
     pub created: i64,
     /// The CloudEvents `type`.
@@ -23,7 +54,7 @@ pub struct OutboxRow {
 /// events of their job).
 pub async fn pending(db: &Db, limit: i64) -> Result<Vec<OutboxRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, OutboxRow>(
-        "SELECT id, job_id, seq, created, event_type, data, delivered_to, attempts, next_attempt FROM event_outbox \
+        "SELECT id, job_id, stream, seq, created, event_type, data, delivered_to, attempts, next_attempt FROM event_outbox \
          WHERE delivered IS NULL AND failed IS NULL ORDER BY created, job_id, seq LIMIT $1")
         .bind(limit)
         .fetch_all(pool)

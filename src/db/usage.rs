@@ -4,6 +4,7 @@
 
 use super::params::{Param, placeholders};
 use super::{Db, Error, on_db, query_error};
+use crate::domain::event_data::{LICENCE_METRIC, UsageData, UsageEvent, business_model_of, metric_type};
 use crate::domain::usage::{DAY_MICROS, Ending, Figures, day_of};
 
 /// A job's usage record.
@@ -15,6 +16,8 @@ pub struct UsageRecord {
     pub program_id: String,
     pub provider_id: Option<String>,
     pub trial: bool,
+    /// TRIAL, SUBSIDIZED or CONSUMPTION.
+    pub business_model: String,
     /// The instance it ran for (its run's `Service-CRN`), under `runtime_platform`.
     pub instance: Option<String>,
     pub function_size: Option<String>,
@@ -60,6 +63,7 @@ pub(crate) struct Ended {
     pub program_id: String,
     pub provider_id: Option<String>,
     pub trial: bool,
+    pub business_model: Option<String>,
     pub instance: Option<String>,
     pub function_size: Option<String>,
     pub compute_profile: Option<String>,
@@ -70,6 +74,8 @@ pub(crate) struct Ended {
     pub allocated_gpus: Option<i64>,
     pub allocated_gpu_model: Option<String>,
     pub infrastructure_retries: i64,
+    pub cpu_used_ms: Option<i64>,
+    pub memory_peak_bytes: Option<i64>,
 }
 
 impl Ended {
@@ -89,6 +95,7 @@ impl Ended {
             program_id: self.program_id.clone(),
             provider_id: self.provider_id.clone(),
             trial: self.trial,
+            business_model: business_model_of(self.business_model.as_deref(), self.trial),
             instance: self.instance.clone(),
             function_size: self.function_size.clone(),
             compute_profile: self.compute_profile.clone(),
@@ -105,23 +112,33 @@ impl Ended {
             cpu_core_ms: figures.cpu_core_ms,
             gib_ms: figures.gib_ms,
             gpu_ms: figures.gpu_ms,
-            cpu_used_ms: None,
-            memory_peak_bytes: None,
+            cpu_used_ms: self.cpu_used_ms,
+            memory_peak_bytes: self.memory_peak_bytes,
         }
     }
 }
 
 /// The columns a terminal move returns for `Ended` (the move's `UPDATE … RETURNING`).
 pub(crate) const ENDED_COLUMNS: &str = "id, author_id, COALESCE(program_id, '') AS program_id, provider_id, trial, \
-     instance, function_size, compute_profile, created, running_since, allocated_cpu_millis, allocated_memory_mib, \
-     allocated_gpus, allocated_gpu_model, infrastructure_retries";
+     business_model, instance, function_size, compute_profile, created, running_since, allocated_cpu_millis, \
+     allocated_memory_mib, allocated_gpus, allocated_gpu_model, infrastructure_retries, cpu_used_ms, memory_peak_bytes";
 
-const RECORD_COLUMNS: &str = "job_id, author_id, program_id, provider_id, trial, instance, function_size, \
-     compute_profile, status, created, ended, wait_ms, run_ms, attempts, cpu_millis, memory_mib, gpus, gpu_model, \
+const RECORD_COLUMNS: &str = "job_id, author_id, program_id, provider_id, trial, business_model, instance, \
+     function_size, compute_profile, status, created, ended, wait_ms, run_ms, attempts, cpu_millis, memory_mib, gpus, gpu_model, \
      cpu_core_ms, gib_ms, gpu_ms, cpu_used_ms, memory_peak_bytes";
 
 /// Values a row of `RECORD_COLUMNS` binds.
-const RECORD_WIDTH: usize = 23;
+const RECORD_WIDTH: usize = 24;
+
+/// `RECORD_COLUMNS` as read: records from before business models were kept read as TRIAL for a
+/// trial, else SUBSIDIZED (as `business_model_of` decides).
+static SELECTED_COLUMNS: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    RECORD_COLUMNS.replacen(
+        "business_model,",
+        "COALESCE(business_model, CASE WHEN trial THEN 'TRIAL' ELSE 'SUBSIDIZED' END) AS business_model,",
+        1,
+    )
+});
 
 /// At most this many records in one statement.
 const RECORDS_PER_STATEMENT: usize = 1_000;
@@ -145,6 +162,7 @@ pub(crate) fn insert_statements(records: &[UsageRecord]) -> Vec<(String, Vec<Par
                     text(&r.program_id),
                     optional_text(&r.provider_id),
                     Param::Bool(r.trial),
+                    text(&r.business_model),
                     optional_text(&r.instance),
                     optional_text(&r.function_size),
                     optional_text(&r.compute_profile),
@@ -176,7 +194,7 @@ pub(crate) fn insert_statements(records: &[UsageRecord]) -> Vec<(String, Vec<Par
 
 /// The usage record of `job_id`, once it ended.
 pub async fn record(db: &Db, job_id: &str) -> Result<Option<UsageRecord>, Error> {
-    let sql = format!("SELECT {RECORD_COLUMNS} FROM job_usage WHERE job_id = $1");
+    let sql = format!("SELECT {} FROM job_usage WHERE job_id = $1", *SELECTED_COLUMNS);
     on_db!(db, pool => sqlx::query_as::<_, UsageRecord>(&sql).bind(job_id).fetch_optional(pool).await)
         .map_err(query_error("read a job's usage"))
 }
@@ -197,6 +215,65 @@ pub async fn of_job(db: &Db, job_id: &str, now: i64) -> Result<Option<UsageRecor
     let live = on_db!(db, pool => sqlx::query_as::<_, Live>(&sql).bind(job_id).fetch_optional(pool).await)
         .map_err(query_error("read a job's usage so far"))?;
     Ok(live.map(|live| live.job.record(&live.status, now)))
+}
+
+/// What a usage event names of its job.
+#[derive(Debug, Clone, sqlx::FromRow)]
+pub(crate) struct EventNames {
+    pub user: String,
+    pub function: Option<String>,
+    pub provider: Option<String>,
+}
+
+/// The names of job `$1`, for its usage events.
+pub(crate) const EVENT_NAMES: &str = "SELECT u.username AS user, p.title AS function, pr.name AS provider \
+     FROM jobs j JOIN users u ON u.id = j.author_id \
+     LEFT JOIN programs p ON p.id = j.program_id LEFT JOIN providers pr ON pr.id = j.provider_id WHERE j.id = $1";
+
+/// The `data` of usage event `kind` of a job whose record (up to `at`, or its final one) is
+/// `record`, first RUNNING at `running_since`.
+pub(crate) fn event_data(
+    kind: UsageEvent,
+    record: &UsageRecord,
+    names: &EventNames,
+    running_since: Option<i64>,
+    at: i64,
+) -> UsageData {
+    let (metric_type, metric_value) = match kind {
+        UsageEvent::Licence => (LICENCE_METRIC.to_string(), 1),
+        _ => (metric_type(record.compute_profile.as_deref(), record.function_size.as_deref()), record.run_ms),
+    };
+    UsageData {
+        event: kind.billing_name().to_string(),
+        job_id: record.job_id.clone(),
+        function: names.function.clone(),
+        provider: names.provider.clone(),
+        user: names.user.clone(),
+        instance_crn: record.instance.clone(),
+        trial: record.trial,
+        business_model: record.business_model.clone(),
+        size: record.function_size.clone(),
+        compute_profile: record.compute_profile.clone(),
+        status: record.status.clone(),
+        metric_type,
+        metric_value,
+        resource_id: record.job_id.clone(),
+        job_started: running_since.map(super::format_timestamp),
+        job_completed: (kind == UsageEvent::Completed).then(|| super::format_timestamp(record.ended)),
+        time: super::format_timestamp(at),
+        wait_ms: record.wait_ms,
+        run_ms: record.run_ms,
+        attempts: record.attempts,
+        cpu_millis: record.cpu_millis,
+        memory_mib: record.memory_mib,
+        gpus: record.gpus,
+        gpu_model: record.gpu_model.clone(),
+        cpu_core_ms: record.cpu_core_ms,
+        gib_ms: record.gib_ms,
+        gpu_ms: record.gpu_ms,
+        cpu_used_ms: record.cpu_used_ms,
+        memory_peak_bytes: record.memory_peak_bytes,
+    }
 }
 
 /// Records deleted per statement by `prune`: each statement holds its rows' locks briefly.
@@ -232,7 +309,8 @@ pub async fn prune(db: &Db, before_day: i64) -> Result<u64, Error> {
 /// Every usage record whose job ended in `[from, to)` (microseconds), oldest first: what the
 /// soak and the CSV read.
 pub async fn records(db: &Db, from: i64, to: i64) -> Result<Vec<UsageRecord>, Error> {
-    let sql = format!("SELECT {RECORD_COLUMNS} FROM job_usage WHERE ended >= $1 AND ended < $2 ORDER BY ended, job_id");
+    let sql =
+        format!("SELECT {} FROM job_usage WHERE ended >= $1 AND ended < $2 ORDER BY ended, job_id", *SELECTED_COLUMNS);
     on_db!(db, pool => sqlx::query_as::<_, UsageRecord>(&sql).bind(from).bind(to).fetch_all(pool).await)
         .map_err(query_error("read usage records"))
 }
@@ -258,6 +336,9 @@ mod tests {
             allocated_gpus: None,
             allocated_gpu_model: None,
             infrastructure_retries: 1,
+            business_model: None,
+            cpu_used_ms: Some(7_500),
+            memory_peak_bytes: None,
         }
     }
 
@@ -267,6 +348,56 @@ mod tests {
         assert_eq!((record.wait_ms, record.run_ms, record.attempts), (2000, 10_000, 2));
         assert_eq!((record.cpu_core_ms, record.gib_ms, record.gpu_ms), (20_000, 10_000, 0));
         assert_eq!(record.status, "SUCCEEDED");
+        assert_eq!((record.cpu_used_ms, record.memory_peak_bytes), (Some(7_500), None));
+        assert_eq!(record.business_model, "SUBSIDIZED");
+        let trial = Ended { trial: true, ..ended() }.record("SUCCEEDED", 12_000_000);
+        assert_eq!(trial.business_model, "TRIAL");
+        let kept = Ended { business_model: Some("CONSUMPTION".into()), ..ended() }.record("FAILED", 12_000_000);
+        assert_eq!(kept.business_model, "CONSUMPTION");
+    }
+
+    fn names() -> EventNames {
+        EventNames { user: "alice".into(), function: Some("solver".into()), provider: Some("acme".into()) }
+    }
+
+    #[test]
+    fn usage_events_carry_the_billing_fields() {
+        let job = Ended { compute_profile: Some("cx3d-4x16".into()), instance: Some("crn:i".into()), ..ended() };
+        let completed = event_data(
+            UsageEvent::Completed,
+            &job.record("SUCCEEDED", 12_000_000),
+            &names(),
+            Some(2_000_000),
+            12_000_000,
+        );
+        assert_eq!(completed.event, "function_job_completed");
+        assert_eq!((completed.metric_type.as_str(), completed.metric_value), ("classical_cx3d-4x16", 10_000));
+        assert_eq!(completed.resource_id, "j");
+        assert_eq!(completed.instance_crn.as_deref(), Some("crn:i"));
+        assert_eq!(completed.job_started.as_deref(), Some("1970-01-01T00:00:02.000000Z"));
+        assert_eq!(completed.job_completed.as_deref(), Some("1970-01-01T00:00:12.000000Z"));
+        let running = event_data(
+            UsageEvent::InProgress,
+            &ended().record("RUNNING", 5_000_000),
+            &names(),
+            Some(2_000_000),
+            5_000_000,
+        );
+        assert_eq!((running.metric_type.as_str(), running.metric_value), ("classical_small", 3_000));
+        assert_eq!(running.job_completed, None);
+        let licence = event_data(
+            UsageEvent::Licence,
+            &ended().record("RUNNING", 2_000_000),
+            &names(),
+            Some(2_000_000),
+            2_000_000,
+        );
+        assert_eq!((licence.metric_type.as_str(), licence.metric_value), ("licence", 1));
+        assert_eq!((licence.provider.as_deref(), licence.business_model.as_str()), (Some("acme"), "SUBSIDIZED"));
+        let never_ran = Ended { running_since: None, ..ended() };
+        let stopped =
+            event_data(UsageEvent::Completed, &never_ran.record("STOPPED", 4_000_000), &names(), None, 4_000_000);
+        assert_eq!((stopped.metric_value, stopped.job_started.as_deref(), stopped.wait_ms), (0, None, 4_000));
     }
 
     #[test]
@@ -277,7 +408,7 @@ mod tests {
         assert_eq!(statements[0].1.len(), 1000 * RECORD_WIDTH);
         assert_eq!(statements[1].1.len(), RECORD_WIDTH);
         assert_eq!(RECORD_COLUMNS.split(',').count(), RECORD_WIDTH);
-        assert!(statements[1].0.ends_with("($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23) ON CONFLICT (job_id) DO NOTHING RETURNING job_id"));
+        assert!(statements[1].0.ends_with("($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23, $24) ON CONFLICT (job_id) DO NOTHING RETURNING job_id"));
     }
 }
 

@@ -80,14 +80,20 @@ pub struct InstanceAccess {
     /// By (provider, function title).
     pub functions: HashMap<(String, String), Permissions>,
     pub custom: Permissions,
-    /// The functions whose `business_model` is `TRIAL`: their jobs run as trials.
-    pub trials: std::collections::HashSet<(String, String)>,
+    /// The `business_model` of each function whose entry names one (`TRIAL`: its jobs run as
+    /// trials).
+    pub business_models: HashMap<(String, String), String>,
 }
 
 impl InstanceAccess {
+    /// The business model the instance's entry gives `provider`'s function `title`.
+    pub fn business_model(&self, provider: &str, title: &str) -> Option<&str> {
+        self.business_models.get(&(provider.to_string(), title.to_string())).map(String::as_str)
+    }
+
     /// Whether jobs of `provider`'s function `title` run as trials (`ENV_ACCESS_TRIAL`).
     pub fn trial(&self, provider: &str, title: &str) -> bool {
-        self.trials.contains(&(provider.to_string(), title.to_string()))
+        self.business_model(provider, title) == Some(TRIAL)
     }
 
     /// The permissions on a function: `provider`'s function `title`, or a custom one.
@@ -179,6 +185,21 @@ pub fn is_trial(access: FunctionAccess, instance_trial: bool) -> bool {
         _ => access.trial_granted,
     }
 }
+
+/// The business model of a run: `TRIAL` for a trial; in runtime-instances mode, a provider
+/// function's entry's (`SUBSIDIZED` or `CONSUMPTION`); else `SUBSIDIZED` (the reference's §3.5).
+pub fn business_model(access: FunctionAccess, trial: bool, instance_model: Option<&str>) -> &'static str {
+    if trial {
+        return TRIAL;
+    }
+    match (access.instance, access.has_provider, instance_model) {
+        (Some(_), true, Some("CONSUMPTION")) => "CONSUMPTION",
+        _ => "SUBSIDIZED",
+    }
+}
+
+/// The business model of a trial.
+pub const TRIAL: &str = "TRIAL";
 
 /// Reading the caller's own file area for the function (instances: `function-files.read`).
 pub fn can_read_user_files(access: FunctionAccess) -> bool {
@@ -294,5 +315,19 @@ mod tests {
         // A user's own function has no business model entry: trial groups decide, in both modes.
         let own = FunctionAccess { is_author: true, instance, trial_granted: true, ..Default::default() };
         assert!(is_trial(own, true) && !is_trial(FunctionAccess { trial_granted: false, ..own }, true));
+    }
+
+    #[test]
+    fn a_run_has_the_business_model_of_its_trial_or_its_instance_entry() {
+        let instance = Some(Permissions::named("function.run"));
+        let on_instance = FunctionAccess { instance, ..provider_fn() };
+        assert_eq!(business_model(on_instance, false, Some("CONSUMPTION")), "CONSUMPTION");
+        assert_eq!(business_model(on_instance, false, Some("SUBSIDIZED")), "SUBSIDIZED");
+        assert_eq!(business_model(on_instance, true, Some("TRIAL")), "TRIAL");
+        // No entry, or no instance: a trial or subsidized (an entry's unknown word is not taken).
+        assert_eq!(business_model(on_instance, false, None), "SUBSIDIZED");
+        assert_eq!(business_model(on_instance, false, Some("FREE")), "SUBSIDIZED");
+        assert_eq!(business_model(provider_fn(), false, Some("CONSUMPTION")), "SUBSIDIZED");
+        assert_eq!(business_model(provider_fn(), true, None), "TRIAL");
     }
 }

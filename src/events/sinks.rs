@@ -29,11 +29,12 @@ pub enum SinkError {
 pub trait Sink: Send + Sync {
     /// Names the sink in the outbox's `delivered_to` (stable across restarts).
     fn name(&self) -> &str;
-    /// Sends one event (`body`, CloudEvents JSON) of job `job_id`; `id` is the event's id.
-    async fn send(&self, id: &str, job_id: &str, body: Bytes) -> Result<(), SinkError>;
+    /// Sends one event (`body`, CloudEvents JSON); `id` is the event's id, `subject` what it is
+    /// about: its job's id, `<job id>.usage` for a job's usage events.
+    async fn send(&self, id: &str, subject: &str, body: Bytes) -> Result<(), SinkError>;
 }
 
-/// Publishes to `<prefix>.<job id>` on a JetStream stream, with the event id as `Nats-Msg-Id` so
+/// Publishes to `<prefix>.<job id>` (a job's usage events: `<prefix>.<job id>.usage`) on a JetStream stream, with the event id as `Nats-Msg-Id` so
 /// the stream drops a redelivered duplicate within its duplicate window. The stream is created
 /// when missing, at any time: a server restarted on empty storage, or a deleted stream, gets it
 /// back with the next event.
@@ -98,12 +99,12 @@ impl NatsSink {
     }
 
     /// Publishes one event and waits for the stream's acknowledgement.
-    async fn publish(&self, id: &str, job_id: &str, body: Bytes) -> Result<(), PublishFailure> {
+    async fn publish(&self, id: &str, subject: &str, body: Bytes) -> Result<(), PublishFailure> {
         use async_nats::jetstream::context::PublishErrorKind;
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Msg-Id", id);
         headers.insert("Content-Type", CLOUDEVENTS_JSON);
-        let subject = format!("{}.{job_id}", self.prefix);
+        let subject = format!("{}.{subject}", self.prefix);
         let published = async {
             let ack = self.jetstream.publish_with_headers(subject, headers, body).await?;
             ack.await
@@ -128,9 +129,9 @@ impl Sink for NatsSink {
         "nats"
     }
 
-    async fn send(&self, id: &str, job_id: &str, body: Bytes) -> Result<(), SinkError> {
+    async fn send(&self, id: &str, subject: &str, body: Bytes) -> Result<(), SinkError> {
         self.ensure_stream().await?;
-        let Err(failure) = self.publish(id, job_id, body.clone()).await else {
+        let Err(failure) = self.publish(id, subject, body.clone()).await else {
             return Ok(());
         };
         // Whatever failed, the stream may be gone: the next attempt checks it first. A stream
@@ -141,7 +142,7 @@ impl Sink for NatsSink {
         }
         tracing::warn!(nats.stream = %self.stream, "NATS stream missing; creating it again");
         self.ensure_stream().await?;
-        self.publish(id, job_id, body).await.map_err(|failure| {
+        self.publish(id, subject, body).await.map_err(|failure| {
             self.stream_ready.store(false, Ordering::Relaxed);
             failure.error
         })
@@ -202,7 +203,7 @@ impl Sink for WebhookSink {
         &self.name
     }
 
-    async fn send(&self, id: &str, _job_id: &str, body: Bytes) -> Result<(), SinkError> {
+    async fn send(&self, id: &str, _subject: &str, body: Bytes) -> Result<(), SinkError> {
         let signature = signature(&self.key, &body);
         let headers = [(SIGNATURE_HEADER, signature.as_str()), ("X-Gantry-Event-Id", id)];
         match self.upstream.post(&self.url, &headers, CLOUDEVENTS_JSON, body).await {

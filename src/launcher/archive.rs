@@ -112,8 +112,34 @@ pub(super) async fn archive(
         say!("gantry launch: {}", describe(problem));
     }
     let error = error.or_else(|| problems.first().map(|problem| describe(problem)));
-    write_exit_record(launch, storage, ExitRecord { exit_code, signal, error, limit, exception }).await;
+    let used = children_usage();
+    write_exit_record(launch, storage, ExitRecord { exit_code, signal, error, limit, exception, used }).await;
     code
+}
+
+/// What the processes this launcher waited for (the function's, with the descendants each
+/// waited for) used: CPU milliseconds (user and system) and the largest resident set of one of
+/// them, in bytes.
+fn children_usage() -> Option<Used> {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: getrusage(2) writes into the struct it is given and nothing else.
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, usage.as_mut_ptr()) } != 0 {
+        return None;
+    }
+    // SAFETY: filled by the successful call above (and zeroed before it).
+    let usage = unsafe { usage.assume_init() };
+    let millis = |time: libc::timeval| time.tv_sec * 1000 + time.tv_usec / 1000;
+    Some(Used {
+        cpu_ms: millis(usage.ru_utime) + millis(usage.ru_stime),
+        memory_peak_bytes: usage.ru_maxrss.saturating_mul(1024),
+    })
+}
+
+/// What a job's processes used, as its exit record says it (`cpu_used_ms`, `memory_peak_bytes`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Used {
+    pub(super) cpu_ms: i64,
+    pub(super) memory_peak_bytes: i64,
 }
 
 /// Records a launch that failed before python ran: the reason goes to stderr, to the logs and
@@ -133,7 +159,8 @@ pub(super) async fn record_failure(launch: &Launch, storage: &dyn JobObjects, er
     for problem in upload_logs(launch, storage, text, provider).await {
         say!("gantry launch: {}", describe(&problem));
     }
-    let record = ExitRecord { exit_code: None, signal: None, error: Some(reason), limit: None, exception: None };
+    let record =
+        ExitRecord { exit_code: None, signal: None, error: Some(reason), limit: None, exception: None, used: None };
     write_exit_record(launch, storage, record).await;
     EXIT_NOT_STARTED
 }
@@ -169,6 +196,8 @@ pub(super) struct ExitRecord {
     pub(super) limit: Option<&'static str>,
     /// The last exception line of a failed function's user log (`ExceptionSpotter`).
     pub(super) exception: Option<String>,
+    /// What its processes used, when the function ran.
+    pub(super) used: Option<Used>,
 }
 
 /// The prefix of the exit record's line on stderr, written when storage refused it (a full
@@ -176,17 +205,21 @@ pub(super) struct ExitRecord {
 pub const EXIT_RECORD_LINE: &str = "gantry launch: exit record: ";
 
 /// Writes `keys::job_exit`: `{"exit_code", "signal", "error", "limit", "exception"}`, each
-/// possibly null. When
+/// possibly null, and `cpu_used_ms` and `memory_peak_bytes` once the function ran. When
 /// storage refuses it, the record goes to stderr as one line after `EXIT_RECORD_LINE`.
 pub(super) async fn write_exit_record(launch: &Launch, storage: &dyn JobObjects, record: ExitRecord) {
-    let ExitRecord { exit_code, signal, error, limit, exception } = record;
-    let record = serde_json::json!({
+    let ExitRecord { exit_code, signal, error, limit, exception, used } = record;
+    let mut record = serde_json::json!({
         "exit_code": exit_code,
         "signal": signal,
         "error": error,
         "limit": limit,
         "exception": exception,
     });
+    if let Some(used) = used {
+        record["cpu_used_ms"] = used.cpu_ms.into();
+        record["memory_peak_bytes"] = used.memory_peak_bytes.into();
+    }
     let key = keys::job_exit(&launch.job.job_id);
     if let Err(source) = storage.store_bytes(&key, Bytes::from(record.to_string())).await {
         say!("gantry launch: {}", describe(&Error::Upload { key, source }));

@@ -79,7 +79,17 @@ impl Fixture {
         self.storage.read_to_bytes(key).await.unwrap().map(|bytes| String::from_utf8(bytes.to_vec()).unwrap())
     }
 
+    /// The exit record without what the function's processes used (this test process's
+    /// children so far: `the_exit_record_says_what_the_function_used`).
     async fn exit_record(&self) -> serde_json::Value {
+        let mut record = self.full_exit_record().await;
+        for measured in ["cpu_used_ms", "memory_peak_bytes"] {
+            record.as_object_mut().unwrap().remove(measured);
+        }
+        record
+    }
+
+    async fn full_exit_record(&self) -> serde_json::Value {
         let text = self.object(&keys::job_exit(JOB_ID)).await.unwrap();
         serde_json::from_str(&text).unwrap()
     }
@@ -188,6 +198,22 @@ async fn a_user_function_runs_and_ships_result_logs_and_exit_record() {
         fixture.exit_record().await,
         serde_json::json!({"exit_code": 0, "signal": null, "error": null, "limit": null, "exception": null})
     );
+}
+
+/// The exit record says what the function's processes used once it ran: CPU time and the
+/// largest resident set (the launcher's waited-for children; in this test process they add up
+/// over the tests, so only what this function used is a lower bound).
+#[tokio::test]
+async fn the_exit_record_says_what_the_function_used() {
+    let fixture = Fixture::new();
+    let script = "import time\nblock = bytearray(64 << 20)\nfor i in range(0, len(block), 4096): block[i] = 1\nend = time.process_time() + 0.3\nwhile time.process_time() < end: pass\n";
+    fixture.put_artifact(tar_of(&[("main.py", script)])).await;
+
+    assert_eq!(run_job(&fixture.launch(false), &fixture.storage, std::future::pending()).await, 0);
+
+    let record = fixture.full_exit_record().await;
+    assert!(record["cpu_used_ms"].as_i64().unwrap() >= 300, "{record}");
+    assert!(record["memory_peak_bytes"].as_i64().unwrap() >= 64 << 20, "{record}");
 }
 
 /// Landlock alone (the tests may run as root, which no file permission stops): the job

@@ -173,8 +173,11 @@ def test_usage_error_answers_are_shown_and_a_provider_admin_reads_the_providers(
     admin.wait(job_id)
     page.get_by_role("button", name="Sign out").click()
     sign_in(page, PROVIDER_ADMIN)
-    page.goto(f"{BASE}/console/#/usage?provider={PROVIDER}")
+    # Found from the function's page.
+    page.goto(f"{BASE}/console/#/function?title=usage-tool&provider={PROVIDER}")
+    page.get_by_role("link", name=f"{PROVIDER} usage").click()
     expect(page.get_by_role("heading", name=f"Usage of provider {PROVIDER}")).to_be_visible()
+    assert f"provider={PROVIDER}" in page.url, page.url
     expect(page.locator("#usage-table tbody tr", has_text="usage-tool")).to_be_visible()
     expect(page.locator('#usage-chart rect.bar[data-function="usage-tool"]')).not_to_have_count(0)
 

@@ -156,6 +156,8 @@ impl Gateway {
         }
         let mut args = <Flags as clap::Parser>::parse_from(["gantry"]).events;
         args.events_poll_ms = 50;
+        // The job events' tests count job events; the usage events' tests turn them on.
+        args.events_usage = false;
         configure(&mut args);
         let publisher = args.start(&self.state.db).await.expect("event sinks start");
         self.state.compute =

@@ -155,6 +155,7 @@ fn queued_job(program: &str, author: &str, id: String) -> gantry::db::jobs::NewJ
         gpu: false,
         function_size: None,
         trial: false,
+        business_model: "SUBSIDIZED".into(),
         traceparent: None,
         instance: None,
     }

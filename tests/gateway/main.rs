@@ -46,4 +46,5 @@ mod system;
 mod traces;
 mod trials;
 mod usage;
+mod usage_events;
 mod visibility;

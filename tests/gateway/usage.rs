@@ -428,4 +428,59 @@ async fn budgets_hold_back_new_runs_never_running_jobs_and_reset_with_the_month(
     };
     assert_eq!(gateway.admin(removed).await, "budget of group team removed");
     run_started(&gateway, "bob", 1).await.unwrap();
+
+    // A function's budget counts every user's jobs of it; jobs/queue/ shows it to those who ran
+    // it this month or have active jobs of it.
+    gateway.provider("acme", None, "erin").await;
+    gateway.upload_function("erin", &[("title", "acme/solver"), ("entrypoint", "main.py")]).await;
+    let function_budget = AdminCommand::SetBudget {
+        user: None,
+        group: None,
+        provider: Some("acme".into()),
+        function: Some("solver".into()),
+        cpu_hours: Some(2.0),
+        gpu_hours: None,
+        remove: false,
+    };
+    gateway.admin(function_budget).await;
+    let solve = json!({"title": "solver", "provider": "acme", "arguments": "{}"});
+    let reply = gateway.post_json("/api/v1/programs/run/", "erin", solve.clone()).await;
+    assert_eq!(reply.status, 200, "{}", reply.json);
+    let solving = reply.json["id"].as_str().unwrap().to_string();
+    let db = &gateway.state.db;
+    gantry::db::jobs::record_allocation(
+        db,
+        &solving,
+        &Allocation { cpu_millis: 3_600_000_000, ..Allocation::default() },
+    )
+    .await
+    .unwrap();
+    for (from, trigger) in [(JobStatus::Queued, Trigger::Admitted), (JobStatus::Pending, Trigger::Started)] {
+        assert!(
+            gantry::db::jobs::apply_move(db, &solving, &decide(from, &trigger).unwrap(), false)
+                .await
+                .unwrap()
+                .is_some()
+        );
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    let refused = gateway.post_json("/api/v1/programs/run/", "erin", solve).await;
+    assert_eq!(refused.status, 429, "{}", refused.json);
+    assert!(
+        refused.message().starts_with("Budget spent: the CPU-hours budget of function acme/solver is 2 a month"),
+        "{}",
+        refused.message()
+    );
+    let queue = gateway.get("/api/v1/jobs/queue/", "erin").await.json;
+    let listed: Vec<(&str, &str)> = queue["budgets"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|b| (b["kind"].as_str().unwrap(), b["name"].as_str().unwrap()))
+        .collect();
+    assert_eq!(listed, [("function", "acme/solver")], "{queue}");
+    assert_eq!(queue["budgets"][0]["cpu_hours_left"], 0.0, "{queue}");
+    // Not to a user who never ran it.
+    let queue = gateway.get("/api/v1/jobs/queue/", "bob").await.json;
+    assert!(queue["budgets"].as_array().unwrap().iter().all(|b| b["kind"] != "function"), "{queue}");
 }

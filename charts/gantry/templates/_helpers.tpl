@@ -202,6 +202,8 @@ GANTRY_EVENTS_WEBHOOK_URL: {{ join "," .webhookUrls | quote }}
 GANTRY_EVENTS_SOURCE: {{ .source | quote }}
 GANTRY_EVENTS_RETRY_FOR: {{ .retryFor | quote }}
 GANTRY_EVENTS_KEEP_DELIVERED: {{ .keepDelivered | int64 | quote }}
+GANTRY_EVENTS_USAGE: {{ .usage | quote }}
+GANTRY_EVENTS_USAGE_PROGRESS: {{ .usageProgress | quote }}
 {{- end }}
 {{- end }}
 

@@ -11,7 +11,7 @@ use crate::api::error::ApiError;
 use crate::api::extract::Query;
 use crate::api::shared::ProgramSummary;
 use crate::api::state::AppState;
-use crate::api::usage::{BudgetUse, budget_uses};
+use crate::api::usage::{BudgetUse, BudgetsOf, budget_uses};
 use crate::auth::Caller;
 use crate::db::{self, queue};
 use crate::domain::admission::Limits;
@@ -75,7 +75,11 @@ pub async fn queue(state: &AppState, caller: &Caller, limit: Option<&str>) -> Re
                 }
             })
             .collect(),
-        budgets: budget_uses(state, &caller.user_id, "").await?.into_iter().map(|(_, _, usage)| usage).collect(),
+        budgets: budget_uses(state, BudgetsOf::User(&caller.user_id))
+            .await?
+            .into_iter()
+            .map(|(_, _, usage)| usage)
+            .collect(),
     })
 }
 
@@ -144,8 +148,8 @@ pub struct QueueAnswer {
     pub gpu_slots: Option<SlotUse>,
     /// The oldest of them, at most `limit` (default and most: 500).
     pub jobs: Vec<QueuedPlace>,
-    /// The budgets the caller's runs count against (theirs and their groups'; a function's
-    /// budget shows in `run`'s refusal), with this month's use.
+    /// The budgets the caller's runs count against (theirs, their groups', and those of the
+    /// functions they ran this month or have active jobs of), with this month's use.
     pub budgets: Vec<BudgetUse>,
 }
 

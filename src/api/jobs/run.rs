@@ -129,11 +129,12 @@ pub async fn run(
     // No channel with an instance is the quantum platform (as the platform check decides).
     let channel =
         headers.channel.unwrap_or_else(|| if instance.is_some() { "ibm_quantum_platform" } else { "local" }.into());
-    let instance_trial = match (&caller.instance, program.provider_name.as_deref()) {
-        (Some(access), Some(provider)) => access.trial(provider, &program.title),
-        _ => false,
+    let instance_model = match (&caller.instance, program.provider_name.as_deref()) {
+        (Some(access), Some(provider)) => access.business_model(provider, &program.title),
+        _ => None,
     };
-    let trial = visibility::is_trial(caller.access(&program), instance_trial);
+    let trial = visibility::is_trial(caller.access(&program), instance_model == Some(visibility::TRIAL));
+    let business_model = visibility::business_model(caller.access(&program), trial, instance_model);
     let request_env = json!({
         "token": state.tokens.seal(&caller.token),
         "channel": channel,
@@ -151,6 +152,7 @@ pub async fn run(
         gpu,
         function_size,
         trial,
+        business_model: business_model.to_string(),
         // The job's trace: this request's span, or (spans off) the trace the caller sent.
         traceparent: context::current().or(headers.traceparent.filter(|sent| context::parse(sent).is_some())),
         instance,

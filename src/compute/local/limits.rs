@@ -36,6 +36,14 @@ pub struct JobLimits {
     pub file_bytes: u64,
 }
 
+/// What a job's processes used, where the runner could tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Used {
+    /// CPU milliseconds, user and system.
+    pub cpu_ms: Option<i64>,
+    pub memory_peak_bytes: Option<i64>,
+}
+
 /// Where this runner makes its jobs' cgroups.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cgroups {
@@ -218,6 +226,23 @@ impl JobCgroup {
             Some(PROCESSES)
         } else {
             None
+        }
+    }
+
+    /// What the job's processes used, from the kernel's counters: CPU milliseconds (v2's
+    /// `cpu.stat`; v1 keeps no CPU account here) and peak memory in bytes (v2's `memory.peak`,
+    /// v1's `memory.max_usage_in_bytes`); each `None` where the kernel does not say.
+    pub fn used(&self) -> (Option<i64>, Option<i64>) {
+        let read = |file: PathBuf| std::fs::read_to_string(file).ok();
+        let folder = &self.folders[0];
+        if self.version == 2 {
+            let cpu = read(folder.join("cpu.stat")).and_then(|text| {
+                text.lines().find_map(|line| line.strip_prefix("usage_usec ")?.trim().parse::<i64>().ok())
+            });
+            let peak = read(folder.join("memory.peak")).and_then(|text| text.trim().parse::<i64>().ok());
+            (cpu.map(|micros| micros / 1000), peak)
+        } else {
+            (None, read(folder.join("memory.max_usage_in_bytes")).and_then(|text| text.trim().parse::<i64>().ok()))
         }
     }
 
@@ -438,21 +463,36 @@ impl super::LocalRunner {
         }
     }
 
-    /// Which limit a failed job reached: its cgroup's counters, else what the launcher could
-    /// tell (`limit` of its exit record); the job's cgroup is removed, whatever is left in it
-    /// killed.
-    pub(super) async fn limit_reached(&self, job_id: &str, failed: bool, record: Option<&Value>) -> Option<LimitHit> {
+    /// Which limit a failed job reached (its cgroup's counters, else what the launcher could
+    /// tell: `limit` of its exit record) and what it used (`Used`: its cgroup's counters, else
+    /// its exit record's); the job's cgroup is removed, whatever is left in it killed.
+    pub(super) async fn limit_reached(
+        &self,
+        job_id: &str,
+        failed: bool,
+        record: Option<&Value>,
+    ) -> (Option<LimitHit>, Used) {
         let cgroup = self.config.job_limits.cgroup_of(job_id);
-        let counted = tokio::task::spawn_blocking(move || {
-            let cgroup = cgroup?;
+        let (counted, (cpu, peak)) = tokio::task::spawn_blocking(move || {
+            let Some(cgroup) = cgroup else { return (None, (None, None)) };
             let reached = cgroup.limit_reached();
+            let used = cgroup.used();
             cgroup.remove();
-            reached
+            (reached, used)
         })
         .await
-        .ok()
-        .flatten();
-        let kind = counted.or_else(|| record.and_then(|r| r["limit"].as_str()))?;
+        .unwrap_or((None, (None, None)));
+        let said = |field: &str| record.and_then(|r| r[field].as_i64());
+        let used = Used {
+            cpu_ms: cpu.or_else(|| said("cpu_used_ms")),
+            memory_peak_bytes: peak.or_else(|| said("memory_peak_bytes")),
+        };
+        (self.limit_hit(job_id, failed, counted.or_else(|| record.and_then(|r| r["limit"].as_str()))).await, used)
+    }
+
+    /// The limit of kind `kind` a failed job reached, with its figures.
+    async fn limit_hit(&self, job_id: &str, failed: bool, kind: Option<&str>) -> Option<LimitHit> {
+        let kind = kind?;
         if !failed {
             return None;
         }

@@ -68,6 +68,7 @@ async fn bench_pods_created_per_second() {
                         gpu: false,
                         function_size: None,
                         trial: false,
+                        business_model: "SUBSIDIZED".into(),
                         traceparent: None,
                         instance: None,
                     };

@@ -355,8 +355,15 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
     let port = crate::e2e_kubernetes::free_port();
     let url = format!("http://127.0.0.1:{port}");
     let key = base64::Engine::encode(&base64::engine::general_purpose::STANDARD, [7u8; 32]);
+    // Usage events go to a webhook that is down for a while in the middle of the run; both
+    // processes move jobs, so both publish.
+    let billing = crate::usage_events::Receiver::start().await;
+    billing.down.store(false, Ordering::SeqCst);
+    let billing_args = ["--events-webhook-url", &billing.url, "--events-usage-progress", "2s"].map(str::to_string);
+    env.push(("GANTRY_EVENTS_WEBHOOK_SECRET", "soak-key".into()));
     let mut gateway_args = vec!["gateway".to_string()];
     gateway_args.extend(shared.iter().cloned());
+    gateway_args.extend(billing_args.iter().cloned());
     gateway_args.extend(
         ["--listen", &format!("127.0.0.1:{port}"), "--admin-listen", "127.0.0.1:0", "--token-key", &key]
             .map(str::to_string),
@@ -367,6 +374,7 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
     let gateway_pid = gateway.id().unwrap();
     let mut controller_args = vec!["controller".to_string()];
     controller_args.extend(shared.iter().cloned());
+    controller_args.extend(billing_args.iter().cloned());
     let keep = KEEP_SECONDS.to_string();
     let admin_port = crate::e2e_kubernetes::free_port();
     let admin = format!("127.0.0.1:{admin_port}");
@@ -561,6 +569,8 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
         if now_done >= marks.last().unwrap().done + total / 10 {
             marks.push(mark(now_done, &controller));
         }
+        // The billing receiver is out from a quarter of the jobs to two fifths of them.
+        billing.down.store((total / 4..total * 2 / 5).contains(&now_done), Ordering::SeqCst);
         if restarts < 2 && now_done >= total * (restarts + 1) / 3 {
             controller.restart(restarts == 0).await;
             restarts += 1;
@@ -748,6 +758,75 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
         off.len()
     );
 
+    // Usage events: every record left as exactly one completed event (by event id), with its
+    // run time, none for a job without a record; the outage delayed them and lost none.
+    billing.down.store(false, Ordering::SeqCst);
+    let outbox_db = resources.state.db.clone();
+    let drained = tokio::time::timeout(Duration::from_secs(240), async {
+        while gantry::db::outbox::counts(&outbox_db).await.unwrap().0 > 0 {
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    })
+    .await
+    .is_ok();
+    let (waiting, _, undeliverable) = gantry::db::outbox::counts(&outbox_db).await.unwrap();
+    let records: HashMap<String, i64> = sqlx::query_as::<_, (String, i64)>("SELECT job_id, run_ms FROM job_usage")
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect();
+    let refused_in_outage = billing.requests.lock().unwrap().iter().filter(|(accepted, _)| !accepted).count();
+    let by_job = billing.accepted_usage();
+    let mut sent: HashMap<&str, usize> = HashMap::new();
+    let (mut events_lost, mut completed_twice, mut stray, mut value_off) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for (job, events) in &by_job {
+        for event in events {
+            *sent.entry(crate::usage_events::kind(event)).or_default() += 1;
+        }
+        let completed: BTreeMap<&str, &Value> = events
+            .iter()
+            .filter(|event| crate::usage_events::kind(event) == "completed")
+            .map(|event| (event["id"].as_str().unwrap(), event))
+            .collect();
+        match records.get(job) {
+            None if !completed.is_empty() => stray.push(job.clone()),
+            Some(run_ms) => {
+                if completed.len() > 1 {
+                    completed_twice.push(job.clone());
+                }
+                if completed.values().any(|event| event["data"]["metric_value"] != *run_ms) {
+                    value_off.push(job.clone());
+                }
+            }
+            None => {}
+        }
+    }
+    for job in records.keys() {
+        if !by_job.get(job).is_some_and(|events| events.iter().any(|e| crate::usage_events::kind(e) == "completed")) {
+            events_lost.push(job.clone());
+        }
+    }
+    println!(
+        "SOAK usage events: records={} completed_sent={} lost={} twice={} stray={} metric_value_off={} started={} licence={} in_progress={} refused_during_outage={refused_in_outage} waiting={waiting} undeliverable={undeliverable}",
+        records.len(),
+        by_job
+            .values()
+            .flatten()
+            .filter(|e| crate::usage_events::kind(e) == "completed")
+            .map(|e| e["id"].as_str().unwrap())
+            .collect::<std::collections::HashSet<_>>()
+            .len(),
+        events_lost.len(),
+        completed_twice.len(),
+        stray.len(),
+        value_off.len(),
+        sent.get("started").copied().unwrap_or(0),
+        sent.get("licence").copied().unwrap_or(0),
+        sent.get("in_progress").copied().unwrap_or(0),
+    );
+
     // Objects left.
     println!(
         "SOAK objects when the last job finished: pods={} secrets={} functionjobs={} (of which {} finished within the {KEEP_SECONDS} s keep window)",
@@ -922,5 +1001,15 @@ async fn soak_jobs_through_gateway_and_controller_leave_nothing_behind() {
     assert_eq!(twice, 0, "status moves recorded twice");
     assert!(unrecorded.is_empty(), "finished jobs without a usage record: {unrecorded:?}");
     assert!(off.is_empty(), "usage records whose run time is not their RUNNING→end interval: {off:?}");
+    assert!(
+        drained && undeliverable == 0,
+        "usage and job events left in the outbox: {waiting} waiting, {undeliverable} undeliverable"
+    );
+    assert!(events_lost.is_empty(), "usage records without a completed event: {events_lost:?}");
+    assert!(
+        completed_twice.is_empty() && stray.is_empty(),
+        "completed events twice {completed_twice:?} or without a record {stray:?}"
+    );
+    assert!(value_off.is_empty(), "completed events whose metric_value is not the record's run time: {value_off:?}");
     assert!(undecided.is_empty(), "jobs given a pod no retry decided (their function run again): {undecided:?}");
 }
