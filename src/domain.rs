@@ -5,6 +5,7 @@
 pub mod admission;
 pub mod dependencies;
 pub mod event_data;
+pub mod fair_share;
 pub mod lifecycle;
 pub mod logs;
 pub mod names;
