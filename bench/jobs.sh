@@ -178,6 +178,7 @@ measure_load() {
     if [ -n "$database" ]; then
       psql "$DATABASE_URL" -qc CHECKPOINT
       [ "$settled" = 1 ] || sleep 11
+      # shellcheck disable=SC2046 # one argument per process
       p0=$(cpu_ticks $(pg_pids)); x0=$(pg_xacts "$database")
     fi
     g0=$(cpu_ticks "$SERVER")
@@ -188,6 +189,7 @@ measure_load() {
         be0c0000-0000-0000-0000-00000000c350 bench-fn >"$out/table.md"
     fi
     g1=$(cpu_ticks "$SERVER")
+    # shellcheck disable=SC2046 # one argument per process
     if [ -n "$database" ]; then sleep 11; p1=$(cpu_ticks $(pg_pids)); x1=$(pg_xacts "$database"); settled=1; fi
     if [ "$test" = f ]; then
       files+=$(grep '^| f |' "$out/table.md")$'\n'

@@ -225,7 +225,9 @@ measure() {
   [ "$code" = 200 ] || echo "warning: $size $test: HTTP $code: $(head -c 300 "$OUT/$size.$test.probe")" >&2
   local g0 p0 x0 g1 p1 x1
   x0=${X_LAST:-$(pg_xacts "gantry_$size")}
-  g0=$(cpu_ticks "$SERVER"); p0=$(cpu_ticks $(pg_pids))
+  g0=$(cpu_ticks "$SERVER")
+  # shellcheck disable=SC2046 # one argument per process
+  p0=$(cpu_ticks $(pg_pids))
   echo 5 >"/proc/$SERVER/clear_refs" 2>/dev/null || true # the peak RSS below is this test's
   wrk -t"$threads" -c"$conns" -d"${WARMUP}s" --timeout 30s -s "$lua" "$url" >"$OUT/$size.$test.warmup" 2>&1 || true
   wrk -t"$threads" -c"$conns" -d"${DURATION}s" --timeout 30s -s "$lua" "$url" >"$OUT/$size.$test.wrk" 2>&1 || true
@@ -233,6 +235,7 @@ measure() {
   local peak
   peak=$(awk '/^VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$SERVER/status")
   sleep 11 # a backend reports its transactions up to 10 s after it goes idle
+  # shellcheck disable=SC2046 # one argument per process
   p1=$(cpu_ticks $(pg_pids)); x1=$(pg_xacts "gantry_$size"); X_LAST=$x1
   cat "$OUT/$size.$test.warmup" "$OUT/$size.$test.wrk" | awk -v test="$test" -v label="$label" -v hz="$(getconf CLK_TCK)" \
     -v g="$((g1 - g0))" -v p="$((p1 - p0))" -v x="$((x1 - x0))" -v peak="$peak" '
@@ -417,6 +420,7 @@ migrate_timing() {
 }
 
 # run_window LUA LABEL FILE: 20 s of `run` under wrk, one table row.
+# shellcheck disable=SC2094 # the file's lines are counted before the row is appended
 run_window() {
   wrk -t2 -c"$CONNS" -d20s --timeout 30s -s "$1" "http://127.0.0.1:$PORT/api/v1/programs/run/" 2>&1 |
     awk -v label="$2" -v n="$(($(wc -l <"$3") - 1))" '/^WRKRESULT/ {printf "| %d | %s | %.0f | %.2f | %.2f |\n", n, label, $2 / ($3 / 1e6), $5 / 1000, $6 / 1000}' >>"$3"
@@ -472,6 +476,7 @@ echo
 header="| test | request |"; rule="|---|---|"
 for size in $SIZES; do header+=" $size req/s | p99 | gantry µs | PG µs | xacts | errors | MiB |"; rule+="---:|---:|---:|---:|---:|---:|---:|"; done
 echo "$header"; echo "$rule"
+# shellcheck disable=SC2086 # one argument per size
 python3 - "$OUT" $SIZES <<'PY'
 import sys
 out, sizes = sys.argv[1], sys.argv[2:]
