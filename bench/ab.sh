@@ -5,7 +5,10 @@
 # on both), and prints for every figure the median of each side, the spread (lowest to
 # highest) and the change of the medians. Each checkout runs its own script because the seed
 # writes the schema of its own time. A figure whose ranges do not overlap changed beyond the
-# noise. Not a test.
+# noise. Not a test. Test t (a queued job's stop, bench/jobs.sh) is compared too when LOAD_TESTS
+# names it; its script changes are bench/'s: to compare binaries older than the script, pass the
+# same checkout twice (e.g. bench/ab.sh . /tmp/gantry-old . /tmp/gantry-new; the seed's columns
+# are those of every schema since the standard seed).
 #
 # usage: bench/ab.sh A_CHECKOUT A_BINARY B_CHECKOUT B_BINARY
 #   e.g. git worktree add /tmp/old 407aaef && (cd /tmp/old && cargo build --release)
@@ -13,7 +16,7 @@
 # env:   ROUNDS (default 3), DURATION/WARMUP (default 8/2 s per test), LOAD_TESTS (default "a b d e"), OUT (folder kept for
 #        the raw outputs; default a temporary one, removed)
 set -euo pipefail
-if [ $# -ne 4 ]; then sed -n '2,15p' "$0" >&2; exit 2; fi
+if [ $# -ne 4 ]; then sed -n '2,17p' "$0" >&2; exit 2; fi
 a_dir=$(realpath "$1"); a_bin=$(realpath "$2"); b_dir=$(realpath "$3"); b_bin=$(realpath "$4")
 ROUNDS=${ROUNDS:-3}
 keep=${OUT:+1}
@@ -50,7 +53,7 @@ for side in "AB":
             if heading:
                 backend = heading.group(1)
             cells = [c.strip() for c in line.strip().strip("|").split("|")]
-            if backend and len(cells) == 7 and cells[0] in "abde" and len(cells[0]) == 1:
+            if backend and len(cells) == 7 and cells[0] in "abdet" and len(cells[0]) == 1:
                 labels[cells[0]] = cells[1]
                 for column, cell in zip(columns, cells[2:]):
                     try:

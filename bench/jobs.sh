@@ -6,13 +6,18 @@
 #   d  GET /api/v1/programs/             e  POST /api/v1/programs/run/ (16 concurrent clients)
 #   f  10 MiB file upload and download, one stream (local storage, and S3 storage through
 #      examples/s3_server.rs unless FILES_S3=0)
+#   t  POST /api/v1/jobs/{id}/stop/ of a different QUEUED job each request: the terminal move
+#      QUEUED -> STOPPED (with its usage record since issue 47); not in the default LOAD_TESTS.
+#      Before it, T_RATE x (WARMUP + DURATION) queued jobs of the bench user are added (SQL, then
+#      `gantry admin recount`), so every request stops a job still queued (tests after t see them)
 # plus, per backend, the time from `run` to the first output line of the job's python, measured
 # with the local runner on a fresh database. Prints markdown tables. Not a test: figures vary by machine.
 #
 # usage: bench/jobs.sh            (both backends)   BACKENDS=sqlite bench/jobs.sh
 # env:   DATABASE_URL (PostgreSQL superuser, default postgres://postgres@127.0.0.1:5432/test),
 #        LOAD_SH (default ../shared/bench/load.sh), DURATION/WARMUP/CONNS for load.sh,
-#        LOAD_TESTS (default "a b c d e f"), STARTS=20 (0: no run-to-start measure), GANTRY_BIN (a binary to measure instead),
+#        LOAD_TESTS (default "a b c d e f"; t on request), T_RATE (6000: the stops a second t's
+#        queued jobs allow for; a run that asks more warns), STARTS=20 (0: no run-to-start measure), GANTRY_BIN (a binary to measure instead),
 #        PG_SOCKET=1 (the server reaches PostgreSQL over its Unix socket, not TCP)
 # Beside req/s and p99, each test prints its cost per request: the gateway's CPU, PostgreSQL's
 # CPU (all its processes) and PostgreSQL's transactions (pg_stat_database), over the warm-up and
@@ -56,6 +61,101 @@ PY
 }
 
 
+# queued_jobs COUNT: adds COUNT queued jobs of the bench user and function (ids be0c0001-...-<i
+# in 12 hex digits>, created over the last COUNT ms), counts the kept counts again, and prints
+# their ids, oldest first. On the server's database: $data/gantry.db or $pg_bench_url.
+queued_jobs() {
+  local count=$1 now
+  now=$(date +%s%6N)
+  if [ -n "$pg_bench_url" ]; then
+    psql "$pg_bench_url" -qv ON_ERROR_STOP=1 <<SQL
+INSERT INTO jobs (id, program_id, author_id, status, created, updated, last_activity)
+SELECT 'be0c0001-0000-0000-0000-' || lpad(to_hex(i), 12, '0'), '$program',
+       (SELECT id FROM users WHERE username = '$TOKEN'), 'QUEUED', c.created, c.created, c.created
+FROM generate_series(0, $count - 1) AS i
+CROSS JOIN LATERAL (SELECT $now::bigint - ($count - i)::bigint * 1000 AS created) c;
+SQL
+    "$GANTRY" admin --database-url "$pg_bench_url" recount >/dev/null
+    psql "$pg_bench_url" -qc "ANALYZE jobs"
+  else
+    python3 - "$data/gantry.db" "$program" "$TOKEN" "$count" "$now" <<'PY'
+import sqlite3, sys
+path, program, user, count, now = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5])
+db = sqlite3.connect(path, timeout=60)
+author = db.execute("SELECT id FROM users WHERE username = ?", (user,)).fetchone()[0]
+rows = [(f"be0c0001-0000-0000-0000-{i:012x}", program, author, now - (count - i) * 1000) for i in range(count)]
+db.executemany("INSERT INTO jobs (id, program_id, author_id, status, created, updated, last_activity) VALUES (?, ?, ?, 'QUEUED', ?4, ?4, ?4)", rows)
+db.commit()
+PY
+    "$GANTRY" admin --data-dir "$data" recount >/dev/null
+  fi
+  local i
+  for ((i = 0; i < count; i++)); do printf 'be0c0001-0000-0000-0000-%012x\n' "$i"; done
+}
+
+# stop_test PORT OUT IDS: test t, as load.sh runs its tests (a probe request, a warm-up, the
+# measured run; the same WRKRESULT lines and table row): each request stops the next queued job
+# of IDS (the first one is the probe's; the warm-up and the run each have their own part of the
+# rest, T_RATE a second of their duration; wrk's threads take every other id). A run that uses
+# up its part stops jobs again (already stopped, a cheaper answer): it says so.
+stop_test() {
+  local port=$1 out=$2 ids=$3 warmup=${WARMUP:-5} duration=${DURATION:-20} conns=${CONNS:-16} threads=${THREADS:-2}
+  local rate=${T_RATE:-6000} probe code
+  probe=$(sed -n 1p "$ids")
+  sed -n "2,$((1 + rate * warmup))p" "$ids" >"$out/t.warmup.ids"
+  sed -n "$((2 + rate * warmup)),\$p" "$ids" >"$out/t.run.ids"
+  code=$(curl -s -o "$out/t.probe" -w '%{http_code}' -X POST -H "Authorization: Bearer $TOKEN" -H 'Content-Type: application/json' \
+    --data-binary '{}' "http://127.0.0.1:$port/api/v1/jobs/$probe/stop/")
+  [ "$code" = 200 ] || echo "warning: test t: probe request returned HTTP $code: $(head -c 300 "$out/t.probe")" >&2
+  local part
+  for part in warmup run; do
+    {
+      echo 'wrk.method = "POST"'
+      echo "wrk.headers[\"Authorization\"] = \"Bearer $TOKEN\""
+      echo 'wrk.headers["Accept"] = "application/json"'
+      echo 'wrk.headers["Content-Type"] = "application/json"'
+      echo 'wrk.body = "{}"'
+      echo "local path, threads = \"$out/t.$part.ids\", $threads"
+      cat <<'LUA'
+local all, made = {}, 0
+setup = function(thread)
+  made = made + 1
+  thread:set("first", made - 1)
+  table.insert(all, thread)
+end
+init = function(args)
+  ids = {}
+  for line in io.lines(path) do ids[#ids + 1] = line end
+  n, repeats = first, 0
+end
+request = function()
+  if n >= #ids then repeats = repeats + 1 end
+  local id = ids[n % #ids + 1]
+  n = n + threads
+  return wrk.format(nil, "/api/v1/jobs/" .. id .. "/stop/")
+end
+done = function(summary, latency, requests)
+  local e, again = summary.errors, 0
+  for _, thread in ipairs(all) do again = again + thread:get("repeats") end
+  io.write(string.format("WRKRESULT %d %d %d %d %d %d %d %d %d %d\n",
+    summary.requests, summary.duration, e.connect, e.read, e.write, e.status, e.timeout,
+    latency:percentile(50), latency:percentile(99), latency.max))
+  io.write(string.format("REPEATED %d\n", again))
+end
+LUA
+    } >"$out/t.$part.lua"
+  done
+  wrk -t"$threads" -c"$conns" -d"${warmup}s" --timeout 30s -s "$out/t.warmup.lua" "http://127.0.0.1:$port/" >"$out/t.warmup.txt" 2>&1 || true
+  wrk -t"$threads" -c"$conns" -d"${duration}s" --timeout 30s -s "$out/t.run.lua" "http://127.0.0.1:$port/" >"$out/t.txt" 2>&1 || true
+  local again
+  again=$(cat "$out/t.warmup.txt" "$out/t.txt" | awk '/^REPEATED/ {n += $2} END {print n + 0}')
+  [ "$again" = 0 ] || echo "warning: test t: $again requests stopped a job already stopped (raise T_RATE)" >&2
+  awk '/^WRKRESULT/ {
+      printf "| t | POST /api/v1/jobs/{id}/stop/ (a queued job) | %.1f | %.2f | %.2f | %.1f | %d | %d | %d | - |\n",
+        $2 / ($3 / 1e6), $9 / 1000, $10 / 1000, $11 / 1000, $2, $7, $4 + $5 + $6 + $8
+    }' "$out/t.txt"
+}
+
 # measure_load PORT BACKEND [PG_DATABASE]: runs load.sh one test at a time and prints, beside
 # its figures, what each request cost: the gateway's CPU, PostgreSQL's CPU (all its processes)
 # and PostgreSQL transactions, per request (warm-up and probe requests included in the count,
@@ -69,17 +169,27 @@ measure_load() {
   for test in ${LOAD_TESTS:-a b c d e f}; do
     out=$(mktemp -d -p "$WORK")
     local g0 p0=0 x0=0 g1 p1=0 x1=0
+    if [ "$test" = t ]; then
+      queued_jobs "$(( ${T_RATE:-6000} * (${WARMUP:-5} + ${DURATION:-20}) + 1 ))" >"$out/t.ids"
+      settled=0
+    fi
     # A checkpoint first: one falling inside a test (and the full-page images written after
     # it) would add its cost to that test alone.
     if [ -n "$database" ]; then
       psql "$DATABASE_URL" -qc CHECKPOINT
       [ "$settled" = 1 ] || sleep 11
+      # shellcheck disable=SC2046 # one argument per process
       p0=$(cpu_ticks $(pg_pids)); x0=$(pg_xacts "$database")
     fi
     g0=$(cpu_ticks "$SERVER")
-    SERVER_PID=$SERVER OUT_DIR=$out TESTS=$test bash "$LOAD_SH" "http://127.0.0.1:$port" "$TOKEN" \
-      be0c0000-0000-0000-0000-00000000c350 bench-fn >"$out/table.md"
+    if [ "$test" = t ]; then
+      stop_test "$port" "$out" "$out/t.ids" >"$out/table.md"
+    else
+      SERVER_PID=$SERVER OUT_DIR=$out TESTS=$test bash "$LOAD_SH" "http://127.0.0.1:$port" "$TOKEN" \
+        be0c0000-0000-0000-0000-00000000c350 bench-fn >"$out/table.md"
+    fi
     g1=$(cpu_ticks "$SERVER")
+    # shellcheck disable=SC2046 # one argument per process
     if [ -n "$database" ]; then sleep 11; p1=$(cpu_ticks $(pg_pids)); x1=$(pg_xacts "$database"); settled=1; fi
     if [ "$test" = f ]; then
       files+=$(grep '^| f |' "$out/table.md")$'\n'

@@ -4,10 +4,12 @@
 #   base   100,000 jobs over   1,000 users and    100 functions of  10 providers
 #   scale  10,000,000 jobs over 100,000 users and 10,000 functions of 100 providers
 # (a Zipf law gives users their jobs: the heaviest holds ~8 % of them; statuses as the standard
-# seed; created over the two years up to yesterday), then drives `gantry serve` (release build,
-# no runner) with wrk and prints, per request and size, req/s, p99 and what each request cost:
-# the gateway's CPU, PostgreSQL's CPU (all its processes) and PostgreSQL transactions, as
-# bench/jobs.sh does. Requests, all as the heaviest user (`user1`) unless said:
+# seed; created over the two years up to yesterday; each job a size S-XL with its allocation, a
+# wait and a run time, and a usage record for each finished job that ended in the ledger's
+# USAGE_DAYS, summed into usage_by_day by `gantry admin recount`), then drives `gantry serve`
+# (release build, no runner) with wrk and prints, per request and size, req/s, p99 and what each
+# request cost: the gateway's CPU, PostgreSQL's CPU (all its processes) and PostgreSQL
+# transactions, as bench/jobs.sh does. Requests, all as the heaviest user (`user1`) unless said:
 #   a  GET jobs/{id}/                b  GET jobs/?limit=10 (the console's first page too)
 #   c  GET jobs/?limit=10&status=SUCCEEDED&created_after=<mid-history>   c1  the same, 1 connection
 #   d  GET programs/                 e  POST programs/run/ (user1's own function)
@@ -18,6 +20,9 @@
 #   w  GET jobs/queue/?limit=100 (the console's queue page: the places of user1's oldest 100)
 #   x  the same as the author of the newest queued job (its places sum the whole queue's hours)
 #   o  GET jobs/?limit=10&offset=<the middle>   k  GET jobs/?limit=10&cursor=<the middle>
+#   u  GET usage/?from=<a year ago>&to=<yesterday>&group_by=function (issue 47's usage totals)
+#   u1 u, one connection             u2 the same period with group_by=day
+#   up the same period, group_by=user&provider=<the heaviest provider> (one of its admins)
 # Each row also gives serve's peak RSS during that test (VmHWM, reset before it).
 # Then EXPLAIN (ANALYZE, BUFFERS) of the listings' statements on both sizes, the time the
 # migrations take on the 10M database when they add an index (CREATE INDEX CONCURRENTLY), and
@@ -27,7 +32,8 @@
 # usage: bench/scale.sh        (hold /tmp/gantry-bench.lock; needs ~25 GB free disk, wrk, psql)
 # env:   DATABASE_URL (PostgreSQL superuser; default postgres://postgres@127.0.0.1:5432/test),
 #        SIZES ("base scale"), SCALE_JOBS (10000000), GC_JOBS (1000000; 0 skips retention),
-#        DURATION (10) WARMUP (3) CONNS (16) for wrk, TESTS ("a b c c1 d e p g l q w x o k"),
+#        DURATION (10) WARMUP (3) CONNS (16) for wrk, TESTS ("a b c c1 d e p g l q w x o k u u1 u2 up"),
+#        USAGE_DAYS (400: the usage records seeded, and the server's GANTRY_RETAIN_USAGE_DAYS),
 #        GANTRY_BIN (a binary to measure), KEEP_DB=1 (keep the databases), REUSE_DB=1 (measure
 #        on databases a KEEP_DB run seeded, with the same OUT), OUT (where the raw
 #        outputs go; default a temporary folder, printed at the end).
@@ -38,10 +44,11 @@ DATABASE_URL=${DATABASE_URL:-postgres://postgres@127.0.0.1:5432/test}
 SIZES=${SIZES:-"base scale"}
 SCALE_JOBS=${SCALE_JOBS:-10000000}
 GC_JOBS=${GC_JOBS:-1000000}
+USAGE_DAYS=${USAGE_DAYS:-400}
 DURATION=${DURATION:-10}
 WARMUP=${WARMUP:-3}
 CONNS=${CONNS:-16}
-TESTS=${TESTS-"a b c c1 d e p g l q w x o k"}
+TESTS=${TESTS-"a b c c1 d e p g l q w x o k u u1 u2 up"}
 for tool in wrk curl python3 psql pgrep; do
   command -v "$tool" >/dev/null || { echo "missing tool: $tool" >&2; exit 2; }
 done
@@ -82,7 +89,7 @@ shape() {
 END_MICROS=$(( $(date -u -d "$(date -u +%F)" +%s) * 1000000 ))
 
 start_server() { # DATA PORT URL
-  "$GANTRY" serve --listen "127.0.0.1:$2" --data-dir "$1" --database-url "$3" --runner none \
+  GANTRY_RETAIN_USAGE_DAYS=$USAGE_DAYS "$GANTRY" serve --listen "127.0.0.1:$2" --data-dir "$1" --database-url "$3" --runner none \
     --active-jobs-per-user 100000000 >>"$1.log" 2>&1 &
   SERVER=$!
   for _ in $(seq 1 600); do
@@ -113,16 +120,46 @@ seed() {
   psql "$url" -qc "ALTER TABLE jobs DISABLE TRIGGER ALL"
   t=$(now_s)
   $gen jobs "$jobs" "$users" "$functions" "$providers" "$END_MICROS" |
-    psql "$url" -qc "COPY jobs (id, program_id, provider_id, author_id, status, result, created, updated, last_activity) FROM STDIN"
+    psql "$url" -qc "COPY jobs (id, program_id, provider_id, author_id, status, result, created, updated, last_activity, function_size, running_since, compute_profile, allocated_cpu_millis, allocated_memory_mib, allocated_gpus) FROM STDIN"
   echo "- $size: COPY of $jobs jobs $(elapsed "$t") s" >>"$OUT/seed.md"
   psql "$url" -qc "ALTER TABLE jobs ENABLE TRIGGER ALL"
   t=$(now_s)
   { echo "SET maintenance_work_mem = '1GB';"; cat "$OUT/$size.jobs-indexes.sql"; } | psql "$url" -qv ON_ERROR_STOP=1
   echo "- $size: the jobs' $(wc -l <"$OUT/$size.jobs-indexes.sql") indexes built again $(elapsed "$t") s" >>"$OUT/seed.md"
   t=$(now_s)
+  seed_usage "$url"
+  echo "- $size: $(psql "$url" -qtAc "SELECT COUNT(*) FROM job_usage") usage records $(elapsed "$t") s" >>"$OUT/seed.md"
+  t=$(now_s)
+  # The kept counts, and the usage totals per day (usage_by_day) from the records.
   "$GANTRY" admin --database-url "$url" recount >/dev/null
   psql "$url" -qc "VACUUM ANALYZE"
   echo "- $size: kept counts, VACUUM ANALYZE $(elapsed "$t") s; the whole seed $(elapsed "$t0") s; database $(psql "$url" -qtAc "SELECT pg_size_pretty(pg_database_size(current_database()))")" >>"$OUT/seed.md"
+}
+
+# seed_usage URL: the usage record of every finished job (issue 47) that ended in the last
+# USAGE_DAYS days (what the ledger's retention keeps: a server deletes older records, 10,000 a
+# statement, when it starts and hourly), made from the job's columns the seed wrote
+# (running_since, its end in updated, its allocation) with the arithmetic of
+# domain::usage::Figures: wait = created to RUNNING (or to its end when it never ran), run =
+# RUNNING to its end, cores, GiB and GPUs x run. The record's indexes are dropped meanwhile and
+# built again after it, as the jobs' are. `gantry admin recount` then sums them into usage_by_day.
+seed_usage() {
+  psql "$1" -qtAc "SELECT indexdef || ';' FROM pg_indexes WHERE tablename = 'job_usage' AND indexname <> 'job_usage_pkey'" >"$OUT/usage-indexes.sql"
+  psql "$1" -qtAc "SELECT 'DROP INDEX ' || indexname || ';' FROM pg_indexes WHERE tablename = 'job_usage' AND indexname <> 'job_usage_pkey'" |
+    psql "$1" -q
+  psql "$1" -qv ON_ERROR_STOP=1 -v since="$((END_MICROS - USAGE_DAYS * 86400000000))" <<'SQL'
+SET maintenance_work_mem = '1GB';
+INSERT INTO job_usage (job_id, author_id, program_id, provider_id, trial, instance, function_size, compute_profile,
+  status, created, ended, wait_ms, run_ms, attempts, cpu_millis, memory_mib, gpus, gpu_model, cpu_core_ms, gib_ms, gpu_ms)
+SELECT id, author_id, COALESCE(program_id, ''), provider_id, trial, instance, function_size, compute_profile,
+  status, created, updated, (COALESCE(running_since, updated) - created) / 1000, r.run_ms, infrastructure_retries + 1,
+  allocated_cpu_millis, allocated_memory_mib, allocated_gpus, allocated_gpu_model,
+  r.run_ms * COALESCE(allocated_cpu_millis, 0) / 1000, r.run_ms * COALESCE(allocated_memory_mib, 0) / 1024,
+  r.run_ms * COALESCE(allocated_gpus, 0)
+FROM jobs CROSS JOIN LATERAL (SELECT COALESCE((updated - running_since) / 1000, 0) AS run_ms) r
+WHERE status IN ('SUCCEEDED', 'FAILED', 'STOPPED') AND updated >= :since;
+SQL
+  { echo "SET maintenance_work_mem = '1GB';"; cat "$OUT/usage-indexes.sql"; } | psql "$1" -qv ON_ERROR_STOP=1
 }
 
 # Objects for the first N finished jobs (what retention deletes with their rows): an arguments
@@ -177,7 +214,7 @@ LUA
 X_LAST=""
 measure() {
   local size=$1 test=$2 label=$3 method=$4 path=$5 token=$6 body=${7:-} conns=$CONNS threads=2
-  if [ "$test" = c1 ]; then conns=1; threads=1; fi
+  case $test in c1 | u1) conns=1; threads=1 ;; esac
   local lua="$OUT/$size.$test.lua" url="http://127.0.0.1:$PORT$path" code
   make_lua "$lua" "$method" "$token" "$body"
   if [ "$method" = POST ]; then
@@ -188,7 +225,9 @@ measure() {
   [ "$code" = 200 ] || echo "warning: $size $test: HTTP $code: $(head -c 300 "$OUT/$size.$test.probe")" >&2
   local g0 p0 x0 g1 p1 x1
   x0=${X_LAST:-$(pg_xacts "gantry_$size")}
-  g0=$(cpu_ticks "$SERVER"); p0=$(cpu_ticks $(pg_pids))
+  g0=$(cpu_ticks "$SERVER")
+  # shellcheck disable=SC2046 # one argument per process
+  p0=$(cpu_ticks $(pg_pids))
   echo 5 >"/proc/$SERVER/clear_refs" 2>/dev/null || true # the peak RSS below is this test's
   wrk -t"$threads" -c"$conns" -d"${WARMUP}s" --timeout 30s -s "$lua" "$url" >"$OUT/$size.$test.warmup" 2>&1 || true
   wrk -t"$threads" -c"$conns" -d"${DURATION}s" --timeout 30s -s "$lua" "$url" >"$OUT/$size.$test.wrk" 2>&1 || true
@@ -196,6 +235,7 @@ measure() {
   local peak
   peak=$(awk '/^VmHWM/ {printf "%.0f", $2 / 1024}' "/proc/$SERVER/status")
   sleep 11 # a backend reports its transactions up to 10 s after it goes idle
+  # shellcheck disable=SC2046 # one argument per process
   p1=$(cpu_ticks $(pg_pids)); x1=$(pg_xacts "gantry_$size"); X_LAST=$x1
   cat "$OUT/$size.$test.warmup" "$OUT/$size.$test.wrk" | awk -v test="$test" -v label="$label" -v hz="$(getconf CLK_TCK)" \
     -v g="$((g1 - g0))" -v p="$((p1 - p0))" -v x="$((x1 - x0))" -v peak="$peak" '
@@ -248,10 +288,17 @@ run_size() {
   local after
   after=$(date -u -d "@$((mid / 1000000))" +%Y-%m-%dT%H:%M:%SZ)
   local offset=$(( count / 2 ))
+  # The usage tests' period: a year up to yesterday (`to` is the day after the period, so the
+  # period's last day is the day before yesterday; today's running jobs are not in it).
+  local ufrom uto
+  ufrom=$(date -u -d "$(date -u -d "@$((END_MICROS / 1000000))" +%F) -1 year" +%F)
+  uto=$(date -u -d "@$((END_MICROS / 1000000 - 86400))" +%F)
+  local uday0=$(( $(date -u -d "$ufrom" +%s) / 86400 )) uday1=$(( $(date -u -d "$uto" +%s) / 86400 ))
   {
     echo "- $size: user1 holds $count jobs; the heaviest function $function (provider $provider) $(psql "$url" -qtAc "SELECT SUM(n) FROM job_counts WHERE program_id = '$function'") jobs of $(psql "$url" -qtAc "SELECT COUNT(DISTINCT author_id) FROM job_counts WHERE program_id = '$function'") users; provider $provider $(psql "$url" -qtAc "SELECT SUM(c.n) FROM job_counts c JOIN programs p ON p.id = c.program_id JOIN providers pr ON pr.id = p.provider_id WHERE pr.name = '$provider'") jobs; created_after $after; offset $offset"
+    echo "- $size: usage from $ufrom to $uto: user1 $(psql "$url" -qtAc "SELECT COALESCE(SUM(jobs), 0) || ' records in ' || COUNT(*) || ' rows of usage_by_day' FROM usage_by_day WHERE author_id = '$heavy' AND day >= $uday0 AND day < $uday1"); provider $provider $(psql "$url" -qtAc "SELECT COALESCE(SUM(jobs), 0) || ' records of ' || COUNT(DISTINCT author_id) || ' users in ' || COUNT(*) || ' rows' FROM usage_by_day WHERE provider_id = (SELECT id FROM providers WHERE name = '$provider') AND day >= $uday0 AND day < $uday1"); usage_by_day $(psql "$url" -qtAc "SELECT COUNT(*) FROM usage_by_day") rows in all"
   } >>"$OUT/seed.md"
-  printf '%s\n' "$url $heavy $function $provider $after $offset $cursor $job" >"$OUT/$size.params"
+  printf '%s\n' "$url $heavy $function $provider $after $offset $cursor $job $ufrom $uto" >"$OUT/$size.params"
   sleep 11 # the set-up's transactions reported before the first test counts its own
   X_LAST=$(pg_xacts "gantry_$size")
   local run_body='{"title": "bench-fn", "arguments": "{}", "config": {}}'
@@ -271,6 +318,10 @@ run_size() {
       x) measure "$size" x "GET jobs/queue/?limit=100 (last in the queue)" GET "/api/v1/jobs/queue/?limit=100" "$last_user" ;;
       o) measure "$size" o "GET jobs/?limit=10&offset=<middle>" GET "/api/v1/jobs/?limit=10&offset=$offset" user1 ;;
       k) measure "$size" k "GET jobs/?limit=10&cursor=<middle>" GET "/api/v1/jobs/?limit=10&cursor=$cursor" user1 ;;
+      u) measure "$size" u "GET usage/?from=…&to=…&group_by=function (a year)" GET "/api/v1/usage/?from=$ufrom&to=$uto&group_by=function" user1 ;;
+      u1) measure "$size" u1 "u, one connection" GET "/api/v1/usage/?from=$ufrom&to=$uto&group_by=function" user1 ;;
+      u2) measure "$size" u2 "GET usage/?…&group_by=day (a year)" GET "/api/v1/usage/?from=$ufrom&to=$uto&group_by=day" user1 ;;
+      up) measure "$size" up "GET usage/?…&group_by=user&provider=… (a year)" GET "/api/v1/usage/?from=$ufrom&to=$uto&group_by=user&provider=$provider" padmin ;;
     esac
   done
   echo "- $size: serve's peak memory $(awk '/^VmHWM/ {printf "%.0f MiB", $2 / 1024}' "/proc/$SERVER/status")" >>"$OUT/seed.md"
@@ -279,8 +330,8 @@ run_size() {
 
 # EXPLAIN (ANALYZE, BUFFERS) of the listings' statements as the gateway sends them (db/jobs/listing.rs).
 explain() {
-  local size=$1 url heavy function provider after offset cursor job
-  read -r url heavy function provider after offset cursor job <"$OUT/$size.params"
+  local size=$1 url heavy function provider after offset cursor job ufrom uto
+  read -r url heavy function provider after offset cursor job ufrom uto <"$OUT/$size.params"
   local after_us day created
   after_us=$(( $(date -u -d "$after" +%s) * 1000000 ))
   day=$(( after_us / 86400000000 ))
@@ -305,9 +356,15 @@ explain() {
   local manages="COALESCE(p.provider_id IS NOT NULL AND (p.author_id = '$padmin' OR EXISTS (SELECT 1 FROM provider_admin_groups a JOIN group_members m ON m.group_id = a.group_id WHERE a.provider_id = p.provider_id AND m.user_id = '$padmin')), FALSE)"
   local branch="SELECT * FROM jobs j WHERE j.program_id = '$function'"
   local of_function="WITH f AS (SELECT $manages AS manages FROM programs p WHERE p.id = '$function') SELECT f.manages AS manages, page.* FROM f LEFT JOIN ($columns FROM (SELECT * FROM ($branch AND (SELECT manages FROM f) ORDER BY j.created DESC, j.id DESC LIMIT 1000) every_author UNION ALL SELECT * FROM ($branch AND j.author_id = '$padmin' AND NOT (SELECT manages FROM f) ORDER BY j.created DESC, j.id DESC LIMIT 1000) own) j) page ON TRUE ORDER BY page.created DESC, page.id DESC"
+  # The usage totals (db/usage.rs `totals`) as they read a period before today: the running
+  # jobs' branch is off (its bound flag false; FALSE here, so the planner drops it).
+  local uday0=$(( $(date -u -d "$ufrom" +%s) / 86400 )) uday1=$(( $(date -u -d "$uto" +%s) / 86400 ))
+  usage_sql() { # KEPT_KEY NAME SCOPE
+    echo "SELECT t.kind, t.key, $2 AS name, t.jobs, t.wait_ms, t.run_ms, t.cpu_core_ms, t.gib_ms, t.gpu_ms, t.created, t.running_since, t.cpu_millis, t.memory_mib, t.gpus FROM (SELECT CAST(0 AS BIGINT) AS kind, $1 AS key, CAST(SUM(jobs) AS BIGINT) AS jobs, CAST(SUM(wait_ms) AS BIGINT) AS wait_ms, CAST(SUM(run_ms) AS BIGINT) AS run_ms, CAST(SUM(cpu_core_ms) AS BIGINT) AS cpu_core_ms, CAST(SUM(gib_ms) AS BIGINT) AS gib_ms, CAST(SUM(gpu_ms) AS BIGINT) AS gpu_ms, CAST(NULL AS BIGINT) AS created, CAST(NULL AS BIGINT) AS running_since, CAST(NULL AS BIGINT) AS cpu_millis, CAST(NULL AS BIGINT) AS memory_mib, CAST(NULL AS BIGINT) AS gpus FROM usage_by_day WHERE $3 AND day >= $uday0 AND day < $uday1 GROUP BY $1 UNION ALL SELECT 1, '', 0, 0, 0, 0, 0, 0, created, running_since, allocated_cpu_millis, allocated_memory_mib, allocated_gpus FROM jobs WHERE status IN ('QUEUED','PENDING','RUNNING') AND status = 'RUNNING' AND $3 AND FALSE) t ORDER BY t.key"
+  }
   {
     echo "### $size"
-    for name in b c p g o k w run; do
+    for name in b c p g o k w run u u2 up; do
       local sql
       case $name in
         b) sql=$(listing "$count_b" "(SELECT * FROM jobs j WHERE j.author_id = '$heavy' ORDER BY j.created DESC, j.id DESC LIMIT 10 OFFSET 0) j") ;;
@@ -318,6 +375,9 @@ explain() {
         o) sql=$(listing "$count_b" "(SELECT j.id FROM jobs j WHERE j.author_id = '$heavy' ORDER BY j.created DESC, j.id DESC LIMIT 10 OFFSET $offset) k JOIN jobs j ON j.id = k.id") ;;
         k) sql=$(listing "$count_b" "(SELECT * FROM jobs j WHERE j.author_id = '$heavy' AND (j.created, j.id) < ($created, '$job') ORDER BY j.created DESC, j.id DESC LIMIT 11) j") ;;
         run) sql="SELECT COALESCE(SUM(n), 0) FROM job_counts WHERE author_id = '$heavy' AND status IN ('QUEUED', 'PENDING', 'RUNNING')" ;;
+        u) sql=$(usage_sql program_id "(SELECT p.title FROM programs p WHERE p.id = t.key)" "author_id = '$heavy'") ;;
+        u2) sql=$(usage_sql "CAST(day AS TEXT)" NULL "author_id = '$heavy'") ;;
+        up) sql=$(usage_sql author_id "(SELECT u.username FROM users u WHERE u.id = t.key)" "provider_id = $by_name") ;;
       esac
       echo
       echo "#### $name"
@@ -360,6 +420,7 @@ migrate_timing() {
 }
 
 # run_window LUA LABEL FILE: 20 s of `run` under wrk, one table row.
+# shellcheck disable=SC2094 # the file's lines are counted before the row is appended
 run_window() {
   wrk -t2 -c"$CONNS" -d20s --timeout 30s -s "$1" "http://127.0.0.1:$PORT/api/v1/programs/run/" 2>&1 |
     awk -v label="$2" -v n="$(($(wc -l <"$3") - 1))" '/^WRKRESULT/ {printf "| %d | %s | %.0f | %.2f | %.2f |\n", n, label, $2 / ($3 / 1e6), $5 / 1000, $6 / 1000}' >>"$3"
@@ -415,6 +476,7 @@ echo
 header="| test | request |"; rule="|---|---|"
 for size in $SIZES; do header+=" $size req/s | p99 | gantry µs | PG µs | xacts | errors | MiB |"; rule+="---:|---:|---:|---:|---:|---:|---:|"; done
 echo "$header"; echo "$rule"
+# shellcheck disable=SC2086 # one argument per size
 python3 - "$OUT" $SIZES <<'PY'
 import sys
 out, sizes = sys.argv[1], sys.argv[2:]
