@@ -98,7 +98,8 @@ impl GatewayArgs {
         let tokens = TokenCipher::from_key_text(token_key.expose())?;
         let db = database.open().await?;
         let functions = Arc::new(crate::api::state::FunctionCache::default());
-        crate::api::state::follow_changes(&db, &auth, &functions);
+        let budgets = Arc::new(crate::api::state::BudgetCache::default());
+        crate::api::state::follow_changes(&db, &auth, &functions, &budgets);
         storage.check().await.context("object storage is not reachable")?;
         let (client, namespace) = cluster.connect().await?;
         let publisher = events.start(&db).await?;
@@ -149,6 +150,7 @@ impl GatewayArgs {
             runtime,
             follows,
             functions,
+            budgets,
         };
         tokio::select! {
             served = serve_http(listener, state, Some(metrics), connections.limits(), crate::shared::shutdown_signal()) => served,

@@ -123,7 +123,8 @@ impl ServeArgs {
         let runtime = Arc::new(api.auth.runtime_service()?);
         let db = database.open().await?;
         let functions = Arc::new(crate::api::state::FunctionCache::default());
-        crate::api::state::follow_changes(&db, &auth, &functions);
+        let budgets = Arc::new(crate::api::state::BudgetCache::default());
+        crate::api::state::follow_changes(&db, &auth, &functions, &budgets);
         let storage_settings = storage;
         let storage = storage_settings.open(&database.data_dir)?;
         storage.check().await.context("object storage is not reachable")?;
@@ -230,6 +231,7 @@ impl ServeArgs {
             runtime,
             follows,
             functions,
+            budgets,
         };
         let metrics = admin.map(|admin| {
             let metrics = Arc::new(crate::ops::Metrics::gateway());

@@ -65,10 +65,16 @@ pub struct AppState {
     pub follows: Arc<crate::follow::Follows>,
     /// Functions as `run` resolved them, by caller, provider and title (`follow_changes`).
     pub functions: Arc<FunctionCache>,
+    /// The budgets a run counts against, by caller and function (`follow_changes`): a run
+    /// reads none while nothing changed.
+    pub budgets: Arc<BudgetCache>,
 }
 
 /// Functions with the caller's relation to them, by (user id, provider, title).
 pub type FunctionCache = Watched<(String, Option<String>, String), ProgramRow>;
+
+/// The budgets a run of a function counts against, by (user id, function id).
+pub type BudgetCache = Watched<(String, String), Vec<crate::db::budgets::Budget>>;
 
 /// Keeps the users and functions held in memory true to changes made anywhere, for as long as
 /// the returned task runs (without it, nothing is held: every request reads the database).
@@ -77,12 +83,14 @@ pub fn follow_changes(
     db: &Db,
     auth: &Arc<crate::auth::Authenticator>,
     functions: &Arc<FunctionCache>,
+    budgets: &Arc<BudgetCache>,
 ) -> tokio::task::JoinHandle<()> {
-    let (db, auth, functions) = (db.clone(), Arc::clone(auth), Arc::clone(functions));
+    let (db, auth, functions, budgets) = (db.clone(), Arc::clone(auth), Arc::clone(functions), Arc::clone(budgets));
     tokio::spawn(async move {
         crate::db::watched::watch_auth_changes(&db, std::time::Duration::from_millis(100), |event| {
             auth.observe(event);
             functions.observe(event);
+            budgets.observe(event);
         })
         .await
     })

@@ -335,7 +335,18 @@ pub async fn budget_uses(state: &AppState, of: BudgetsOf<'_>) -> Result<Vec<(Bud
     let now = db::now_micros();
     let (from, to) = month_of(db::counts::day_of(now));
     let found = match of {
-        BudgetsOf::Run { user_id, program_id } => budgets::applying(&state.db, user_id, program_id).await?,
+        BudgetsOf::Run { user_id, program_id } => {
+            let key = (user_id.to_string(), program_id.to_string());
+            match state.budgets.get(&key) {
+                Some(kept) => kept,
+                None => {
+                    let generation = state.budgets.generation();
+                    let read = budgets::applying(&state.db, user_id, program_id).await?;
+                    state.budgets.put(generation, key, read.clone());
+                    read
+                }
+            }
+        }
         BudgetsOf::User(user_id) => budgets::of_user(&state.db, user_id, from).await?,
     };
     let mut uses = Vec::new();

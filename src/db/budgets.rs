@@ -100,10 +100,11 @@ pub async fn set(
             true,
         ),
     };
-    on_db!(db, pool => {
+    // Announced: the servers' kept budgets of runs (`api::state::BudgetCache`) are forgotten.
+    super::announced!(db, tx => {
         let query = sqlx::query(sql).bind(kind.as_str()).bind(subject_id);
         let query = if both { query.bind(cpu_core_ms).bind(gpu_ms) } else { query };
-        query.execute(pool).await.map(|done| done.rows_affected())
+        query.execute(&mut *tx).await?.rows_affected()
     })
     .map_err(query_error("set a budget"))?;
     Ok(())

@@ -264,9 +264,33 @@ pub(crate) fn postgres_ctes(source: &str, statuses: &str, shard: &str, slots: Op
         ", queue AS ( \
            INSERT INTO job_queue_counts (block, shard, n) SELECT block, {shard}, {queue} FROM {source} \
            WHERE {queue} <> 0 AND (SELECT COUNT(*) FROM {before}) >= 0 \
-           ON CONFLICT (block, shard) DO UPDATE SET n = job_queue_counts.n + excluded.n)"
+           ON CONFLICT (block, shard) DO UPDATE SET n = job_queue_counts.n + excluded.n RETURNING n)"
     ));
     ctes
+}
+
+/// The usage ledger's part of a terminal move that is one statement on PostgreSQL, after
+/// `postgres_ctes` (its rows last, as `Changes::statements` locks them): the records of the jobs
+/// of `records` (an expression returning `usage::RECORD_COLUMNS`' columns but `business_model`
+/// given as read) inserted where the job has none, and those inserted added to their day's
+/// totals (`day` the SQL of the microseconds in a day). Starts with a comma.
+pub(crate) fn postgres_usage_ctes(records: &str, day: &str) -> String {
+    let sums = USAGE_SUMS.iter().map(|c| format!("{c} = usage_by_day.{c} + excluded.{c}")).collect::<Vec<_>>();
+    format!(
+        ", recorded AS ( \
+           INSERT INTO job_usage ({columns}) SELECT * FROM {records} AS r WHERE (SELECT COUNT(*) FROM queue) >= 0 \
+           ON CONFLICT (job_id) DO NOTHING \
+           RETURNING author_id, ended / {day} AS day, program_id, COALESCE(function_size, '') AS function_size, \
+             COALESCE(provider_id, '') AS provider_id, wait_ms, run_ms, cpu_core_ms, gib_ms, gpu_ms), \
+         used AS ( \
+           INSERT INTO usage_by_day (author_id, day, program_id, function_size, provider_id, {sums_columns}) \
+           SELECT author_id, day, program_id, function_size, provider_id, 1, wait_ms, run_ms, cpu_core_ms, gib_ms, gpu_ms \
+           FROM recorded \
+           ON CONFLICT (author_id, day, program_id, function_size) DO UPDATE SET {sums})",
+        columns = super::usage::RECORD_COLUMNS,
+        sums_columns = USAGE_SUMS.join(", "),
+        sums = sums.join(", ")
+    )
 }
 
 /// The statements of a recount, in order: each kept table emptied, then filled from `jobs`.

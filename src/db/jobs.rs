@@ -340,8 +340,7 @@ async fn apply_moves_attached(
     if job_ids.is_empty() {
         return Ok(Vec::new());
     }
-    // A terminal move writes the job's usage record, made here from what the move returns.
-    if let (Db::Postgres(pool), [job_id], false, false) = (db, job_ids, outbox.jobs(), mv.to.is_terminal()) {
+    if let (Db::Postgres(pool), [job_id], false) = (db, job_ids, outbox.jobs()) {
         return apply_move_postgres(pool, job_id, mv).await.map_err(query_error("move job status"));
     }
     let now = now_micros();
@@ -441,18 +440,18 @@ async fn apply_moves_attached(
     .map_err(query_error("move job status"))
 }
 
-/// One job's move on PostgreSQL without outbound sinks: the move, its event and its kept counts
-/// (`counts::postgres_ctes`, their rows locked as every other writer locks them) in one
-/// statement, one round trip.
+/// One job's move on PostgreSQL without outbound sinks: the move, its event, its kept counts
+/// (`counts::postgres_ctes`, their rows locked as every other writer locks them) and, for a
+/// terminal move, its usage record and its day's totals (`counts::postgres_usage_ctes`, the
+/// record made in SQL as `usage::Ended::record` makes it) in one statement, one round trip.
 async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Result<Vec<(String, i64)>, sqlx::Error> {
     static STATEMENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
             "WITH moved AS ({} WHERE status = $2 AND id = $5 \
-               RETURNING id, author_id, COALESCE(program_id, '') AS program_id, created, created / $10 AS day, \
-                 created / $15 AS block, event_seq, gpu, provider_id), \
+               RETURNING {ENDED_COLUMNS}, created / $10 AS day, created / $15 AS block, event_seq, gpu), \
              event AS ( \
                INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
-               SELECT $6, id, event_seq, $3, 'STATUS_CHANGE', $7, $8, $9 FROM moved){} \
+               SELECT $6, id, event_seq, $3, 'STATUS_CHANGE', $7, $8, $9 FROM moved){}{} \
              SELECT created FROM moved",
             move_job!("$11"),
             counts::postgres_ctes(
@@ -461,7 +460,8 @@ async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Re
                 "$12",
                 Some("$13"),
                 "$14"
-            )
+            ),
+            counts::postgres_usage_ctes(usage::POSTGRES_RECORDS, "$10")
         )
     });
     let moved: Option<i64> = sqlx::query_scalar(STATEMENT.as_str())

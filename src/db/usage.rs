@@ -123,9 +123,27 @@ pub(crate) const ENDED_COLUMNS: &str = "id, author_id, COALESCE(program_id, '') 
      business_model, instance, function_size, compute_profile, created, running_since, allocated_cpu_millis, \
      allocated_memory_mib, allocated_gpus, allocated_gpu_model, infrastructure_retries, cpu_used_ms, memory_peak_bytes";
 
-const RECORD_COLUMNS: &str = "job_id, author_id, program_id, provider_id, trial, business_model, instance, \
+pub(crate) const RECORD_COLUMNS: &str = "job_id, author_id, program_id, provider_id, trial, business_model, instance, \
      function_size, compute_profile, status, created, ended, wait_ms, run_ms, attempts, cpu_millis, memory_mib, gpus, gpu_model, \
      cpu_core_ms, gib_ms, gpu_ms, cpu_used_ms, memory_peak_bytes";
+
+/// A terminal move's records in SQL, for the one-statement move on PostgreSQL: the columns of
+/// `RECORD_COLUMNS` from the jobs `moved` returns (`ENDED_COLUMNS`) ended in `$1` at `$3`, with
+/// `Ended::record`'s arithmetic (whole milliseconds truncated, no time when the clock went back,
+/// products in numeric capped at the largest bigint).
+pub(crate) const POSTGRES_RECORDS: &str = "(SELECT m.id, m.author_id, m.program_id, m.provider_id, m.trial, \
+     COALESCE(m.business_model, CASE WHEN m.trial THEN 'TRIAL' ELSE 'SUBSIDIZED' END), m.instance, m.function_size, \
+     m.compute_profile, CAST($1 AS TEXT), m.created, CAST($3 AS BIGINT), w.wait_ms, w.run_ms, \
+     m.infrastructure_retries + 1, m.allocated_cpu_millis, m.allocated_memory_mib, m.allocated_gpus, \
+     m.allocated_gpu_model, \
+     CAST(LEAST(div(CAST(w.run_ms AS NUMERIC) * GREATEST(COALESCE(m.allocated_cpu_millis, 0), 0), 1000), 9223372036854775807) AS BIGINT), \
+     CAST(LEAST(div(CAST(w.run_ms AS NUMERIC) * GREATEST(COALESCE(m.allocated_memory_mib, 0), 0), 1024), 9223372036854775807) AS BIGINT), \
+     CAST(LEAST(CAST(w.run_ms AS NUMERIC) * GREATEST(COALESCE(m.allocated_gpus, 0), 0), 9223372036854775807) AS BIGINT), \
+     m.cpu_used_ms, m.memory_peak_bytes \
+   FROM moved m CROSS JOIN LATERAL (SELECT \
+     GREATEST((COALESCE(m.running_since, CAST($3 AS BIGINT)) - m.created) / 1000, 0) AS wait_ms, \
+     CASE WHEN m.running_since IS NULL THEN 0 ELSE GREATEST((CAST($3 AS BIGINT) - m.running_since) / 1000, 0) END AS run_ms) w \
+   WHERE $4)";
 
 /// Values a row of `RECORD_COLUMNS` binds.
 const RECORD_WIDTH: usize = 24;

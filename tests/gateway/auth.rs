@@ -764,7 +764,12 @@ async fn hand_added_members_of_provider_groups_gain_nothing(backend: Backend) {
         "--custom-token-groups-field",
         "groups",
     ]);
-    let follower = gantry::api::state::follow_changes(&gateway.state.db, &gateway.state.auth, &gateway.state.functions);
+    let follower = gantry::api::state::follow_changes(
+        &gateway.state.db,
+        &gateway.state.auth,
+        &gateway.state.functions,
+        &gateway.state.budgets,
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(listed(&gateway.get(programs, "carol-1").await).is_empty());
     gateway.admin(AddMember { group: "team-c".into(), user: "carol".into() }).await;
@@ -781,7 +786,12 @@ async fn hand_added_members_of_provider_groups_gain_nothing(backend: Backend) {
 
     // runtime_platform: bob's groups are the account's IAM access groups (AccessGroup-physics).
     gateway.state.auth = authenticator(&platform_settings(&fake, &[]));
-    let follower = gantry::api::state::follow_changes(&gateway.state.db, &gateway.state.auth, &gateway.state.functions);
+    let follower = gantry::api::state::follow_changes(
+        &gateway.state.db,
+        &gateway.state.auth,
+        &gateway.state.functions,
+        &gateway.state.budgets,
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     let get = |path: &'static str| platform_call(&gateway, "GET", path, CRN_LEGACY, None);
     let (status, list) = get(programs).await;

@@ -136,6 +136,7 @@ impl Gateway {
                 ),
                 follows: Arc::new(gantry::follow::Follows::new(std::time::Duration::from_millis(100))),
                 functions: Arc::default(),
+                budgets: Arc::default(),
             },
             s3_endpoint,
             runner_task: None,

@@ -357,6 +357,15 @@ async fn sql(gateway: &Gateway, statement: &str) {
 
 async fn budgets_hold_back_new_runs_never_running_jobs_and_reset_with_the_month(backend: Backend) {
     let gateway = Gateway::start(backend).await;
+    // As a server runs: what a run reads of its budgets is kept until a change is announced
+    // (`set-budget`, a group's members), which the follower sees within 100 ms.
+    let _follower = gantry::api::state::follow_changes(
+        &gateway.state.db,
+        &gateway.state.auth,
+        &gateway.state.functions,
+        &gateway.state.budgets,
+    );
+    let told = || tokio::time::sleep(std::time::Duration::from_millis(400));
     for user in ["alice", "bob", "carol"] {
         gateway.upload_function(user, &[("title", "fn"), ("entrypoint", "main.py")]).await;
     }
@@ -409,6 +418,7 @@ async fn budgets_hold_back_new_runs_never_running_jobs_and_reset_with_the_month(
     gateway.admin(AdminCommand::AddMember { group: "team".into(), user: "bob".into() }).await;
     gateway.admin(AdminCommand::AddMember { group: "team".into(), user: "carol".into() }).await;
     gateway.admin(set(None, Some("team"), Some(1.0))).await;
+    told().await;
     run_started(&gateway, "carol", 3_600_000).await.unwrap();
     tokio::time::sleep(std::time::Duration::from_millis(10)).await;
     let (status, message) = run_started(&gateway, "bob", 1).await.unwrap_err();
@@ -427,6 +437,7 @@ async fn budgets_hold_back_new_runs_never_running_jobs_and_reset_with_the_month(
         remove: true,
     };
     assert_eq!(gateway.admin(removed).await, "budget of group team removed");
+    told().await;
     run_started(&gateway, "bob", 1).await.unwrap();
 
     // A function's budget counts every user's jobs of it; jobs/queue/ shows it to those who ran
