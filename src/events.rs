@@ -155,9 +155,17 @@ pub struct Every(pub Option<Duration>);
 pub fn parse_every(text: &str) -> Result<Every, String> {
     match text.trim() {
         "off" | "none" | "0" => Ok(Every(None)),
-        _ => crate::shared::parse_timeout(text).map(|period| Every(Some(period))),
+        _ => match crate::shared::parse_timeout(text)? {
+            period if period < Duration::from_secs(1) => {
+                Err(format!("invalid period '{text}': at least a second (1s), or off"))
+            }
+            period => Ok(Every(Some(period))),
+        },
     }
 }
+
+/// Statements (of up to 500 jobs each) recording "in progress" events per check.
+const PROGRESS_STATEMENTS_PER_CHECK: usize = 100;
 
 impl EventArgs {
     /// Whether any outbound sink is configured.
@@ -303,7 +311,9 @@ impl Drainer {
     /// Records the "in progress" usage events that are due (all of them, a batch at a time).
     async fn record_progress(&self, every: Duration) {
         let every = i64::try_from(every.as_micros()).unwrap_or(i64::MAX);
-        loop {
+        // Each statement takes the jobs due at its start; a bounded number of them a check, so
+        // jobs that fall due again meanwhile cannot keep the publisher here.
+        for _ in 0..PROGRESS_STATEMENTS_PER_CHECK {
             match db::jobs::record_progress(&self.db, every, db::now_micros()).await {
                 Ok(recorded) if recorded > 0 => tracing::debug!(recorded, "usage in progress recorded"),
                 Ok(_) => break,
@@ -407,6 +417,15 @@ impl Drainer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_progress_period_is_a_second_at_least_or_off() {
+        assert_eq!(parse_every("15m"), Ok(Every(Some(Duration::from_secs(900)))));
+        assert_eq!(parse_every("off"), Ok(Every(None)));
+        assert_eq!(parse_every("1s"), Ok(Every(Some(Duration::from_secs(1)))));
+        assert!(parse_every("0.5s").unwrap_err().contains("at least a second"));
+        assert!(parse_every("soon").is_err());
+    }
 
     #[test]
     fn each_job_event_type_has_its_cloud_event_type() {
