@@ -5,15 +5,18 @@
 //! FunctionJobs into pods is `crate::controller`, beside the other roles). Every backend starts the `launcher` inside each job. The rules stay in `domain::lifecycle`
 //! and `domain::admission`, shared by all.
 
+pub mod admission_pass;
 pub mod job_times;
 pub mod kube;
 pub mod local;
 pub mod rbac;
 
+pub use admission_pass::{ADMISSION_WINDOW, Capacity, Memory, Passed, admit_queued};
+
 use std::sync::Arc;
 
 use crate::db::{self, Db, jobs};
-use crate::domain::admission::{self, Capacity, Limits};
+use crate::domain::admission::{FairShare, Limits};
 use crate::domain::lifecycle::{self, JobStatus, Trigger};
 use crate::domain::sizes::Resources;
 use crate::events::{self, Publisher, StatusEvent};
@@ -33,6 +36,31 @@ pub struct LimitsArgs {
     /// for as many free GPUs as it asks for); on a cluster, 1.
     #[arg(long, env = "LIMITS_MAX_GPU_CLUSTERS")]
     pub max_gpu_jobs: Option<usize>,
+    /// Fair share within a tenant: a user's past use counts half as much after this long
+    /// (docs/scheduling.md; never zero).
+    #[arg(long, env = "GANTRY_FAIR_SHARE_HALF_LIFE", default_value = "1h", value_parser = parse_half_life)]
+    pub fair_share_half_life: std::time::Duration,
+    /// How long a tenant's oldest job waits for its guarantee before backfill jobs on it are
+    /// stopped (0 for at once).
+    #[arg(long, env = "GANTRY_BACKFILL_GRACE", default_value = "2m", value_parser = parse_grace)]
+    pub backfill_grace: std::time::Duration,
+    /// Backfill jobs stopped at most per admission pass.
+    #[arg(long, env = "GANTRY_MAX_PREEMPTIONS", default_value_t = 10)]
+    pub max_preemptions: usize,
+}
+
+/// A half-life: a duration as `--timeout` takes it, never zero.
+fn parse_half_life(text: &str) -> Result<std::time::Duration, String> {
+    crate::shared::parse_timeout(text)
+        .map_err(|_| format!("invalid half-life '{text}': a duration longer than zero, such as 1h, 30m or 90s"))
+}
+
+/// A grace: `0` or a duration as `--timeout` takes it.
+fn parse_grace(text: &str) -> Result<std::time::Duration, String> {
+    match text.trim() {
+        "0" => Ok(std::time::Duration::ZERO),
+        _ => crate::shared::parse_timeout(text),
+    }
 }
 
 impl LimitsArgs {
@@ -42,6 +70,15 @@ impl LimitsArgs {
             jobs_per_user: self.jobs_per_user,
             cpu_slots: self.max_cpu_jobs,
             gpu_slots: self.max_gpu_jobs.unwrap_or(default_gpu_slots),
+        }
+    }
+
+    /// The fair-share settings.
+    pub fn fair_share(&self) -> FairShare {
+        FairShare {
+            half_life: self.fair_share_half_life,
+            grace: self.backfill_grace,
+            max_preemptions: self.max_preemptions,
         }
     }
 }
@@ -226,52 +263,4 @@ pub async fn stop_without_process(
     }
     move_job(db, publisher, job_id, JobStatus::Queued, &Trigger::StopRequested).await?;
     Ok(StopOutcome::Requested)
-}
-
-/// Adds a pending or running job to the load admission works against.
-pub fn count_in(capacity: &mut Capacity, job: &jobs::JobRow) {
-    *capacity.running_per_user.entry(job.author_id.clone()).or_default() += 1;
-    if job.gpu {
-        capacity.running_gpu += 1;
-    } else {
-        capacity.running_cpu += 1;
-    }
-}
-
-/// Status moves an admission pass writes in one transaction: the first jobs of a long queue
-/// start while the next are being written.
-const ADMISSION_BATCH: usize = 100;
-
-/// The oldest queued jobs an admission pass considers.
-pub const ADMISSION_WINDOW: usize = 1000;
-
-/// One admission pass, shared by the backends: the oldest queued jobs that fit `capacity` and
-/// `limits` move to `PENDING`, each batch in one transaction, and `admitted` gets each job that
-/// moved (another mover may have taken some) as soon as its batch is committed, in the pass
-/// (so what it takes is taken before the next pass looks). Returns how many moved.
-pub async fn admit_queued(
-    db: &Db,
-    publisher: &Arc<dyn Publisher>,
-    capacity: &Capacity,
-    limits: Limits,
-    mut admitted: impl FnMut(&admission::QueuedJob),
-) -> Result<usize, db::Error> {
-    let queue = jobs::queued(db, ADMISSION_WINDOW as i64).await?;
-    let Some(mv) = lifecycle::decide(JobStatus::Queued, &Trigger::Admitted) else { return Ok(0) };
-    let by_id: std::collections::HashMap<&str, &admission::QueuedJob> =
-        queue.iter().map(|job| (job.id.as_str(), job)).collect();
-    let mut count = 0;
-    for batch in admission::admit(&queue, capacity, limits).chunks(ADMISSION_BATCH) {
-        for job_id in jobs::apply_moves(db, batch, &mv, publisher.moves_outbox()).await? {
-            let span = job_step(db, "gantry.job.admit", &job_id).await;
-            span.record("gantry.job.previous_status", JobStatus::Queued.as_str());
-            span.record("gantry.job.status", mv.to.as_str());
-            publish_move(publisher, &job_id, &mv);
-            if let Some(job) = by_id.get(job_id.as_str()) {
-                admitted(job);
-            }
-            count += 1;
-        }
-    }
-    Ok(count)
 }

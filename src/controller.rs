@@ -248,6 +248,7 @@ impl ControllerArgs {
             infrastructure_retries: self.infrastructure_retries.min(MAX_INFRASTRUCTURE_RETRIES),
             retry_backoff: Duration::from_secs(self.infrastructure_retry_backoff_seconds.min(300)),
             limits: self.limits.limits(crate::compute::CLUSTER_GPU_SLOTS),
+            fair_share: self.limits.fair_share(),
             admission_every: Duration::from_millis(self.scheduler_tick_ms.max(10)),
             concurrency: self.reconcile_concurrency.max(1),
             reconcile_timeout: Duration::from_secs(self.reconcile_timeout_seconds.max(1)),

@@ -16,6 +16,7 @@ pub mod providers;
 pub mod queue;
 pub mod retention;
 pub mod storage_steps;
+pub mod tenants;
 pub mod usage;
 pub mod users;
 pub mod watched;
@@ -244,11 +245,16 @@ impl Db {
         let result = match self {
             Db::Sqlite(pool, _) => sqlx::migrate!("./migrations").run(pool).await,
             Db::Postgres(pool) => {
-                indexes::build_concurrently(pool).await.map_err(|source| Error::BuildIndexes { source })?;
+                indexes::build_concurrently(pool, false).await.map_err(|source| Error::BuildIndexes { source })?;
                 sqlx::migrate!("./migrations").run(pool).await
             }
         };
-        result.map_err(|source| Error::Migrate { source })
+        result.map_err(|source| Error::Migrate { source })?;
+        match self {
+            Db::Sqlite(pool, _) => indexes::build_after_migrations_sqlite(pool).await,
+            Db::Postgres(pool) => indexes::build_concurrently(pool, true).await.map(drop),
+        }
+        .map_err(|source| Error::BuildIndexes { source })
     }
 
     /// `SELECT 1`, for readiness.

@@ -72,6 +72,8 @@ pub struct Metrics {
     pub reconcile_failures: Family<ErrorLabels, Counter>,
     /// Queued jobs moved to PENDING by admission passes.
     pub admitted: Counter,
+    /// Backfill jobs stopped for a tenant reclaiming its guarantee.
+    pub preempted: Counter,
     /// Bytes of job logs the controller archived from pod logs (the launcher could not ship them).
     pub archived_bytes: Counter,
     /// Logs given up as lost (the pod's log could not be read within the give-up time).
@@ -102,6 +104,19 @@ pub struct Metrics {
     /// oldest waiting one (the outbox's lag), read at each scrape.
     outbox: Family<OutboxLabels, Gauge>,
     outbox_lag: Gauge<f64, std::sync::atomic::AtomicU64>,
+    /// Each tenant's slots (guaranteed, used, firm, borrowed, lent, waiting) per kind, from
+    /// its quotas and what the last admission pass saw, read at each scrape.
+    tenants: Family<TenantLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TenantLabels {
+    pub tenant: String,
+    /// `cpu` or `gpu`.
+    pub slots: &'static str,
+    /// `guaranteed`, `used`, `firm` (used, not backfill), `borrowed` (used beyond the
+    /// guarantee), `lent` (guaranteed, not used by it), `waiting`.
+    pub figure: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -117,6 +132,7 @@ impl Metrics {
             reconcile_seconds: seconds_histogram(),
             reconcile_failures: Family::default(),
             admitted: Counter::default(),
+            preempted: Counter::default(),
             archived_bytes: Counter::default(),
             logs_lost: Counter::default(),
             collected: Counter::default(),
@@ -132,6 +148,7 @@ impl Metrics {
             queue_depth: Gauge::default(),
             outbox: Family::default(),
             outbox_lag: Gauge::default(),
+            tenants: Family::default(),
         }
     }
 
@@ -143,6 +160,11 @@ impl Metrics {
             "outbox_lag_seconds",
             "Age of the oldest outbound job event still waiting for delivery (0 when none waits)",
             self.outbox_lag.clone(),
+        );
+        self.registry.register(
+            "tenant_slots",
+            "Each tenant's slots by kind (cpu, gpu) and figure (guaranteed, used, firm, borrowed, lent, waiting), as the last admission pass saw them",
+            self.tenants.clone(),
         );
         let waits = &crate::telemetry::db_waits::WAITS;
         self.registry.register(
@@ -189,6 +211,11 @@ impl Metrics {
             metrics.reconcile_failures.clone(),
         );
         registry.register("controller_admitted", "Queued jobs admitted to PENDING", metrics.admitted.clone());
+        registry.register(
+            "controller_preempted",
+            "Backfill jobs stopped for a tenant reclaiming its guarantee",
+            metrics.preempted.clone(),
+        );
         registry.register(
             "controller_archived_log_bytes",
             "Bytes of job logs archived from pod logs",
@@ -253,6 +280,25 @@ impl Metrics {
         let oldest = crate::db::outbox::pending(db, 1).await?.first().map(|row| row.created);
         let lag = oldest.map_or(0.0, |created| (crate::db::now_micros() - created).max(0) as f64 / 1e6);
         self.outbox_lag.set(lag);
+        self.tenants.clear();
+        let shares = crate::db::tenants::shares(db).await?;
+        for tenant in crate::db::tenants::list(db).await? {
+            for (slots, gpu) in [("cpu", false), ("gpu", true)] {
+                let share = shares.iter().find(|s| s.tenant == tenant.name && s.gpu == gpu);
+                let guaranteed = if gpu { tenant.gpu_guaranteed } else { tenant.cpu_guaranteed };
+                let (used, firm, waiting) = share.map_or((0, 0, 0), |s| (s.used, s.firm, s.waiting));
+                for (figure, value) in [
+                    ("guaranteed", guaranteed),
+                    ("used", used),
+                    ("firm", firm),
+                    ("borrowed", (used - guaranteed).max(0)),
+                    ("lent", (guaranteed - firm).max(0)),
+                    ("waiting", waiting),
+                ] {
+                    self.tenants.get_or_create(&TenantLabels { tenant: tenant.name.clone(), slots, figure }).set(value);
+                }
+            }
+        }
         let mut text = String::new();
         prometheus_client::encoding::text::encode(&mut text, &self.registry).expect("writing to a String");
         Ok(text)

@@ -185,6 +185,7 @@ impl ServeArgs {
             work_root,
             gateway_host: jobs.public_url.unwrap_or_else(|| format!("http://{address}")),
             limits,
+            fair_share: jobs.limits.fair_share(),
             timeout: jobs.program_timeout,
             logs_size_limit: jobs.logs_size_limit,
             max_unpacked_mib: api.max_unpacked_mib,

@@ -21,10 +21,10 @@ use tokio::sync::Notify;
 
 use self::container::{ContainerJob, Engine, OBJECTS_FOLDER, WORK_MOUNT, container_name};
 
-use super::{Compute, StopOutcome, admit_queued, count_in, move_job, move_job_from, stop_without_process};
+use super::{Capacity, Compute, StopOutcome, admit_queued, move_job, move_job_from, stop_without_process};
 use crate::db::jobs::{self, Launch};
 use crate::db::{self, Db};
-use crate::domain::admission::{Capacity, Limits};
+use crate::domain::admission::Limits;
 use crate::domain::lifecycle::{JobStatus, Trigger, limit_reason, no_space_reason};
 use crate::domain::runtime_env::{JobEnvironmentInput, job_environment};
 use crate::domain::sizes::{self, Resources};
@@ -46,6 +46,8 @@ pub struct RunnerConfig {
     /// Base URL jobs call back to.
     pub gateway_host: String,
     pub limits: Limits,
+    /// Fair sharing's settings (docs/scheduling.md).
+    pub fair_share: crate::domain::admission::FairShare,
     /// `PROGRAM_TIMEOUT`.
     pub timeout: Duration,
     /// `FUNCTIONS_LOGS_SIZE_LIMIT`.
@@ -93,6 +95,8 @@ pub struct LocalRunner {
     /// Jobs stopped by the timeout, so their end is recorded as such.
     timed_out: Mutex<HashSet<String>>,
     wake: Notify,
+    /// What admission passes keep between them.
+    admission: super::Memory,
 }
 
 /// Longest validity of a presigned URL (S3's limit).
@@ -114,11 +118,12 @@ impl LocalRunner {
         Arc::new(LocalRunner {
             db,
             storage,
-            config,
             publisher,
             processes: Mutex::new(HashMap::new()),
             timed_out: Mutex::new(HashSet::new()),
             wake: Notify::new(),
+            admission: super::Memory::new(config.fair_share),
+            config,
         })
     }
 
@@ -156,7 +161,6 @@ impl LocalRunner {
         let in_flight = jobs::in_flight(&self.db).await?;
         let now = db::now_micros();
         let timeout_micros = i64::try_from(self.config.timeout.as_micros()).unwrap_or(i64::MAX);
-        let mut capacity = Capacity::default();
         for job in &in_flight {
             if now.saturating_sub(job.last_activity) > timeout_micros {
                 // Once per job: its launcher may take a moment to end.
@@ -170,21 +174,31 @@ impl LocalRunner {
                     let timed_out = Trigger::TimedOut { limit_secs: self.config.timeout.as_secs() };
                     move_job(&self.db, &self.publisher, &job.id, job.status(), &timed_out).await?;
                 }
-                continue;
             }
-            count_in(&mut capacity, job);
         }
-        capacity.free_gpus = Some(self.config.gpus.free_models());
-        admit_queued(&self.db, &self.publisher, &capacity, self.config.limits, |job| {
-            // Taken within the pass: the next pass sees them held.
-            let held = match job.gpu {
-                true => self.config.gpus.take(&job.id, job.gpus.max(1), job.gpu_model.as_deref()),
-                false => None,
-            };
-            let runner = Arc::clone(self);
-            let job_id = job.id.clone();
-            tokio::spawn(async move { runner.launch(job_id, held).await });
-        })
+        let capacity =
+            Capacity { load: jobs::in_flight_load(&self.db).await?, free_gpus: Some(self.config.gpus.free_models()) };
+        admit_queued(
+            &self.db,
+            &self.publisher,
+            &capacity,
+            self.config.limits,
+            &self.admission,
+            |job| {
+                // Taken within the pass: the next pass sees them held.
+                let held = match job.gpu {
+                    true => self.config.gpus.take(&job.id, job.gpus.max(1), job.gpu_model.as_deref()),
+                    false => None,
+                };
+                let runner = Arc::clone(self);
+                let job_id = job.id.clone();
+                tokio::spawn(async move { runner.launch(job_id, held).await });
+            },
+            // Stopped as a user's stop is; its end names the tenant (`JobState::stop_trigger`).
+            |job_id| {
+                self.terminate(job_id);
+            },
+        )
         .await?;
         Ok(())
     }
@@ -591,10 +605,10 @@ impl LocalRunner {
         }
         // Read again: its status and a stop requested are what can have changed while it ran.
         let now = jobs::state(&self.db, job_id).await.ok().flatten();
-        let stop_requested = now.as_ref().is_some_and(|job| job.stop_requested);
+        let stop = now.as_ref().filter(|job| job.stop_requested).map(jobs::JobState::stop_trigger);
         let what = if container.is_some() { "the job's container" } else { "the launcher" };
-        let trigger = if stop_requested {
-            Trigger::StopRequested
+        let trigger = if let Some(stop) = stop {
+            stop
         } else if timed_out {
             Trigger::TimedOut { limit_secs: self.config.timeout.as_secs() }
         } else if let Some(hit) = limit {

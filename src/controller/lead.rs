@@ -14,33 +14,38 @@ use kube::runtime::{WatchStreamExt, predicates};
 use super::leader::Elector;
 use super::reconcile::{Context, Error, database_error, error_policy, reconcile};
 use super::{seen::PodsSeen, triggers};
-use crate::compute::{ADMISSION_WINDOW, admit_queued};
+use crate::compute::{Capacity, Passed, admit_queued};
 use crate::crd::FunctionJob;
 use crate::db::jobs;
-use crate::domain::admission::Capacity;
 use crate::ops::Metrics;
 
 /// One admission pass: queued jobs that fit the limits across the cluster move to PENDING, and
 /// each is handed to the controller's queue (`admitted`), whose reconcile starts its pod.
-pub async fn admit(ctx: &Context, admitted: &Admitted) -> Result<usize, Error> {
-    let mut capacity = Capacity::default();
-    for (author, gpu, count) in jobs::in_flight_load(&ctx.db).await.map_err(database_error(""))? {
-        let count = usize::try_from(count).unwrap_or(0);
-        *capacity.running_per_user.entry(author).or_default() += count;
-        if gpu {
-            capacity.running_gpu += count;
-        } else {
-            capacity.running_cpu += count;
-        }
-    }
-    let moved = admit_queued(&ctx.db, &ctx.publisher, &capacity, ctx.settings.limits, |job| {
+pub async fn admit(ctx: &Context, admitted: &Admitted) -> Result<Passed, Error> {
+    let load = jobs::in_flight_load(&ctx.db).await.map_err(database_error(""))?;
+    let capacity = Capacity { load, free_gpus: None };
+    let reconcile = |id: &str| {
         // A job whose resource does not exist yet starts when the gateway's sweep creates it.
-        let _ = admitted.unbounded_send(ObjectRef::new(&job.id).within(&ctx.settings.namespace));
-        ctx.metrics.admitted.inc();
-    })
+        let _ = admitted.unbounded_send(ObjectRef::new(id).within(&ctx.settings.namespace));
+    };
+    admit_queued(
+        &ctx.db,
+        &ctx.publisher,
+        &capacity,
+        ctx.settings.limits,
+        &ctx.admission,
+        |job| {
+            reconcile(&job.id);
+            ctx.metrics.admitted.inc();
+        },
+        // Its reconcile sees the stop request and deletes its pod.
+        |id| {
+            reconcile(id);
+            ctx.metrics.preempted.inc();
+        },
+    )
     .await
-    .map_err(database_error(""))?;
-    Ok(moved)
+    .map_err(database_error(""))
 }
 
 /// Where admission passes hand admitted jobs to the controller.
@@ -78,7 +83,7 @@ async fn lead(ctx: Arc<Context>) {
     let admission_pass = |admission: Arc<Context>, admitted: Admitted| async move {
         admit(&admission, &admitted).await.unwrap_or_else(|error| {
             tracing::error!(error = &error as &dyn std::error::Error, "admission pass failed");
-            0
+            Passed::default()
         })
     };
     // A first pass before any reconcile: the jobs it admits are reconciled once, as PENDING,
@@ -94,7 +99,7 @@ async fn lead(ctx: Arc<Context>) {
                     () = admission.admission_wanted.notified() => {}
                 }
             }
-            full = admission_pass(Arc::clone(&admission), admitted.clone()).await >= ADMISSION_WINDOW;
+            full = admission_pass(Arc::clone(&admission), admitted.clone()).await.more;
         }
     });
     // Aborted with the leader's work however that ends (a lost lease drops this future).

@@ -27,6 +27,18 @@ pub struct Row {
     pub retries: u32,
     /// Why the job ended, once it has (the job's `status_reason`).
     pub status_reason: Option<String>,
+    /// The tenant that reclaimed its slot, when its stop request is a reclaim of backfill.
+    pub preempted_by: Option<String>,
+}
+
+impl Row {
+    /// What ends the job once its stop request is carried out.
+    fn stop_trigger(&self) -> Trigger {
+        match &self.preempted_by {
+            Some(tenant) => Trigger::Preempted { tenant: tenant.clone() },
+            None => Trigger::StopRequested,
+        }
+    }
 }
 
 /// What object storage holds of a finished job's log.
@@ -157,7 +169,7 @@ pub fn describe(trigger: &Trigger) -> Option<String> {
         Trigger::LaunchFailed { reason } | Trigger::Lost { reason } | Trigger::Crashed { reason } => {
             Some(reason.clone())
         }
-        Trigger::TimedOut { .. } | Trigger::StopRequested | Trigger::Deleted => {
+        Trigger::TimedOut { .. } | Trigger::StopRequested | Trigger::Deleted | Trigger::Preempted { .. } => {
             decide(JobStatus::Running, trigger).and_then(|m| m.reason().map(str::to_string))
         }
         _ => None,
@@ -280,7 +292,7 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
 
     if !pod_created && row.stop_requested && status.is_active() {
         // Stopped before its pod existed: nothing to stop but the job itself.
-        if let Some((step, to, words)) = move_by(status, Trigger::StopRequested, message.clone()) {
+        if let Some((step, to, words)) = move_by(status, row.stop_trigger(), message.clone()) {
             steps.push(step);
             status = to;
             message = words;
@@ -293,7 +305,7 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
         (&stage, row.stop_requested && status.is_active())
     {
         // Stopped between two attempts.
-        if let Some((step, to, words)) = move_by(status, Trigger::StopRequested, message.clone()) {
+        if let Some((step, to, words)) = move_by(status, row.stop_trigger(), message.clone()) {
             steps.push(step);
             status = to;
             message = words;
@@ -371,6 +383,7 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
             let trigger =
                 pod_trigger(status, row.stop_requested, pod, now, windows.pending_deadline).map(|t| match t {
                     Trigger::TimedOut { .. } => Trigger::TimedOut { limit_secs: job.spec.timeout_seconds },
+                    Trigger::StopRequested => row.stop_trigger(),
                     other => other,
                 });
             if let Some(trigger) = trigger

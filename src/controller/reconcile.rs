@@ -55,6 +55,8 @@ pub struct ControllerSettings {
     /// The wait before the first of those retries (doubling for each next one, at most 5 minutes).
     pub retry_backoff: Duration,
     pub limits: Limits,
+    /// Fair sharing's settings (docs/scheduling.md).
+    pub fair_share: crate::domain::admission::FairShare,
     /// How often queued jobs are considered for admission.
     pub admission_every: Duration,
     /// Reconciles running at once (bounds memory and API load with many jobs).
@@ -102,6 +104,8 @@ pub struct Context {
     pub(super) pods_seen: std::sync::Mutex<Option<Arc<PodsSeen>>>,
     /// Asks for an admission pass now (a queued job was seen) rather than at the next tick.
     pub(super) admission_wanted: tokio::sync::Notify,
+    /// What admission passes keep between them.
+    pub(super) admission: crate::compute::Memory,
 }
 
 impl Context {
@@ -118,11 +122,12 @@ impl Context {
             db,
             storage,
             publisher,
-            settings,
             metrics,
             failures: Default::default(),
             pods_seen: Default::default(),
             admission_wanted: Default::default(),
+            admission: crate::compute::Memory::new(settings.fair_share),
+            settings,
         }
     }
 
@@ -394,6 +399,7 @@ async fn read_row(ctx: &Context, job_id: &str) -> Result<Option<Row>, Error> {
         provider_function: state.provider_function,
         retries: u32::try_from(state.infrastructure_retries).unwrap_or(0),
         status_reason: state.status_reason,
+        preempted_by: state.preempted_by,
     }))
 }
 

@@ -72,6 +72,36 @@ pub const BIG_INDEXES: &[BigIndex] = &[
     BigIndex { name: "job_counts_program_idx", table: "job_counts", columns: "(program_id, status)", migration: 22 },
 ];
 
+/// Indexes on columns a migration adds (so not buildable before it runs): made once the
+/// migrations are applied, with `CREATE INDEX IF NOT EXISTS` (on PostgreSQL concurrently, so
+/// writes go on), at every start. `migration` is the version that adds their columns.
+pub const AFTER_MIGRATIONS: &[BigIndex] = &[
+    // 0027: each tenant's oldest queued jobs (admission's window per tenant).
+    BigIndex {
+        name: "jobs_queued_tenant_idx",
+        table: "jobs",
+        columns: "(tenant, created, id) WHERE status = 'QUEUED'",
+        migration: 27,
+    },
+    // 0027: the backfill jobs holding slots (what a reclaim may stop).
+    BigIndex {
+        name: "jobs_backfill_in_flight_idx",
+        table: "jobs",
+        columns: "(created) WHERE backfill AND status IN ('PENDING', 'RUNNING')",
+        migration: 27,
+    },
+];
+
+/// Makes `AFTER_MIGRATIONS`' indexes on SQLite (plainly: one writer at a time is its way).
+pub(super) async fn build_after_migrations_sqlite(pool: &sqlx::SqlitePool) -> Result<(), sqlx::Error> {
+    for index in AFTER_MIGRATIONS {
+        sqlx::raw_sql(&format!("CREATE INDEX IF NOT EXISTS {} ON {} {}", index.name, index.table, index.columns))
+            .execute(pool)
+            .await?;
+    }
+    Ok(())
+}
+
 /// The PostgreSQL advisory lock key of the builds ("gantryix").
 const BUILD_LOCK_KEY: i64 = 0x6761_6e74_7279_6978;
 
@@ -81,8 +111,9 @@ pub fn create_statement(index: &BigIndex) -> String {
 }
 
 /// Builds, concurrently, each index of `BIG_INDEXES` whose table exists and that is invalid, or
-/// missing and `wanted`; answers the names of those it built.
-pub(super) async fn build_concurrently(pool: &PgPool) -> Result<Vec<&'static str>, sqlx::Error> {
+/// missing and `wanted` (before the migrations); or, `after`, each of `AFTER_MIGRATIONS` that is
+/// invalid or missing. Answers the names of those it built.
+pub(super) async fn build_concurrently(pool: &PgPool, after: bool) -> Result<Vec<&'static str>, sqlx::Error> {
     let mut connection = pool.acquire().await?;
     sqlx::query("SELECT pg_advisory_lock($1)").bind(BUILD_LOCK_KEY).execute(&mut *connection).await?;
     let built = async {
@@ -98,7 +129,7 @@ pub(super) async fn build_concurrently(pool: &PgPool) -> Result<Vec<&'static str
             }
             None => Vec::new(),
         };
-        for index in BIG_INDEXES {
+        for index in if after { AFTER_MIGRATIONS } else { BIG_INDEXES } {
             let table: Option<String> = sqlx::query_scalar("SELECT CAST(to_regclass($1) AS TEXT)")
                 .bind(index.table)
                 .fetch_one(&mut *connection)
@@ -124,7 +155,7 @@ pub(super) async fn build_concurrently(pool: &PgPool) -> Result<Vec<&'static str
                         .execute(&mut *connection)
                         .await?;
                 }
-                None if !index.wanted(&applied) => continue,
+                None if !after && !index.wanted(&applied) => continue,
                 None => {}
             }
             tracing::info!(index = index.name, table = index.table, "building an index concurrently (writes go on)");

@@ -246,9 +246,19 @@ pub struct JobState {
     pub infrastructure_retries: i64,
     /// Why the job ended, once it has (the terminal move's reason).
     pub status_reason: Option<String>,
+    /// The tenant that reclaimed its slot, when its stop request is a reclaim of backfill.
+    pub preempted_by: Option<String>,
 }
 
 impl JobState {
+    /// What ends it now that its stop request was carried out: the user's stop, or a tenant
+    /// reclaiming its guarantee.
+    pub fn stop_trigger(&self) -> crate::domain::lifecycle::Trigger {
+        match &self.preempted_by {
+            Some(tenant) => crate::domain::lifecycle::Trigger::Preempted { tenant: tenant.clone() },
+            None => crate::domain::lifecycle::Trigger::StopRequested,
+        }
+    }
     pub fn status(&self) -> JobStatus {
         status_of(&self.status)
     }
@@ -257,7 +267,7 @@ impl JobState {
 pub async fn state(db: &Db, id: &str) -> Result<Option<JobState>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, JobState>(
         "SELECT status, sub_status, stop_requested, provider_id IS NOT NULL AS provider_function, \
-         infrastructure_retries, status_reason FROM jobs WHERE id = $1")
+         infrastructure_retries, status_reason, preempted_by FROM jobs WHERE id = $1")
         .bind(id)
         .fetch_optional(pool)
         .await)
@@ -840,7 +850,9 @@ mod of_function;
 mod retries;
 mod usage_events;
 pub use create::{NewJob, insert_with_limit, traceparent};
-pub use in_flight::{any_in_flight, count_by_status, in_flight, in_flight_load, queued};
+pub use in_flight::{
+    any_in_flight, backfill_in_flight, count_by_status, in_flight, in_flight_load, mark_preempted, preempted_by, queued,
+};
 pub use listing::{AdminOf, JobFilter, Window, list, page_if_admin};
 pub use of_function::of_function;
 pub use retries::record_retry;

@@ -23,7 +23,7 @@ macro_rules! program_select {
         concat!(
             "SELECT p.id, p.title, p.provider_id, pr.name AS provider_name, p.author_id, p.entrypoint, \
          p.artifact_key, p.image, p.dependencies, p.env_vars, p.arguments_schema, p.type AS program_type, \
-         p.version, p.description, p.documentation_url, p.runner, p.gpu, p.retry_after_start, p.disabled, p.disabled_message, \
+         p.version, p.description, p.documentation_url, p.runner, p.gpu, p.retry_after_start, p.backfill, p.disabled, p.disabled_message, \
          p.sizes, p.default_size, p.created, p.updated, \
          (p.author_id = $1) AS is_author, ",
             provider_admin!(),
@@ -68,6 +68,8 @@ pub struct ProgramRow {
     pub gpu: bool,
     /// The function's opt-in to be started again after its code started (on Kubernetes).
     pub retry_after_start: bool,
+    /// Its jobs run as backfill (docs/scheduling.md).
+    pub backfill: bool,
     pub disabled: bool,
     pub disabled_message: Option<String>,
     pub sizes: String,
@@ -205,6 +207,7 @@ pub struct ProgramFields {
     pub runner: String,
     pub gpu: bool,
     pub retry_after_start: bool,
+    pub backfill: bool,
     pub sizes: String,
     pub default_size: Option<String>,
 }
@@ -225,6 +228,7 @@ impl ProgramFields {
             runner: row.runner.clone(),
             gpu: row.gpu,
             retry_after_start: row.retry_after_start,
+            backfill: row.backfill,
             sizes: row.sizes.clone(),
             default_size: row.default_size.clone(),
         }
@@ -245,8 +249,8 @@ pub async fn insert(
     announced!(db, tx => sqlx::query(
         "INSERT INTO programs (id, title, provider_id, author_id, entrypoint, artifact_key, image, dependencies, env_vars, \
          arguments_schema, type, version, description, documentation_url, runner, gpu, sizes, default_size, created, updated, \
-         retry_after_start) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $19, $20)")
+         retry_after_start, backfill) \
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $19, $20, $21)")
         .bind(id)
         .bind(title)
         .bind(provider_id)
@@ -267,6 +271,7 @@ pub async fn insert(
         .bind(&fields.default_size)
         .bind(now)
         .bind(fields.retry_after_start)
+        .bind(fields.backfill)
         .execute(&mut *tx)
         .await?
         .rows_affected())
@@ -279,7 +284,7 @@ pub async fn update(db: &Db, id: &str, fields: &ProgramFields) -> Result<(), Err
     announced!(db, tx => sqlx::query(
         "UPDATE programs SET entrypoint = $2, artifact_key = $3, image = $4, dependencies = $5, env_vars = $6, \
          arguments_schema = $7, version = $8, description = $9, documentation_url = $10, runner = $11, gpu = $12, \
-         sizes = $13, default_size = $14, updated = $15, retry_after_start = $16 WHERE id = $1")
+         sizes = $13, default_size = $14, updated = $15, retry_after_start = $16, backfill = $17 WHERE id = $1")
         .bind(id)
         .bind(&fields.entrypoint)
         .bind(&fields.artifact_key)
@@ -296,6 +301,7 @@ pub async fn update(db: &Db, id: &str, fields: &ProgramFields) -> Result<(), Err
         .bind(&fields.default_size)
         .bind(now_micros())
         .bind(fields.retry_after_start)
+        .bind(fields.backfill)
         .execute(&mut *tx)
         .await?
         .rows_affected())

@@ -294,6 +294,20 @@ pub(crate) fn event_data(
     }
 }
 
+/// Each user's run time (milliseconds) of the jobs that ended since `since` (microseconds),
+/// summed per `bucket` (microseconds) of their end: (user, bucket number, run_ms). What fair
+/// sharing decays (`compute::recent_usage`); rows grow with users × buckets, not with jobs.
+pub async fn recent_run_by_user(db: &Db, since: i64, bucket: i64) -> Result<Vec<(String, i64, i64)>, Error> {
+    on_db!(db, pool => sqlx::query_as::<_, (String, i64, i64)>(
+        "SELECT author_id, ended / CAST($2 AS BIGINT), CAST(SUM(run_ms) AS BIGINT) FROM job_usage \
+         WHERE ended >= $1 GROUP BY author_id, ended / CAST($2 AS BIGINT)")
+        .bind(since)
+        .bind(bucket.max(1))
+        .fetch_all(pool)
+        .await)
+    .map_err(query_error("read recent usage"))
+}
+
 /// Records deleted per statement by `prune`: each statement holds its rows' locks briefly.
 const PRUNE_BATCH: i64 = 10_000;
 

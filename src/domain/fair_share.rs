@@ -19,7 +19,8 @@
 //!
 //! Within a tenant, users go by their recent usage (decayed; the caller's `user_usage`, plus
 //! `job_weight` for each job admitted to them in this pass), then by their oldest job; the
-//! per-user cap and the global slots always hold.
+//! per-user cap and the global slots always hold. Where the runner lends the machine's own GPUs
+//! (`gantry serve`), a GPU job also needs as many free GPUs of its model as it asks for.
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -56,18 +57,47 @@ pub struct Waiting {
     pub created: i64,
     /// Runs only on lent or unguaranteed capacity, and may be stopped to give it back.
     pub backfill: bool,
+    /// GPUs the job asks for (0 for a CPU job) and their model (`None`: any).
+    pub gpus: u32,
+    pub gpu_model: Option<String>,
 }
 
-/// A job holding a slot.
+/// Jobs holding slots (pending or running), counted by user, tenant, kind and backfill.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Load {
+    pub user: String,
+    pub tenant: String,
+    pub gpu: bool,
+    pub backfill: bool,
+    pub count: usize,
+}
+
+/// A backfill job holding a slot: what a reclaim may stop.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Holding {
     pub id: String,
-    pub user: String,
     pub tenant: String,
     pub gpu: bool,
     /// When it was admitted: the youngest backfill jobs are stopped first.
     pub admitted: i64,
-    pub backfill: bool,
+}
+
+/// The load of the jobs in `holding`, one job each (for callers and tests that have the jobs).
+pub fn load_of<'a>(holding: impl IntoIterator<Item = (&'a str, &'a str, bool, bool)>) -> Vec<Load> {
+    let mut counts: BTreeMap<(&str, &str, bool, bool), usize> = BTreeMap::new();
+    for key in holding {
+        *counts.entry(key).or_default() += 1;
+    }
+    counts
+        .into_iter()
+        .map(|((user, tenant, gpu, backfill), count)| Load {
+            user: user.to_string(),
+            tenant: tenant.to_string(),
+            gpu,
+            backfill,
+            count,
+        })
+        .collect()
 }
 
 /// What one pass works against.
@@ -75,7 +105,13 @@ pub struct Holding {
 pub struct Pass<'a> {
     pub tenants: &'a [Tenant],
     pub queue: &'a [Waiting],
-    pub running: &'a [Holding],
+    /// What holds slots now.
+    pub running: &'a [Load],
+    /// The backfill jobs among them.
+    pub backfill: &'a [Holding],
+    /// The models of the GPUs no job holds, where the runner lends GPUs itself; `None` where
+    /// something else places them (Kubernetes): GPU slots alone bound GPU jobs then.
+    pub free_gpus: Option<&'a [String]>,
     /// Each user's recent usage, decayed (any unit; lower goes first).
     pub user_usage: &'a HashMap<String, f64>,
     /// What one job admitted in this pass adds to its user's usage (the same unit).
@@ -104,6 +140,8 @@ pub enum Hold {
     TenantQuota,
     /// No slot of its kind is free (every tenant at or beyond its share).
     Slots,
+    /// A GPU slot is free but not the GPUs it asks for (their number, or its model).
+    GpuModel,
 }
 
 impl Hold {
@@ -114,6 +152,7 @@ impl Hold {
             Hold::BorrowingCap => "borrowing_cap",
             Hold::TenantQuota => "tenant_quota",
             Hold::Slots => "slots",
+            Hold::GpuModel => "gpu_model",
         }
     }
 }
@@ -144,18 +183,19 @@ struct Kind<'p> {
 pub fn decide(pass: &Pass) -> Decision {
     let mut decision = Decision::default();
     let mut per_user: HashMap<&str, usize> = HashMap::new();
-    for job in pass.running {
-        *per_user.entry(job.user.as_str()).or_default() += 1;
+    for load in pass.running {
+        *per_user.entry(load.user.as_str()).or_default() += load.count;
     }
+    let mut free_gpus: Option<Vec<&str>> = pass.free_gpus.map(|free| free.iter().map(String::as_str).collect());
     let mut admitted_to: HashMap<&str, usize> = HashMap::new();
     let mut preemptions = 0;
     for gpu in [false, true] {
         let slots = if gpu { pass.gpu_slots } else { pass.cpu_slots };
         let mut kind = Kind { gpu, free: 0, used: HashMap::new(), firm: HashMap::new() };
-        for job in pass.running.iter().filter(|job| job.gpu == gpu) {
-            *kind.used.entry(job.tenant.as_str()).or_default() += 1;
-            if !job.backfill {
-                *kind.firm.entry(job.tenant.as_str()).or_default() += 1;
+        for load in pass.running.iter().filter(|load| load.gpu == gpu) {
+            *kind.used.entry(load.tenant.as_str()).or_default() += load.count;
+            if !load.backfill {
+                *kind.firm.entry(load.tenant.as_str()).or_default() += load.count;
             }
         }
         kind.free = slots.saturating_sub(kind.used.values().sum());
@@ -167,42 +207,51 @@ pub fn decide(pass: &Pass) -> Decision {
         for jobs in queues.values_mut() {
             jobs.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
         }
-        let mut state = State { pass, per_user: &mut per_user, admitted_to: &mut admitted_to, kind };
+        let mut state =
+            State { pass, per_user: &mut per_user, admitted_to: &mut admitted_to, free_gpus: &mut free_gpus, kind };
         // 1. Guarantees, the tenant furthest below its own first.
-        loop {
-            let below = queues
+        while state.kind.free > 0 {
+            let mut below: Vec<(usize, &str)> = queues
                 .iter()
-                .filter_map(|(tenant, jobs)| {
+                .filter(|(_, jobs)| !jobs.is_empty())
+                .filter_map(|(tenant, _)| {
                     let quota = state.quota(tenant);
                     let used = state.firm(tenant);
-                    (used < quota.guaranteed && state.next(jobs, false).is_some())
-                        .then_some((used * 1_000_000 / quota.guaranteed.max(1), *tenant))
+                    (used < quota.guaranteed).then_some((used * 1_000_000 / quota.guaranteed.max(1), *tenant))
                 })
-                .min();
-            let Some((_, tenant)) = below else { break };
-            if state.kind.free == 0 {
+                .collect();
+            below.sort_unstable();
+            let Some((tenant, index)) = below
+                .into_iter()
+                .find_map(|(_, tenant)| state.next(&queues[tenant], false).map(|index| (tenant, index)))
+            else {
                 break;
-            }
+            };
             let jobs = queues.get_mut(tenant).expect("listed");
-            let index = state.next(jobs, false).expect("checked");
             let job = jobs.remove(index);
             state.admit(job, false, &mut decision);
         }
         // 2. Lending: the smallest use beyond the guarantee for the weight first.
         while state.kind.free > 0 {
-            let lender = queues
+            let mut lenders: Vec<(u128, &str)> = queues
                 .iter()
-                .filter(|(tenant, jobs)| !state.at_cap(tenant) && state.next(jobs, true).is_some())
+                .filter(|(tenant, jobs)| !jobs.is_empty() && !state.at_cap(tenant))
                 .map(|(tenant, _)| {
                     let quota = state.quota(tenant);
                     let beyond = state.used(tenant).saturating_sub(quota.guaranteed) as u128;
                     // beyond / weight, compared exactly; ties by name.
                     (beyond * 1_000_000 / u128::from(state.weight(tenant)), *tenant)
                 })
-                .min();
-            let Some((_, tenant)) = lender else { break };
+                .collect();
+            lenders.sort_unstable();
+            // The first in that order with a job that can start.
+            let Some((tenant, index)) = lenders
+                .into_iter()
+                .find_map(|(_, tenant)| state.next(&queues[tenant], true).map(|index| (tenant, index)))
+            else {
+                break;
+            };
             let jobs = queues.get_mut(tenant).expect("listed");
-            let index = state.next(jobs, true).expect("checked");
             let job = jobs.remove(index);
             let lent = job.backfill || state.firm(tenant) >= state.quota(tenant).guaranteed;
             state.admit(job, lent, &mut decision);
@@ -225,6 +274,8 @@ pub fn decide(pass: &Pass) -> Decision {
             for job in jobs {
                 let hold = if state.per_user.get(job.user.as_str()).copied().unwrap_or(0) >= pass.jobs_per_user {
                     Hold::UserCap
+                } else if state.kind.free > 0 && !state.fits(job) {
+                    Hold::GpuModel
                 } else if !job.backfill && state.firm(tenant) < quota.guaranteed {
                     Hold::TenantQuota
                 } else if state.at_cap(tenant) {
@@ -244,6 +295,8 @@ struct State<'p, 'm> {
     pass: &'p Pass<'p>,
     per_user: &'m mut HashMap<&'p str, usize>,
     admitted_to: &'m mut HashMap<&'p str, usize>,
+    /// The models of the GPUs still free, where the runner lends them.
+    free_gpus: &'m mut Option<Vec<&'p str>>,
     kind: Kind<'p>,
 }
 
@@ -290,13 +343,27 @@ impl<'p> State<'p, '_> {
             .enumerate()
             .filter(|(_, job)| lent || !job.backfill)
             .filter(|(_, job)| self.per_user.get(job.user.as_str()).copied().unwrap_or(0) < self.pass.jobs_per_user)
+            .filter(|(_, job)| self.fits(job))
             .min_by(|(_, a), (_, b)| {
                 score(&a.user).total_cmp(&score(&b.user)).then_with(|| (a.created, &a.id).cmp(&(b.created, &b.id)))
             })
             .map(|(index, _)| index)
     }
 
+    /// Whether the GPUs a GPU job asks for are free, where the runner lends them.
+    fn fits(&self, job: &Waiting) -> bool {
+        !job.gpu || self.free_gpus.as_deref().is_none_or(|free| gpus_fit(free, job).is_some())
+    }
+
     fn admit(&mut self, job: &'p Waiting, lent: bool, decision: &mut Decision) {
+        if job.gpu
+            && let Some(free) = self.free_gpus.as_mut()
+        {
+            let taken = gpus_fit(free, job).expect("admitted only when its GPUs are free");
+            for index in taken.into_iter().rev() {
+                free.remove(index);
+            }
+        }
         self.kind.free -= 1;
         *self.kind.used.entry(job.tenant.as_str()).or_default() += 1;
         if !job.backfill {
@@ -313,9 +380,9 @@ impl<'p> State<'p, '_> {
     fn reclaimable(&self, reclaiming: &str, decision: &Decision) -> Vec<String> {
         let mut candidates: Vec<&Holding> = self
             .pass
-            .running
+            .backfill
             .iter()
-            .filter(|job| job.gpu == self.kind.gpu && job.backfill)
+            .filter(|job| job.gpu == self.kind.gpu)
             .filter(|job| !decision.preempted.iter().any(|(id, _)| *id == job.id))
             .collect();
         candidates.sort_by(|a, b| (b.admitted, &b.id).cmp(&(a.admitted, &a.id)));
@@ -334,6 +401,20 @@ impl<'p> State<'p, '_> {
             .map(|job| job.id.clone())
             .collect()
     }
+}
+
+/// The positions in `free` (models of free GPUs) of the GPUs `job` would take, in order;
+/// `None` when too few fit.
+fn gpus_fit(free: &[&str], job: &Waiting) -> Option<Vec<usize>> {
+    let wanted = job.gpus.max(1) as usize;
+    let fitting: Vec<usize> = free
+        .iter()
+        .enumerate()
+        .filter(|(_, model)| job.gpu_model.as_deref().is_none_or(|m| crate::domain::sizes::gpu_model_matches(model, m)))
+        .map(|(index, _)| index)
+        .take(wanted)
+        .collect();
+    (fitting.len() == wanted).then_some(fitting)
 }
 
 #[cfg(test)]

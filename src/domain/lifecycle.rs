@@ -197,6 +197,8 @@ pub enum Trigger {
     Crashed { reason: String },
     /// A user asked to stop it and the backend accepted.
     StopRequested,
+    /// A backfill job stopped because `tenant` reclaims its guarantee.
+    Preempted { tenant: String },
     /// It ran longer than `PROGRAM_TIMEOUT`, `limit_secs`.
     TimedOut { limit_secs: u64 },
     /// Its `FunctionJob` was deleted (by hand, or with its namespace) before it ended.
@@ -271,6 +273,9 @@ pub fn decide(current: JobStatus, trigger: &Trigger) -> Option<Move> {
         (Queued | Pending | Running, Trigger::StopRequested) => {
             (Stopped, Origin::Api, "STOP_JOB", Some(STOPPED_BY_USER.to_string()))
         }
+        (Pending | Running, Trigger::Preempted { tenant }) => {
+            (Stopped, Origin::Scheduler, "SCHEDULE_JOBS", Some(preempted_reason(tenant)))
+        }
         (Pending | Running, Trigger::TimedOut { limit_secs }) => {
             (Stopped, Origin::Scheduler, "UPDATE_JOB_STATUS", Some(timeout_reason(*limit_secs)))
         }
@@ -286,6 +291,11 @@ pub fn decide(current: JobStatus, trigger: &Trigger) -> Option<Move> {
         data["reason"] = serde_json::Value::String(reason);
     }
     Some(Move { from: current, to, origin, context, data })
+}
+
+/// The reason of a backfill job stopped for a tenant reclaiming its guarantee.
+pub fn preempted_reason(tenant: &str) -> String {
+    format!("Preempted: tenant {tenant} reclaimed its guaranteed capacity (this job ran as backfill).")
 }
 
 #[cfg(test)]

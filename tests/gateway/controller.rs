@@ -131,6 +131,7 @@ impl Cluster {
             infrastructure_retries: 2,
             retry_backoff: Duration::from_millis(500),
             limits: Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
+            fair_share: Default::default(),
             admission_every: Duration::from_millis(50),
             concurrency: 16,
             reconcile_timeout: Duration::from_secs(120),

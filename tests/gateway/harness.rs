@@ -193,6 +193,7 @@ impl Gateway {
             work_root: self.dir.path().join("jobs"),
             gateway_host: url,
             limits: gantry::domain::admission::Limits { jobs_per_user: 2, cpu_slots: 6, gpu_slots: 1 },
+            fair_share: Default::default(),
             timeout: std::time::Duration::from_secs(3600),
             logs_size_limit: 1024 * 1024,
             max_unpacked_mib: gantry::artifact::DEFAULT_MAX_UNPACKED_MIB,

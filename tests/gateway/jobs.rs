@@ -158,6 +158,7 @@ fn queued_job(program: &str, author: &str, id: String) -> gantry::db::jobs::NewJ
         business_model: "SUBSIDIZED".into(),
         traceparent: None,
         instance: None,
+        backfill: false,
     }
 }
 

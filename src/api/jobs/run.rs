@@ -82,6 +82,7 @@ pub async fn run(
     headers: RunHeaders,
 ) -> Result<RunAnswer, ApiError> {
     let RunRequest { title, provider, arguments, function_size, config } = request;
+    let backfill = config.get("backfill").and_then(Value::as_bool).unwrap_or(false);
     let span = tracing::Span::current();
     span.record("gantry.function", title.as_str());
     if let Some(provider) = &provider {
@@ -156,6 +157,7 @@ pub async fn run(
         // The job's trace: this request's span, or (spans off) the trace the caller sent.
         traceparent: context::current().or(headers.traceparent.filter(|sent| context::parse(sent).is_some())),
         instance,
+        backfill: program.backfill || backfill,
     };
     span.record("gantry.job.id", job.id.as_str());
     let limit = state.config.active_jobs_per_user;
@@ -191,6 +193,9 @@ pub struct RunConfig {
     pub workers: Option<i64>,
     #[schema(required = false)]
     pub auto_scaling: bool,
+    /// Run this job as backfill (docs/scheduling.md).
+    #[schema(required = false)]
+    pub backfill: bool,
 }
 
 /// `POST programs/run/`.
@@ -233,6 +238,11 @@ impl RunRequest {
         };
         if !config.is_object() {
             return Err(bad("'config' must be a JSON object."));
+        }
+        if let Some(backfill) = config.get("backfill")
+            && !backfill.is_boolean()
+        {
+            return Err(bad(format!("'config.backfill' must be true or false, got {backfill}.")));
         }
         let function_size = fields.text("function_size").filter(|s| !s.trim().is_empty());
         Ok(RunRequest { title, provider, arguments, function_size, config })

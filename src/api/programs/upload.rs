@@ -313,6 +313,9 @@ fn merge_upload(
     if let Some(value) = fields.value("retry_after_start") {
         program.retry_after_start = parse_bool("retry_after_start", value)?;
     }
+    if let Some(value) = fields.value("backfill") {
+        program.backfill = parse_bool("backfill", value)?;
+    }
     if fields.has("arguments_schema") {
         let stored = match fields.value("arguments_schema") {
             None => None,
@@ -423,6 +426,11 @@ pub struct UploadRequest {
     /// is started again either way.
     #[schema(nullable = false)]
     retry_after_start: Option<bool>,
+    /// Its jobs run as backfill: only on capacity lent or guaranteed to nobody, stopped when a
+    /// tenant reclaims its guarantee (docs/scheduling.md). A run's `config.backfill` marks one
+    /// job.
+    #[schema(nullable = false)]
+    backfill: Option<bool>,
 }
 
 /// The upload body as multipart, the only encoding that carries the artifact. Only `title` is

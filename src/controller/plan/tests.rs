@@ -95,7 +95,15 @@ fn succeeded() -> Pod {
 }
 
 fn row(status: JobStatus, stop_requested: bool) -> Option<Row> {
-    Some(Row { status, sub_status: None, stop_requested, provider_function: false, retries: 0, status_reason: None })
+    Some(Row {
+        status,
+        sub_status: None,
+        stop_requested,
+        provider_function: false,
+        retries: 0,
+        status_reason: None,
+        preempted_by: None,
+    })
 }
 
 /// One way a job can be found.

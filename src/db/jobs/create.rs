@@ -28,20 +28,27 @@ pub struct NewJob {
     pub traceparent: Option<String>,
     /// The instance the job runs for (its run's `Service-CRN`), kept for its usage record.
     pub instance: Option<String>,
+    /// It runs as backfill (its function's mark or its run's `config.backfill`).
+    pub backfill: bool,
 }
 
 /// The first event's data.
 const QUEUED_EVENT: &str = r#"{"status":"QUEUED"}"#;
 
-/// The job's row, written only while its author has fewer than `$13` active jobs; with
-/// `bind_new_job!` binding `$1`…`$16`. Both backends' `run` use it.
+/// The job's row, written only while its author has fewer than `$13` active jobs, with the
+/// tenant it counts against (`tenants::tenant_of!`); with `bind_new_job!` binding `$1`…`$17`.
+/// Both backends' `run` use it.
 macro_rules! insert_job {
     () => {
-        "INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
-         function_size, trial, created, updated, last_activity, event_seq, traceparent, instance, business_model) \
-         SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $12, $11, $11, $11, 1, $14, $15, $16 \
-         WHERE (SELECT COALESCE(SUM(n), 0) FROM job_counts \
+        concat!(
+            "INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
+             function_size, trial, created, updated, last_activity, event_seq, traceparent, instance, business_model, \
+             backfill, tenant) \
+             SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $12, $11, $11, $11, 1, $14, $15, $16, $17, ",
+            crate::db::tenants::tenant_of!("$15", "$3", "$4"),
+            " WHERE (SELECT COALESCE(SUM(n), 0) FROM job_counts \
                 WHERE author_id = $4 AND status IN ('QUEUED', 'PENDING', 'RUNNING')) < $13"
+        )
     };
 }
 
@@ -64,6 +71,7 @@ macro_rules! bind_new_job {
             .bind(&$job.traceparent)
             .bind(&$job.instance)
             .bind(&$job.business_model)
+            .bind($job.backfill)
     };
 }
 
@@ -184,14 +192,14 @@ async fn insert_with_limit_postgres(
     };
     static STATEMENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
-            "WITH job AS ({} RETURNING id, author_id, COALESCE(program_id, '') AS program_id, CAST($17 AS BIGINT) AS day, \
-               CAST($20 AS BIGINT) AS block, gpu, provider_id){}, \
+            "WITH job AS ({} RETURNING id, author_id, COALESCE(program_id, '') AS program_id, CAST($18 AS BIGINT) AS day, \
+               CAST($21 AS BIGINT) AS block, gpu, provider_id){}, \
              event AS ( \
                INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
-               SELECT $18, id, 1, $11, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $19 FROM job) \
+               SELECT $19, id, 1, $11, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $20 FROM job) \
              SELECT COUNT(*) FROM job",
             insert_job!(),
-            counts::postgres_ctes("job", "('QUEUED', CAST(1 AS BIGINT))", "$21", None, "1")
+            counts::postgres_ctes("job", "('QUEUED', CAST(1 AS BIGINT))", "$22", None, "1")
         )
     });
     let inserted: i64 = bind_new_job!(sqlx::query_scalar(STATEMENT.as_str()), job, now, active_limit)

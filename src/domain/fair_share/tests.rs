@@ -14,25 +14,54 @@ fn tenant(name: &str, gpu_guaranteed: usize, weight: u32, borrow_cap: Option<usi
 }
 
 fn waiting(id: &str, user: &str, tenant: &str, created: i64, backfill: bool) -> Waiting {
-    Waiting { id: id.into(), user: user.into(), tenant: tenant.into(), gpu: true, created, backfill }
+    Waiting {
+        id: id.into(),
+        user: user.into(),
+        tenant: tenant.into(),
+        gpu: true,
+        created,
+        backfill,
+        gpus: 1,
+        gpu_model: None,
+    }
 }
 
-fn holding(id: &str, user: &str, tenant: &str, admitted: i64, backfill: bool) -> Holding {
-    Holding { id: id.into(), user: user.into(), tenant: tenant.into(), gpu: true, admitted, backfill }
+/// A job holding a slot, as the tests keep them.
+#[derive(Debug, Clone)]
+struct Running {
+    id: String,
+    user: String,
+    tenant: String,
+    gpu: bool,
+    admitted: i64,
+    backfill: bool,
 }
 
+fn holding(id: &str, user: &str, tenant: &str, admitted: i64, backfill: bool) -> Running {
+    Running { id: id.into(), user: user.into(), tenant: tenant.into(), gpu: true, admitted, backfill }
+}
+
+/// A pass over `running` (its load and backfill jobs leaked: tests only).
 fn pass<'a>(
     tenants: &'a [Tenant],
     queue: &'a [Waiting],
-    running: &'a [Holding],
+    running: &'a [Running],
     usage: &'a HashMap<String, f64>,
     gpu_slots: usize,
     now: i64,
 ) -> Pass<'a> {
+    let load = load_of(running.iter().map(|job| (job.user.as_str(), job.tenant.as_str(), job.gpu, job.backfill)));
+    let backfill: Vec<Holding> = running
+        .iter()
+        .filter(|job| job.backfill)
+        .map(|job| Holding { id: job.id.clone(), tenant: job.tenant.clone(), gpu: job.gpu, admitted: job.admitted })
+        .collect();
     Pass {
         tenants,
         queue,
-        running,
+        running: Box::leak(load.into_boxed_slice()),
+        backfill: Box::leak(backfill.into_boxed_slice()),
+        free_gpus: None,
         user_usage: usage,
         job_weight: 1.0,
         jobs_per_user: 1_000,
@@ -56,7 +85,7 @@ fn ids(admitted: &[(String, bool)]) -> Vec<&str> {
 fn weights_one_two_one_settle_within_five_percent_of_their_shares() {
     let tenants = [tenant("a", 0, 1, None), tenant("b", 0, 2, None), tenant("c", 0, 1, None)];
     let usage = HashMap::new();
-    let mut running: Vec<Holding> = Vec::new();
+    let mut running: Vec<Running> = Vec::new();
     let mut next_id = 0;
     let mut seed: u64 = 7;
     for round in 0..10 {
@@ -105,7 +134,7 @@ fn weights_one_two_one_settle_within_five_percent_of_their_shares() {
 #[test]
 fn a_tenant_below_its_guarantee_is_served_first_in_the_next_pass() {
     let tenants = [tenant("x", 10, 1, None), tenant("y", 0, 1, None)];
-    let running: Vec<Holding> = (0..90).map(|i| holding(&format!("y{i}"), "yuser", "y", i, false)).collect();
+    let running: Vec<Running> = (0..90).map(|i| holding(&format!("y{i}"), "yuser", "y", i, false)).collect();
     let mut queue: Vec<Waiting> = (0..50).map(|i| waiting(&format!("yq{i}"), "yuser", "y", i, false)).collect();
     queue.push(waiting("x-new", "xuser", "x", 1_000, false));
     let usage = HashMap::new();
@@ -121,7 +150,7 @@ fn a_tenant_below_its_guarantee_is_served_first_in_the_next_pass() {
 #[test]
 fn a_guarantee_lent_to_backfill_is_reclaimed_after_the_grace() {
     let tenants = [tenant("x", 10, 1, None), tenant("y", 0, 1, None)];
-    let mut running: Vec<Holding> = (0..100).map(|i| holding(&format!("y{i:03}"), "yuser", "y", i, true)).collect();
+    let mut running: Vec<Running> = (0..100).map(|i| holding(&format!("y{i:03}"), "yuser", "y", i, true)).collect();
     let queue: Vec<Waiting> = (0..3).map(|i| waiting(&format!("x{i}"), "xuser", "x", 1_000, false)).collect();
     let usage = HashMap::new();
     let early = decide(&pass(&tenants, &queue, &running, &usage, 100, 1_030));
@@ -141,7 +170,7 @@ fn a_guarantee_lent_to_backfill_is_reclaimed_after_the_grace() {
 #[test]
 fn a_job_that_is_not_backfill_is_never_stopped() {
     let tenants = [tenant("x", 10, 1, None), tenant("y", 0, 1, None)];
-    let running: Vec<Holding> = (0..100).map(|i| holding(&format!("y{i}"), "yuser", "y", i, false)).collect();
+    let running: Vec<Running> = (0..100).map(|i| holding(&format!("y{i}"), "yuser", "y", i, false)).collect();
     let queue = [waiting("x0", "xuser", "x", 0, false)];
     let usage = HashMap::new();
     let decision = decide(&pass(&tenants, &queue, &running, &usage, 100, 1_000_000));
@@ -164,7 +193,7 @@ fn borrowing_stops_at_the_cap_and_backfill_gives_back_an_idle_guarantee() {
     assert_eq!(backfill.len(), 3);
     assert!(backfill.iter().all(|(_, lent)| *lent), "backfill always runs on lent capacity");
     // On a full machine, x's own jobs take its guarantee back from its backfill after the grace.
-    let mut running: Vec<Holding> = (0..3).map(|i| holding(&format!("xb{i}"), "xuser", "x", i, true)).collect();
+    let mut running: Vec<Running> = (0..3).map(|i| holding(&format!("xb{i}"), "xuser", "x", i, true)).collect();
     running.extend((0..2).map(|i| holding(&format!("y{i}"), "yuser", "y", i, false)));
     let queue = [waiting("x-firm", "xuser", "x", 100, false)];
     let decision = decide(&pass(&tenants, &queue, &running, &usage, 5, 160));
@@ -206,4 +235,55 @@ fn user_caps_and_slots_still_hold() {
     assert_eq!(ids(&decision.admitted), ["cpu1", "a0", "a1"]);
     assert_eq!(decision.held.get("a2"), Some(&Hold::UserCap));
     assert_eq!(decision.held.get("cpu2"), Some(&Hold::Slots), "no CPU slot free, no CPU guarantee");
+}
+
+/// Without tenants it is fair share between users: with no usage yet, oldest first and one job
+/// per user before anyone's second (each admission weighs on its user).
+#[test]
+fn without_tenants_users_take_turns_oldest_first() {
+    let cpu =
+        |id: &str, user: &str, created| Waiting { gpu: false, gpus: 0, ..waiting(id, user, NO_TENANT, created, false) };
+    let queue = [cpu("a1", "a", 1), cpu("a2", "a", 2), cpu("a3", "a", 3), cpu("b1", "b", 5)];
+    let usage = HashMap::new();
+    let decision = decide(&Pass { cpu_slots: 3, ..pass(&[], &queue, &[], &usage, 0, 0) });
+    assert_eq!(ids(&decision.admitted), ["a1", "b1", "a2"]);
+    assert_eq!(decision.held.get("a3"), Some(&Hold::Slots));
+    // A user with recent usage (a) goes after one without.
+    let heavy = HashMap::from([("a".to_string(), 10.0)]);
+    let decision = decide(&Pass { cpu_slots: 1, ..pass(&[], &queue, &[], &heavy, 0, 0) });
+    assert_eq!(ids(&decision.admitted), ["b1"]);
+}
+
+/// Where the runner lends the machine's own GPUs, a GPU job waits for enough free GPUs of its
+/// model; the jobs behind it that fit go first; without a list (Kubernetes) slots decide.
+#[test]
+fn where_gpus_are_lent_a_gpu_job_waits_for_enough_free_gpus_of_its_model() {
+    let usage = HashMap::new();
+    let two = |id: &str, user: &str, created| Waiting { gpus: 2, ..waiting(id, user, NO_TENANT, created, false) };
+    let l40s = |id: &str, user: &str, created| Waiting {
+        gpu_model: Some("l40s".into()),
+        ..waiting(id, user, NO_TENANT, created, false)
+    };
+    let any = |id: &str, user: &str, created| waiting(id, user, NO_TENANT, created, false);
+    let run = |queue: &[Waiting], free: Option<&[&str]>| {
+        let free: Option<Vec<String>> = free.map(|models| models.iter().map(|m| m.to_string()).collect());
+        let free = free.map(|f| &*Box::leak(f.into_boxed_slice()));
+        decide(&Pass { free_gpus: free, ..pass(&[], queue, &[], &usage, 4, 0) })
+    };
+    // One GPU free: the two-GPU job waits (for its GPUs), the one-GPU job behind it runs.
+    let queue = [two("g2", "a", 1), any("g1", "b", 2)];
+    let decision = run(&queue, Some(&["NVIDIA H200"]));
+    assert_eq!(ids(&decision.admitted), ["g1"]);
+    assert_eq!(decision.held.get("g2"), Some(&Hold::GpuModel));
+    // Two free: the older two-GPU job takes both, the other waits.
+    assert_eq!(ids(&run(&queue, Some(&["NVIDIA H200", "NVIDIA H200"])).admitted), ["g2"]);
+    // A model: only a GPU of that model serves it.
+    let queue = [l40s("m1", "a", 1), any("g1", "b", 2)];
+    assert_eq!(ids(&run(&queue, Some(&["NVIDIA H200"])).admitted), ["g1"]);
+    assert_eq!(ids(&run(&queue, Some(&["NVIDIA H200", "NVIDIA L40S"])).admitted), ["m1", "g1"]);
+    assert_eq!(ids(&run(&queue, Some(&["NVIDIA L40S"])).admitted), ["m1"]);
+    // No GPU free: none of them.
+    assert!(run(&queue, Some(&[])).admitted.is_empty());
+    // Without a list (Kubernetes), slots alone decide.
+    assert_eq!(ids(&run(&[two("g2", "a", 1)], None).admitted), ["g2"]);
 }

@@ -71,6 +71,7 @@ async fn bench_pods_created_per_second() {
                         business_model: "SUBSIDIZED".into(),
                         traceparent: None,
                         instance: None,
+                        backfill: false,
                     };
                     gantry::db::jobs::insert_with_limit(&db, &job, i64::MAX, false).await.unwrap().unwrap();
                     let spec = FunctionJobSpec {
