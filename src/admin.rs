@@ -4,6 +4,7 @@
 use anyhow::{Context, bail};
 use clap::{Args, Subcommand};
 
+use crate::compute::quotas;
 use crate::db::{self, DatabaseArgs, Db};
 use crate::storage::{Storage, StorageArgs};
 
@@ -140,6 +141,40 @@ pub enum AdminCommand {
     },
     /// List the budgets with this month's use.
     Budgets,
+    /// Declare a tenant or change its quotas (docs/scheduling.md): a provider (its functions'
+    /// jobs), a group (its members' jobs of user functions) or an instance (the jobs run for it
+    /// under runtime_platform), with guaranteed CPU and GPU slots, borrowing caps and a weight.
+    /// What is not given keeps its value (a new tenant: no guarantee, no cap, weight 1).
+    /// Applies at the next admission pass, on every runner; --remove takes the tenant away.
+    SetQuota {
+        #[arg(long, conflicts_with_all = ["group", "instance"])]
+        provider: Option<String>,
+        #[arg(long, conflicts_with = "instance")]
+        group: Option<String>,
+        /// The instance's name, as runs carry it in `Service-CRN`.
+        #[arg(long)]
+        instance: Option<String>,
+        /// CPU-job slots guaranteed.
+        #[arg(long)]
+        cpu: Option<i64>,
+        /// GPU-job slots guaranteed.
+        #[arg(long)]
+        gpu: Option<i64>,
+        /// CPU slots it may use beyond its guarantee, or `none` for no cap.
+        #[arg(long, value_parser = quotas::parse_cap)]
+        cpu_borrow_cap: Option<quotas::Cap>,
+        /// GPU slots it may use beyond its guarantee, or `none` for no cap.
+        #[arg(long, value_parser = quotas::parse_cap)]
+        gpu_borrow_cap: Option<quotas::Cap>,
+        /// Its share of lent capacity against the others' (1 to 1000).
+        #[arg(long)]
+        weight: Option<i64>,
+        /// Remove the tenant: its jobs go to the next tenant that matches them, or to none.
+        #[arg(long, conflicts_with_all = ["cpu", "gpu", "cpu_borrow_cap", "gpu_borrow_cap", "weight"])]
+        remove: bool,
+    },
+    /// List the tenants with their quotas and what the last admission pass saw of each.
+    Quotas,
     /// The usage ledger's totals for a period (docs/usage.md): everyone's, or one user's or one
     /// provider's, grouped by function, size, day, user or provider; as a table or CSV.
     Usage {
@@ -364,6 +399,32 @@ pub async fn admin_with(db: &Db, storage: Option<&Storage>, command: AdminComman
                 format!("budget of {name}: CPU {} a month, GPU {} a month", limit(cpu_hours), limit(gpu_hours))
             }
         }
+        AdminCommand::SetQuota {
+            provider,
+            group,
+            instance,
+            cpu,
+            gpu,
+            cpu_borrow_cap,
+            gpu_borrow_cap,
+            weight,
+            remove,
+        } => {
+            let (kind, key) = quotas::tenant_key(db, provider, group, instance).await?;
+            if remove {
+                let name = kind.name(&key);
+                match db::tenants::remove(db, &name).await? {
+                    true => format!(
+                        "tenant {name} removed: its active jobs count against the next tenant that matches them, or none"
+                    ),
+                    false => bail!("tenant {name} does not exist"),
+                }
+            } else {
+                let change = quotas::QuotaChange { cpu, gpu, cpu_borrow_cap, gpu_borrow_cap, weight };
+                quotas::set(db, kind, &key, &change).await?
+            }
+        }
+        AdminCommand::Quotas => quotas::list(db).await?,
         AdminCommand::Budgets => {
             let now = db::now_micros();
             let (from, to) = crate::domain::usage::month_of(db::counts::day_of(now));

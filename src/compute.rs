@@ -9,6 +9,7 @@ pub mod admission_pass;
 pub mod job_times;
 pub mod kube;
 pub mod local;
+pub mod quotas;
 pub mod rbac;
 
 pub use admission_pass::{ADMISSION_WINDOW, Capacity, Memory, Passed, admit_queued};
@@ -47,6 +48,11 @@ pub struct LimitsArgs {
     /// Backfill jobs stopped at most per admission pass.
     #[arg(long, env = "GANTRY_MAX_PREEMPTIONS", default_value_t = 10)]
     pub max_preemptions: usize,
+    /// Tenants to declare (or whose quotas to set) at start: a JSON list of objects with one of
+    /// `provider`, `group`, `instance` and any of `cpu`, `gpu`, `cpuBorrowCap`,
+    /// `gpuBorrowCap` (a number, or null for no cap), `weight` (the chart's `tenants`).
+    #[arg(long, env = "GANTRY_TENANTS")]
+    pub tenants: Option<String>,
 }
 
 /// A half-life: a duration as `--timeout` takes it, never zero.
@@ -71,6 +77,15 @@ impl LimitsArgs {
             cpu_slots: self.max_cpu_jobs,
             gpu_slots: self.max_gpu_jobs.unwrap_or(default_gpu_slots),
         }
+    }
+
+    /// Applies `--tenants`, if given, and logs each tenant it set.
+    pub async fn seed_tenants(&self, db: &Db) -> anyhow::Result<()> {
+        let Some(json) = self.tenants.as_deref().filter(|json| !json.trim().is_empty()) else { return Ok(()) };
+        for line in quotas::seed(db, json).await? {
+            tracing::info!("{line}");
+        }
+        Ok(())
     }
 
     /// The fair-share settings.

@@ -272,6 +272,7 @@ impl ControllerArgs {
         require_shared_backends("controller", &self.database, &storage)?;
         let db = self.database.open().await?;
         storage.check().await.context("object storage is not reachable")?;
+        self.limits.seed_tenants(&db).await?;
         let (client, namespace) = self.cluster.connect().await?;
         let crds: kube::Api<
             k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition,

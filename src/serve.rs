@@ -129,6 +129,7 @@ impl ServeArgs {
         let storage = storage_settings.open(&database.data_dir)?;
         storage.check().await.context("object storage is not reachable")?;
         migrate_storage(&db, &storage).await?;
+        jobs.limits.seed_tenants(&db).await?;
         let tokens = match &api.token_key {
             Some(key) => TokenCipher::from_key_text(key.expose())?,
             None => TokenCipher::load_or_create(&database.data_dir.join("token.key"))?,

@@ -19,6 +19,9 @@ pub struct QueuePlace {
     /// Its function's title and provider (None once the function is deleted).
     pub program_title: Option<String>,
     pub provider_name: Option<String>,
+    /// The tenant it counts against (`None`: none), and whether it runs as backfill.
+    pub tenant: Option<String>,
+    pub backfill: bool,
 }
 
 /// The author's unfinished jobs by status, from the kept counts (exact however many there
@@ -108,7 +111,7 @@ pub async fn read(db: &Db, author_id: &str, limit: i64, slots: bool) -> Result<(
         false => queue_counts!(),
         true => concat!(
             "WITH mine AS ( \
-                   SELECT j.id, j.program_id, j.provider_id, j.status, j.created, j.gpu FROM jobs j \
+                   SELECT j.id, j.program_id, j.provider_id, j.status, j.created, j.gpu, j.tenant, j.backfill FROM jobs j \
                    WHERE j.author_id = $1 AND j.status IN ('QUEUED','PENDING','RUNNING') \
                    ORDER BY j.created, j.id LIMIT $2), \
                  queued AS ( \
@@ -143,7 +146,7 @@ pub async fn read(db: &Db, author_id: &str, limit: i64, slots: bool) -> Result<(
             queue_counts!(),
             ") c \
                  LEFT JOIN ( \
-                   SELECT m.id, m.program_id, m.status, m.created, COALESCE(pl.ahead, 0) AS ahead, m.gpu, \
+                   SELECT m.id, m.program_id, m.status, m.created, COALESCE(pl.ahead, 0) AS ahead, m.gpu, m.tenant, m.backfill, \
                      (SELECT p.title FROM programs p WHERE p.id = m.program_id) AS program_title, \
                      (SELECT pr.name FROM providers pr WHERE pr.id = m.provider_id) AS provider_name \
                    FROM mine m LEFT JOIN places pl ON pl.id = m.id) page ON 1 = 1 \

@@ -43,6 +43,7 @@ mod scoped_access;
 mod storage_faults;
 mod streams;
 mod system;
+mod tenants;
 mod traces;
 mod trials;
 mod usage;

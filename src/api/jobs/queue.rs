@@ -13,7 +13,7 @@ use crate::api::shared::ProgramSummary;
 use crate::api::state::AppState;
 use crate::api::usage::{BudgetUse, BudgetsOf, budget_uses};
 use crate::auth::Caller;
-use crate::db::{self, queue};
+use crate::db::{self, queue, tenants};
 use crate::domain::admission::Limits;
 
 /// Where the caller's unfinished jobs stand: active slots used of the limit, and for each queued job how many queued jobs of any user came before it (oldest first)
@@ -45,8 +45,13 @@ pub async fn queue(state: &AppState, caller: &Caller, limit: Option<&str>) -> Re
     let (counts, places) = queue::read(&state.db, &caller.user_id, limit, admission.is_some()).await?;
     let running = counts.pending + counts.running;
     let in_use = counts.slots;
+    // The tenants of the listed jobs, with what the last admission pass saw of each.
+    let tenants = match places.iter().any(|p| p.tenant.is_some()) {
+        true => tenant_shares(state, &places).await?,
+        false => Vec::new(),
+    };
     let waits = match (admission, in_use) {
-        (Some(limits), Some(in_use)) => waiting_for(&places, running, limits, in_use),
+        (Some(limits), Some(in_use)) => waiting_for(&places, running, limits, in_use, &tenants),
         _ => vec![None; places.len()],
     };
     let slots = |limit: usize, used: i64| SlotUse { used, limit: i64::try_from(limit).unwrap_or(i64::MAX) };
@@ -64,6 +69,8 @@ pub async fn queue(state: &AppState, caller: &Caller, limit: Option<&str>) -> Re
             .map(|(p, waiting_for)| {
                 let queued = p.status == "QUEUED";
                 QueuedPlace {
+                    tenant: p.tenant,
+                    backfill: p.backfill,
                     ahead: queued.then_some(p.ahead),
                     position: queued.then_some(p.ahead + 1),
                     waiting_for,
@@ -75,6 +82,7 @@ pub async fn queue(state: &AppState, caller: &Caller, limit: Option<&str>) -> Re
                 }
             })
             .collect(),
+        tenants,
         budgets: budget_uses(state, BudgetsOf::User(&caller.user_id))
             .await?
             .into_iter()
@@ -83,14 +91,54 @@ pub async fn queue(state: &AppState, caller: &Caller, limit: Option<&str>) -> Re
     })
 }
 
+/// The tenants of `places`' jobs with their quotas and what the last admission pass saw.
+async fn tenant_shares(state: &AppState, places: &[queue::QueuePlace]) -> Result<Vec<TenantShare>, ApiError> {
+    let shares = tenants::shares(&state.db).await?;
+    let mut listed = Vec::new();
+    for tenant in tenants::list(&state.db).await? {
+        if !places.iter().any(|p| p.tenant.as_deref() == Some(tenant.name.as_str())) {
+            continue;
+        }
+        let figures = |gpu: bool| {
+            let (guaranteed, borrow_cap) = match gpu {
+                true => (tenant.gpu_guaranteed, tenant.gpu_borrow_cap),
+                false => (tenant.cpu_guaranteed, tenant.cpu_borrow_cap),
+            };
+            let share = shares.iter().find(|s| s.tenant == tenant.name && s.gpu == gpu);
+            let (used, firm, waiting) = share.map_or((0, 0, 0), |s| (s.used, s.firm, s.waiting));
+            TenantSlots {
+                guaranteed,
+                borrow_cap,
+                used,
+                backfill: used - firm,
+                borrowed: (used - guaranteed).max(0),
+                lent: (guaranteed - firm).max(0),
+                waiting,
+            }
+        };
+        let updated = shares.iter().filter(|s| s.tenant == tenant.name).map(|s| s.updated).max();
+        listed.push(TenantShare {
+            cpu: figures(false),
+            gpu: figures(true),
+            name: tenant.name,
+            weight: tenant.weight,
+            seen: updated.map(db::format_timestamp),
+        });
+    }
+    Ok(listed)
+}
+
 /// What holds each of the caller's queued jobs (oldest first) back now: admission starts the
 /// caller's oldest queued jobs while the caller is under its running limit and a slot of the
-/// job's kind is free, so each queued job uses up one of each before the next is looked at.
+/// job's kind is free, so each queued job uses up one of each before the next is looked at; a
+/// job of a tenant at its borrowing cap waits for its tenant, and one of a tenant below its
+/// guarantee waits for its guarantee to come back (`tenant_quota`).
 fn waiting_for(
     places: &[queue::QueuePlace],
     running: i64,
     limits: Limits,
     (cpu, gpu): (i64, i64),
+    tenants: &[TenantShare],
 ) -> Vec<Option<WaitingFor>> {
     let free = |limit: usize, used: i64| (i64::try_from(limit).unwrap_or(i64::MAX) - used).max(0);
     let mut under_limit = free(limits.jobs_per_user, running);
@@ -101,11 +149,22 @@ fn waiting_for(
             if place.status != "QUEUED" {
                 return None;
             }
+            let tenant = place
+                .tenant
+                .as_deref()
+                .and_then(|name| tenants.iter().find(|t| t.name == name))
+                .map(|t| if place.gpu { &t.gpu } else { &t.cpu });
             let slots = if place.gpu { &mut gpu_free } else { &mut cpu_free };
             Some(if under_limit == 0 {
                 WaitingFor::RunningLimit
+            } else if tenant.is_some_and(|t| t.borrow_cap.is_some_and(|cap| t.used >= t.guaranteed + cap)) {
+                WaitingFor::BorrowingCap
             } else if *slots == 0 {
-                if place.gpu { WaitingFor::GpuSlots } else { WaitingFor::CpuSlots }
+                match tenant {
+                    Some(t) if !place.backfill && t.used - t.backfill < t.guaranteed => WaitingFor::TenantQuota,
+                    _ if place.gpu => WaitingFor::GpuSlots,
+                    _ => WaitingFor::CpuSlots,
+                }
             } else {
                 under_limit -= 1;
                 *slots -= 1;
@@ -148,9 +207,46 @@ pub struct QueueAnswer {
     pub gpu_slots: Option<SlotUse>,
     /// The oldest of them, at most `limit` (default and most: 500).
     pub jobs: Vec<QueuedPlace>,
+    /// The tenants the listed jobs count against (docs/scheduling.md), with their quotas and
+    /// use as the last admission pass saw them; empty when none of them has a tenant.
+    pub tenants: Vec<TenantShare>,
     /// The budgets the caller's runs count against (theirs, their groups', and those of the
     /// functions they ran this month or have active jobs of), with this month's use.
     pub budgets: Vec<BudgetUse>,
+}
+
+/// A tenant's quotas and use.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantShare {
+    /// `provider:<name>`, `group:<name>` or `instance:<name>`.
+    pub name: String,
+    /// Its share of lent capacity against the others'.
+    pub weight: i64,
+    pub cpu: TenantSlots,
+    pub gpu: TenantSlots,
+    /// When an admission pass last saw a change of its figures (null: none has yet).
+    #[schema(format = DateTime, required = true)]
+    pub seen: Option<String>,
+}
+
+/// A tenant's slots of one kind.
+#[derive(Debug, Serialize, ToSchema)]
+pub struct TenantSlots {
+    /// Slots it is served first.
+    pub guaranteed: i64,
+    /// Slots it may use beyond its guarantee (null: no cap).
+    #[schema(required = true)]
+    pub borrow_cap: Option<i64>,
+    /// Its jobs holding slots (pending or running).
+    pub used: i64,
+    /// Of those, backfill jobs (they do not count toward its guarantee).
+    pub backfill: i64,
+    /// What it uses beyond its guarantee.
+    pub borrowed: i64,
+    /// What of its guarantee its own jobs do not use (others may use it meanwhile).
+    pub lent: i64,
+    /// Its jobs waiting in admission's window.
+    pub waiting: i64,
 }
 
 /// Slots in use (pending and running jobs of every user) of those there are.
@@ -170,6 +266,11 @@ pub enum WaitingFor {
     CpuSlots,
     /// Every GPU slot is taken.
     GpuSlots,
+    /// Its tenant is below its guarantee but the slots are lent out: they come back as jobs
+    /// end, or by stopping backfill after the grace.
+    TenantQuota,
+    /// Its tenant uses its guarantee and all it may borrow.
+    BorrowingCap,
     /// Nothing: admission starts it at its next pass.
     NextAdmission,
 }
@@ -192,6 +293,11 @@ pub struct QueuedPlace {
     #[schema(required = true)]
     pub waiting_for: Option<WaitingFor>,
     pub gpu: bool,
+    /// The tenant it counts against (null: none).
+    #[schema(required = true)]
+    pub tenant: Option<String>,
+    /// It runs as backfill.
+    pub backfill: bool,
     /// Its function.
     pub program: ProgramSummary,
 }
