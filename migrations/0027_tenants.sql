@@ -2,7 +2,7 @@
 -- (its members' jobs of user functions) or an instance under `runtime_platform` (the jobs run
 -- for it), named `<kind>:<key>` (`provider:acme`, `group:research`, `instance:crn:…`), with per
 -- kind of slot (CPU, GPU) a guarantee (slots it is served first), a borrowing cap (slots it may
--- use beyond its guarantee; NULL: no cap) and a weight (its share of what is lent).
+-- use beyond its guarantee; NULL: no cap) and a weight (its share of what is lent). Its GPU
 -- guarantee may name a GPU model (`gpu_model`): then only its jobs of that model count toward
 -- it and are served first by it. Set with `gantry admin set-quota`; admission reads them each
 -- pass, so a change applies at the next pass.
@@ -14,6 +14,7 @@ CREATE TABLE tenants (
     cpu_borrow_cap  BIGINT,
     gpu_guaranteed  BIGINT NOT NULL,
     gpu_borrow_cap  BIGINT,
+    gpu_model       TEXT,
     weight          BIGINT NOT NULL,
     updated         BIGINT NOT NULL
 );
@@ -25,6 +26,8 @@ CREATE TABLE tenants (
 -- `config.backfill`): only on lent or unguaranteed capacity, stopped when a tenant reclaims its
 -- guarantee.
 ALTER TABLE jobs ADD COLUMN tenant TEXT;
+-- The GPU model a GPU job asks for (its size's profile; NULL: any, or a CPU job).
+ALTER TABLE jobs ADD COLUMN gpu_model TEXT;
 ALTER TABLE jobs ADD COLUMN backfill BOOLEAN NOT NULL DEFAULT FALSE;
 ALTER TABLE programs ADD COLUMN backfill BOOLEAN NOT NULL DEFAULT FALSE;
 

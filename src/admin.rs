@@ -166,11 +166,15 @@ pub enum AdminCommand {
         /// GPU slots it may use beyond its guarantee, or `none` for no cap.
         #[arg(long, value_parser = quotas::parse_cap)]
         gpu_borrow_cap: Option<quotas::Cap>,
+        /// The GPU model its GPU guarantee is of (a profile's model: h200, a100p), or `any`:
+        /// only its jobs asking for that model count toward it and are served first.
+        #[arg(long, value_parser = quotas::parse_gpu_model)]
+        gpu_model: Option<quotas::GpuModel>,
         /// Its share of lent capacity against the others' (1 to 1000).
         #[arg(long)]
         weight: Option<i64>,
         /// Remove the tenant: its jobs go to the next tenant that matches them, or to none.
-        #[arg(long, conflicts_with_all = ["cpu", "gpu", "cpu_borrow_cap", "gpu_borrow_cap", "weight"])]
+        #[arg(long, conflicts_with_all = ["cpu", "gpu", "cpu_borrow_cap", "gpu_borrow_cap", "gpu_model", "weight"])]
         remove: bool,
     },
     /// List the tenants with their quotas and what the last admission pass saw of each.
@@ -407,6 +411,7 @@ pub async fn admin_with(db: &Db, storage: Option<&Storage>, command: AdminComman
             gpu,
             cpu_borrow_cap,
             gpu_borrow_cap,
+            gpu_model,
             weight,
             remove,
         } => {
@@ -420,7 +425,7 @@ pub async fn admin_with(db: &Db, storage: Option<&Storage>, command: AdminComman
                     false => bail!("tenant {name} does not exist"),
                 }
             } else {
-                let change = quotas::QuotaChange { cpu, gpu, cpu_borrow_cap, gpu_borrow_cap, weight };
+                let change = quotas::QuotaChange { cpu, gpu, cpu_borrow_cap, gpu_borrow_cap, gpu_model, weight };
                 quotas::set(db, kind, &key, &change).await?
             }
         }

@@ -49,7 +49,7 @@ pub struct LimitsArgs {
     #[arg(long, env = "GANTRY_MAX_PREEMPTIONS", default_value_t = 10)]
     pub max_preemptions: usize,
     /// Tenants to declare (or whose quotas to set) at start: a JSON list of objects with one of
-    /// `provider`, `group`, `instance` and any of `cpu`, `gpu`, `cpuBorrowCap`,
+    /// `provider`, `group`, `instance` and any of `cpu`, `gpu`, `gpuModel`, `cpuBorrowCap`,
     /// `gpuBorrowCap` (a number, or null for no cap), `weight` (the chart's `tenants`).
     #[arg(long, env = "GANTRY_TENANTS")]
     pub tenants: Option<String>,

@@ -194,11 +194,7 @@ async fn recent_usage(
     let half_life = i64::try_from(half_life.as_micros()).unwrap_or(i64::MAX).max(1);
     let bucket = (half_life / 8).max(1_000_000);
     let rows = db::usage::recent_run_by_user(db, now.saturating_sub(half_life.saturating_mul(8)), bucket).await?;
-    let mut usage: HashMap<String, f64> = HashMap::new();
-    for (user, number, run_ms) in rows {
-        let age = (now - (number * bucket + bucket / 2)).max(0) as f64;
-        *usage.entry(user).or_default() += run_ms as f64 * 0.5f64.powf(age / half_life as f64);
-    }
+    let usage = fair_share::decayed(&rows, bucket, half_life, now);
     *memory.usage.lock().unwrap_or_else(|p| p.into_inner()) = Some((Instant::now(), usage.clone()));
     Ok(usage)
 }

@@ -37,7 +37,24 @@ pub struct QuotaChange {
     pub gpu: Option<i64>,
     pub cpu_borrow_cap: Option<Cap>,
     pub gpu_borrow_cap: Option<Cap>,
+    /// The model its GPU guarantee is of.
+    pub gpu_model: Option<GpuModel>,
     pub weight: Option<i64>,
+}
+
+/// A GPU model as given: a profile's model, or none (`any`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuModel(pub Option<String>);
+
+/// A profile's model (`h200`, `a100p`), or `any`.
+pub fn parse_gpu_model(text: &str) -> Result<GpuModel, String> {
+    match text.trim() {
+        "" | "any" => Ok(GpuModel(None)),
+        model if model.len() <= 64 && model.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') => {
+            Ok(GpuModel(Some(model.to_ascii_lowercase())))
+        }
+        other => Err(format!("a GPU model is a profile's model such as h200 or a100p, or any; got '{other}'")),
+    }
 }
 
 /// A seed's cap: a number, `null` or `"none"` (no cap).
@@ -72,6 +89,10 @@ impl QuotaChange {
             cpu_borrow_cap: self.cpu_borrow_cap.map_or(current.and_then(|t| t.cpu_borrow_cap), |cap| cap.0),
             gpu_guaranteed: slots("gpu", self.gpu, current.map_or(0, |t| t.gpu_guaranteed))?,
             gpu_borrow_cap: self.gpu_borrow_cap.map_or(current.and_then(|t| t.gpu_borrow_cap), |cap| cap.0),
+            gpu_model: match &self.gpu_model {
+                Some(GpuModel(model)) => model.clone(),
+                None => current.and_then(|t| t.gpu_model.clone()),
+            },
             weight,
         })
     }
@@ -109,13 +130,14 @@ pub async fn set(db: &Db, kind: Kind, key: &str, change: &QuotaChange) -> anyhow
     let name = kind.name(key);
     let current = tenants::list(db).await?.into_iter().find(|t| t.name == name);
     let quotas = change.apply(current.as_ref())?;
-    let new = tenants::set(db, kind, key, quotas).await?;
+    let new = tenants::set(db, kind, key, quotas.clone()).await?;
     let cap = |cap: Option<i64>| cap.map_or("no cap".to_string(), |n| format!("at most {n} more"));
     Ok(format!(
-        "tenant {name}: CPU {} guaranteed ({}), GPU {} guaranteed ({}), weight {}{}",
+        "tenant {name}: CPU {} guaranteed ({}), GPU {}{} guaranteed ({}), weight {}{}",
         quotas.cpu_guaranteed,
         cap(quotas.cpu_borrow_cap),
         quotas.gpu_guaranteed,
+        quotas.gpu_model.as_ref().map(|m| format!(" {m}")).unwrap_or_default(),
         cap(quotas.gpu_borrow_cap),
         quotas.weight,
         if new { "; new: its active jobs count against it from the next admission pass" } else { "" }
@@ -133,10 +155,14 @@ pub async fn list(db: &Db) -> anyhow::Result<String> {
             } else {
                 (tenant.cpu_guaranteed, tenant.cpu_borrow_cap)
             };
+            let model = match (gpu, &tenant.gpu_model) {
+                (true, Some(model)) => format!(" ({model})"),
+                _ => String::new(),
+            };
             let share = shares.iter().find(|s| s.tenant == tenant.name && s.gpu == gpu);
             let (used, firm, waiting) = share.map_or((0, 0, 0), |s| (s.used, s.firm, s.waiting));
             format!(
-                "{} guaranteed {guaranteed}, borrowing cap {}, using {used} ({} backfill), lent {}, waiting {waiting}",
+                "{}{model} guaranteed {guaranteed}, borrowing cap {}, using {used} ({} backfill), lent {}, waiting {waiting}",
                 if gpu { "GPU" } else { "CPU" },
                 cap.map_or("none".to_string(), |n| n.to_string()),
                 used - firm,
@@ -173,6 +199,7 @@ pub struct Seeded {
     pub cpu_borrow_cap: Option<Cap>,
     #[serde(default, deserialize_with = "cap_field")]
     pub gpu_borrow_cap: Option<Cap>,
+    pub gpu_model: Option<String>,
     pub weight: Option<i64>,
 }
 
@@ -187,6 +214,7 @@ pub async fn seed(db: &Db, json: &str) -> anyhow::Result<Vec<String>> {
             gpu: tenant.gpu,
             cpu_borrow_cap: tenant.cpu_borrow_cap,
             gpu_borrow_cap: tenant.gpu_borrow_cap,
+            gpu_model: tenant.gpu_model.as_deref().map(parse_gpu_model).transpose().map_err(anyhow::Error::msg)?,
             weight: tenant.weight,
         };
         let (kind, key) = tenant_key(db, tenant.provider, tenant.group, tenant.instance).await?;

@@ -62,6 +62,7 @@ pub struct TenantRow {
     pub cpu_borrow_cap: Option<i64>,
     pub gpu_guaranteed: i64,
     pub gpu_borrow_cap: Option<i64>,
+    pub gpu_model: Option<String>,
     pub weight: i64,
     pub updated: i64,
 }
@@ -74,25 +75,28 @@ impl TenantRow {
             name: self.name.clone(),
             cpu: Quota { guaranteed: count(self.cpu_guaranteed), borrow_cap: self.cpu_borrow_cap.map(count) },
             gpu: Quota { guaranteed: count(self.gpu_guaranteed), borrow_cap: self.gpu_borrow_cap.map(count) },
+            gpu_model: self.gpu_model.clone(),
             weight: u32::try_from(self.weight).unwrap_or(u32::MAX).max(1),
         }
     }
 }
 
 /// A tenant's quotas as `set` writes them.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Quotas {
     pub cpu_guaranteed: i64,
     pub cpu_borrow_cap: Option<i64>,
     pub gpu_guaranteed: i64,
     pub gpu_borrow_cap: Option<i64>,
+    /// The model its GPU guarantee is of (`None`: any).
+    pub gpu_model: Option<String>,
     pub weight: i64,
 }
 
 /// Every tenant, by name.
 pub async fn list(db: &Db) -> Result<Vec<TenantRow>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, TenantRow>(
-        "SELECT name, kind, key, cpu_guaranteed, cpu_borrow_cap, gpu_guaranteed, gpu_borrow_cap, weight, updated \
+        "SELECT name, kind, key, cpu_guaranteed, cpu_borrow_cap, gpu_guaranteed, gpu_borrow_cap, gpu_model, weight, updated \
          FROM tenants ORDER BY name")
         .fetch_all(pool)
         .await)
@@ -118,11 +122,11 @@ pub async fn set(db: &Db, kind: Kind, key: &str, quotas: Quotas) -> Result<bool,
             .fetch_optional(&mut *tx)
             .await?;
         sqlx::query(
-            "INSERT INTO tenants (name, kind, key, cpu_guaranteed, cpu_borrow_cap, gpu_guaranteed, gpu_borrow_cap, weight, updated) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT (name) DO UPDATE SET \
+            "INSERT INTO tenants (name, kind, key, cpu_guaranteed, cpu_borrow_cap, gpu_guaranteed, gpu_borrow_cap, weight, updated, gpu_model) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) ON CONFLICT (name) DO UPDATE SET \
              cpu_guaranteed = excluded.cpu_guaranteed, cpu_borrow_cap = excluded.cpu_borrow_cap, \
              gpu_guaranteed = excluded.gpu_guaranteed, gpu_borrow_cap = excluded.gpu_borrow_cap, \
-             weight = excluded.weight, updated = excluded.updated")
+             weight = excluded.weight, updated = excluded.updated, gpu_model = excluded.gpu_model")
             .bind(&name)
             .bind(kind.as_str())
             .bind(key)
@@ -132,6 +136,7 @@ pub async fn set(db: &Db, kind: Kind, key: &str, quotas: Quotas) -> Result<bool,
             .bind(quotas.gpu_borrow_cap)
             .bind(quotas.weight)
             .bind(now_micros())
+            .bind(&quotas.gpu_model)
             .execute(&mut *tx)
             .await?;
         if existed.is_none() {

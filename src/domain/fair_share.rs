@@ -42,6 +42,10 @@ pub struct Tenant {
     pub name: String,
     pub cpu: Quota,
     pub gpu: Quota,
+    /// The GPU model its GPU guarantee is of (`None`: any): then only its jobs asking for that
+    /// model count toward the guarantee and are served first by it; its other GPU jobs run on
+    /// lent capacity.
+    pub gpu_model: Option<String>,
     /// Its share of lent capacity against the others' (at least 1).
     pub weight: u32,
 }
@@ -69,6 +73,8 @@ pub struct Load {
     pub tenant: String,
     pub gpu: bool,
     pub backfill: bool,
+    /// The GPU model its jobs asked for (`None`: any, or a CPU job).
+    pub gpu_model: Option<String>,
     pub count: usize,
 }
 
@@ -95,6 +101,7 @@ pub fn load_of<'a>(holding: impl IntoIterator<Item = (&'a str, &'a str, bool, bo
             tenant: tenant.to_string(),
             gpu,
             backfill,
+            gpu_model: None,
             count,
         })
         .collect()
@@ -194,7 +201,7 @@ pub fn decide(pass: &Pass) -> Decision {
         let mut kind = Kind { gpu, free: 0, used: HashMap::new(), firm: HashMap::new() };
         for load in pass.running.iter().filter(|load| load.gpu == gpu) {
             *kind.used.entry(load.tenant.as_str()).or_default() += load.count;
-            if !load.backfill {
+            if toward(pass.tenants, gpu, &load.tenant, load.backfill, load.gpu_model.as_deref()) {
                 *kind.firm.entry(load.tenant.as_str()).or_default() += load.count;
             }
         }
@@ -253,16 +260,17 @@ pub fn decide(pass: &Pass) -> Decision {
             };
             let jobs = queues.get_mut(tenant).expect("listed");
             let job = jobs.remove(index);
-            let lent = job.backfill || state.firm(tenant) >= state.quota(tenant).guaranteed;
+            let lent = !state.toward(job) || state.firm(tenant) >= state.quota(tenant).guaranteed;
             state.admit(job, lent, &mut decision);
         }
         // 3. Reclaim from backfill, and why the rest waits.
         for (tenant, jobs) in &queues {
             let quota = state.quota(tenant);
             let below = quota.guaranteed.saturating_sub(state.firm(tenant));
-            let waiting_for_guarantee = jobs.iter().filter(|job| !job.backfill).count().min(below);
+            let waiting_for_guarantee = jobs.iter().filter(|job| state.toward(job)).count().min(below);
             if waiting_for_guarantee > 0 && state.kind.free == 0 {
-                let oldest = jobs.iter().filter(|job| !job.backfill).map(|job| job.created).min().unwrap_or(pass.now);
+                let oldest =
+                    jobs.iter().filter(|job| state.toward(job)).map(|job| job.created).min().unwrap_or(pass.now);
                 if pass.now - oldest >= pass.grace {
                     let allowed = pass.max_preemptions.saturating_sub(preemptions).min(waiting_for_guarantee);
                     for id in state.reclaimable(tenant, &decision).into_iter().take(allowed) {
@@ -276,7 +284,7 @@ pub fn decide(pass: &Pass) -> Decision {
                     Hold::UserCap
                 } else if state.kind.free > 0 && !state.fits(job) {
                     Hold::GpuModel
-                } else if !job.backfill && state.firm(tenant) < quota.guaranteed {
+                } else if state.toward(job) && state.firm(tenant) < quota.guaranteed {
                     Hold::TenantQuota
                 } else if state.at_cap(tenant) {
                     Hold::BorrowingCap
@@ -341,13 +349,18 @@ impl<'p> State<'p, '_> {
         };
         jobs.iter()
             .enumerate()
-            .filter(|(_, job)| lent || !job.backfill)
+            .filter(|(_, job)| lent || self.toward(job))
             .filter(|(_, job)| self.per_user.get(job.user.as_str()).copied().unwrap_or(0) < self.pass.jobs_per_user)
             .filter(|(_, job)| self.fits(job))
             .min_by(|(_, a), (_, b)| {
                 score(&a.user).total_cmp(&score(&b.user)).then_with(|| (a.created, &a.id).cmp(&(b.created, &b.id)))
             })
             .map(|(index, _)| index)
+    }
+
+    /// Whether a queued job would count toward its tenant's guarantee.
+    fn toward(&self, job: &Waiting) -> bool {
+        toward(self.pass.tenants, self.kind.gpu, &job.tenant, job.backfill, job.gpu_model.as_deref())
     }
 
     /// Whether the GPUs a GPU job asks for are free, where the runner lends them.
@@ -366,7 +379,7 @@ impl<'p> State<'p, '_> {
         }
         self.kind.free -= 1;
         *self.kind.used.entry(job.tenant.as_str()).or_default() += 1;
-        if !job.backfill {
+        if self.toward(job) {
             *self.kind.firm.entry(job.tenant.as_str()).or_default() += 1;
         }
         *self.per_user.entry(job.user.as_str()).or_default() += 1;
@@ -401,6 +414,31 @@ impl<'p> State<'p, '_> {
             .map(|job| job.id.clone())
             .collect()
     }
+}
+
+/// Whether a job counts toward its tenant's guarantee: it is not backfill and, for a GPU job of
+/// a tenant whose GPU guarantee names a model, it asks for that model.
+fn toward(tenants: &[Tenant], gpu: bool, tenant: &str, backfill: bool, model: Option<&str>) -> bool {
+    if backfill {
+        return false;
+    }
+    let wanted = match tenants.iter().find(|t| t.name == tenant) {
+        Some(Tenant { gpu_model: Some(wanted), .. }) if gpu => wanted,
+        _ => return true,
+    };
+    model.is_some_and(|model| crate::domain::sizes::gpu_model_matches(model, wanted))
+}
+
+/// Each user's recent usage from their run time per bucket of end time (`(user, bucket number,
+/// run_ms)`, buckets of `bucket` microseconds): every bucket's run time halved per `half_life`
+/// (microseconds, at least 1) from the bucket's middle to `now`.
+pub fn decayed(rows: &[(String, i64, i64)], bucket: i64, half_life: i64, now: i64) -> HashMap<String, f64> {
+    let mut usage: HashMap<String, f64> = HashMap::new();
+    for (user, number, run_ms) in rows {
+        let age = (now - (number * bucket + bucket / 2)).max(0) as f64;
+        *usage.entry(user.clone()).or_default() += *run_ms as f64 * 0.5f64.powf(age / half_life.max(1) as f64);
+    }
+    usage
 }
 
 /// The positions in `free` (models of free GPUs) of the GPUs `job` would take, in order;

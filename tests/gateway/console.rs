@@ -95,7 +95,7 @@ async fn the_queue_says_where_my_jobs_stand(backend: Backend) {
     assert_eq!(
         empty.json,
         json!({"active_limit": 4, "active": 0, "queued": 0, "running": 0, "running_limit": null,
-               "cpu_slots": null, "gpu_slots": null, "jobs": [], "budgets": []})
+               "cpu_slots": null, "gpu_slots": null, "jobs": [], "tenants": [], "budgets": []})
     );
     let a1 = run(&gateway, "alice").await;
     let _b1 = run(&gateway, "bob").await;

@@ -159,6 +159,7 @@ fn queued_job(program: &str, author: &str, id: String) -> gantry::db::jobs::NewJ
         traceparent: None,
         instance: None,
         backfill: false,
+        gpu_model: None,
     }
 }
 

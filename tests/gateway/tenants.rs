@@ -31,6 +31,7 @@ fn quota(cpu: Option<i64>, cpu_borrow_cap: Option<Cap>, remove: bool) -> AdminCo
         gpu: None,
         cpu_borrow_cap,
         gpu_borrow_cap: None,
+        gpu_model: None,
         weight: None,
         remove,
     }

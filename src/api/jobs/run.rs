@@ -158,6 +158,7 @@ pub async fn run(
         traceparent: context::current().or(headers.traceparent.filter(|sent| context::parse(sent).is_some())),
         instance,
         backfill: program.backfill || backfill,
+        gpu_model: if gpu { asked.gpu_model.clone() } else { None },
     };
     span.record("gantry.job.id", job.id.as_str());
     let limit = state.config.active_jobs_per_user;

@@ -30,21 +30,23 @@ pub struct NewJob {
     pub instance: Option<String>,
     /// It runs as backfill (its function's mark or its run's `config.backfill`).
     pub backfill: bool,
+    /// The GPU model a GPU job asks for (its size's profile; `None`: any, or a CPU job).
+    pub gpu_model: Option<String>,
 }
 
 /// The first event's data.
 const QUEUED_EVENT: &str = r#"{"status":"QUEUED"}"#;
 
 /// The job's row, written only while its author has fewer than `$13` active jobs, with the
-/// tenant it counts against (`tenants::tenant_of!`); with `bind_new_job!` binding `$1`…`$17`.
+/// tenant it counts against (`tenants::tenant_of!`); with `bind_new_job!` binding `$1`…`$18`.
 /// Both backends' `run` use it.
 macro_rules! insert_job {
     () => {
         concat!(
             "INSERT INTO jobs (id, program_id, provider_id, author_id, status, arguments, config, env_vars, runner, gpu, \
              function_size, trial, created, updated, last_activity, event_seq, traceparent, instance, business_model, \
-             backfill, tenant) \
-             SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $12, $11, $11, $11, 1, $14, $15, $16, $17, ",
+             backfill, gpu_model, tenant) \
+             SELECT $1, $2, $3, $4, 'QUEUED', $5, $6, $7, $8, $9, $10, $12, $11, $11, $11, 1, $14, $15, $16, $17, $18, ",
             crate::db::tenants::tenant_of!("$15", "$3", "$4"),
             " WHERE (SELECT COALESCE(SUM(n), 0) FROM job_counts \
                 WHERE author_id = $4 AND status IN ('QUEUED', 'PENDING', 'RUNNING')) < $13"
@@ -72,6 +74,7 @@ macro_rules! bind_new_job {
             .bind(&$job.instance)
             .bind(&$job.business_model)
             .bind($job.backfill)
+            .bind(&$job.gpu_model)
     };
 }
 
@@ -192,14 +195,14 @@ async fn insert_with_limit_postgres(
     };
     static STATEMENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
-            "WITH job AS ({} RETURNING id, author_id, COALESCE(program_id, '') AS program_id, CAST($18 AS BIGINT) AS day, \
-               CAST($21 AS BIGINT) AS block, gpu, provider_id){}, \
+            "WITH job AS ({} RETURNING id, author_id, COALESCE(program_id, '') AS program_id, CAST($19 AS BIGINT) AS day, \
+               CAST($22 AS BIGINT) AS block, gpu, provider_id){}, \
              event AS ( \
                INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
-               SELECT $19, id, 1, $11, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $20 FROM job) \
+               SELECT $20, id, 1, $11, 'STATUS_CHANGE', 'API', 'RUN_PROGRAM', $21 FROM job) \
              SELECT COUNT(*) FROM job",
             insert_job!(),
-            counts::postgres_ctes("job", "('QUEUED', CAST(1 AS BIGINT))", "$22", None, "1")
+            counts::postgres_ctes("job", "('QUEUED', CAST(1 AS BIGINT))", "$23", None, "1")
         )
     });
     let inserted: i64 = bind_new_job!(sqlx::query_scalar(STATEMENT.as_str()), job, now, active_limit)

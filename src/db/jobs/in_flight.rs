@@ -10,19 +10,20 @@ use crate::domain::fair_share::{Holding, Load};
 /// Pending and running jobs counted per author, tenant, kind (GPU or not) and backfill: the load
 /// admission works against, without loading the jobs themselves.
 pub async fn in_flight_load(db: &Db) -> Result<Vec<Load>, Error> {
-    let rows = on_db!(db, pool => sqlx::query_as::<_, (String, String, bool, bool, i64)>(
-        "SELECT author_id, COALESCE(tenant, ''), gpu, backfill, COUNT(*) FROM jobs \
-         WHERE status IN ('PENDING', 'RUNNING') GROUP BY author_id, COALESCE(tenant, ''), gpu, backfill")
+    let rows = on_db!(db, pool => sqlx::query_as::<_, (String, String, bool, bool, Option<String>, i64)>(
+        "SELECT author_id, COALESCE(tenant, ''), gpu, backfill, gpu_model, COUNT(*) FROM jobs \
+         WHERE status IN ('PENDING', 'RUNNING') GROUP BY author_id, COALESCE(tenant, ''), gpu, backfill, gpu_model")
         .fetch_all(pool)
         .await)
     .map_err(query_error("count running jobs"))?;
     Ok(rows
         .into_iter()
-        .map(|(user, tenant, gpu, backfill, count)| Load {
+        .map(|(user, tenant, gpu, backfill, gpu_model, count)| Load {
             user,
             tenant,
             gpu,
             backfill,
+            gpu_model,
             count: usize::try_from(count).unwrap_or(0),
         })
         .collect())

@@ -9,6 +9,7 @@ fn tenant(name: &str, gpu_guaranteed: usize, weight: u32, borrow_cap: Option<usi
         name: name.into(),
         cpu: Quota { guaranteed: 0, borrow_cap: None },
         gpu: Quota { guaranteed: gpu_guaranteed, borrow_cap },
+        gpu_model: None,
         weight,
     }
 }
@@ -286,4 +287,65 @@ fn where_gpus_are_lent_a_gpu_job_waits_for_enough_free_gpus_of_its_model() {
     assert!(run(&queue, Some(&[])).admitted.is_empty());
     // Without a list (Kubernetes), slots alone decide.
     assert_eq!(ids(&run(&[two("g2", "a", 1)], None).admitted), ["g2"]);
+}
+
+/// Usage halves per half-life: an hour's run an hour ago weighs half an hour's run now; the
+/// order it gives puts the user who ran long ago before the one who ran just now.
+#[test]
+fn usage_decays_by_the_half_life() {
+    let hour = 3_600_000_000i64;
+    let bucket = hour / 8;
+    let now = 10 * hour;
+    // alice ran 60 minutes that ended an hour ago, bob 40 minutes that just ended.
+    let rows =
+        vec![("alice".to_string(), (now - hour) / bucket, 3_600_000), ("bob".to_string(), now / bucket - 1, 2_400_000)];
+    let usage = decayed(&rows, bucket, hour, now);
+    let alice = usage["alice"];
+    assert!((alice - 3_600_000.0 * 0.5f64.powf(1.0 - 1.0 / 16.0)).abs() < 1.0, "{usage:?}");
+    assert!(usage["bob"] > alice, "{usage:?}");
+    // Halved again after another half-life; nothing left to speak of after ten.
+    let later = decayed(&rows, bucket, hour, now + hour);
+    assert!((later["alice"] * 2.0 - alice).abs() < 1.0, "{later:?}");
+    assert!(decayed(&rows, bucket, hour, now + 10 * hour)["alice"] < alice / 1000.0);
+    // In a pass, alice (less decayed usage) goes first.
+    let queue = [waiting("b", "bob", "t", 0, false), waiting("a", "alice", "t", 1, false)];
+    assert_eq!(ids(&decide(&pass(&[tenant("t", 0, 1, None)], &queue, &[], &usage, 1, 0)).admitted), ["a"]);
+}
+
+/// A GPU guarantee of one model: only the tenant's jobs asking for that model are served first
+/// and count toward it; its other GPU jobs borrow like anyone's.
+#[test]
+fn a_gpu_guarantee_of_one_model_serves_only_that_model_first() {
+    let h200 = Tenant { gpu_model: Some("h200".into()), ..tenant("x", 2, 1, None) };
+    let tenants = [h200, tenant("y", 0, 1, None)];
+    let model = |id: &str, user: &str, tenant: &str, created, model: &str| Waiting {
+        gpu_model: Some(model.into()),
+        ..waiting(id, user, tenant, created, false)
+    };
+    // y's older jobs wait; of x's, the H200 ones start first on its guarantee, the L40S one only
+    // on what is lent.
+    let queue = [
+        waiting("y1", "yuser", "y", 0, false),
+        model("x-l40s", "xuser", "x", 1, "l40s"),
+        model("x-h200-a", "xuser", "x", 2, "h200"),
+        model("x-h200-b", "xuser2", "x", 3, "h200"),
+    ];
+    let usage = HashMap::new();
+    let decision = decide(&pass(&tenants, &queue, &[], &usage, 3, 0));
+    assert_eq!(decision.admitted[..2], [("x-h200-a".to_string(), false), ("x-h200-b".to_string(), false)]);
+    assert_eq!(decision.admitted.len(), 3, "{decision:?}");
+    assert_eq!(decision.held.len(), 1, "{decision:?}");
+    // Its L40S job running does not fill the H200 guarantee: an H200 job is still below it.
+    let running = [Running { id: "l".into(), ..holding("l", "xuser", "x", 0, false) }];
+    let load = vec![Load {
+        user: "xuser".into(),
+        tenant: "x".into(),
+        gpu: true,
+        backfill: false,
+        gpu_model: Some("l40s".into()),
+        count: 1,
+    }];
+    let queue = [model("x-h200", "xuser2", "x", 5, "h200"), waiting("y2", "yuser", "y", 0, false)];
+    let decision = decide(&Pass { running: &load, ..pass(&tenants, &queue, &running, &usage, 2, 0) });
+    assert_eq!(decision.admitted, [("x-h200".to_string(), false)], "{decision:?}");
 }

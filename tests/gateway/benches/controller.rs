@@ -72,6 +72,7 @@ async fn bench_pods_created_per_second() {
                         traceparent: None,
                         instance: None,
                         backfill: false,
+                        gpu_model: None,
                     };
                     gantry::db::jobs::insert_with_limit(&db, &job, i64::MAX, false).await.unwrap().unwrap();
                     let spec = FunctionJobSpec {
