@@ -227,6 +227,13 @@ pub struct JobUsageAnswer {
     /// 1 + its infrastructure retries.
     pub attempts: i64,
     pub cpu_core_seconds: f64,
+    /// The CPU time its processes used, where the runner measures it (`gantry serve`'s process
+    /// jobs, once ended); null otherwise.
+    #[schema(required = true)]
+    pub cpu_used_seconds: Option<f64>,
+    /// The most memory it held, in bytes, where the runner measures it (as `cpu_used_seconds`).
+    #[schema(required = true)]
+    pub memory_peak_bytes: Option<i64>,
     /// The cores its runner gave it; null before it started.
     #[schema(required = true)]
     pub cpu_cores: Option<f64>,
@@ -279,6 +286,8 @@ pub async fn job_usage(state: &AppState, caller: &Caller, job_id: &str) -> Resul
         attempts: record.attempts,
         profile: record.compute_profile,
         cpu_core_seconds: seconds(record.cpu_core_ms),
+        cpu_used_seconds: record.cpu_used_ms.map(seconds),
+        memory_peak_bytes: record.memory_peak_bytes,
         cpu_cores: record.cpu_millis.map(|m| m as f64 / 1000.0),
         ended: ended.then(|| db::format_timestamp(record.ended)),
         gib_seconds: seconds(record.gib_ms),

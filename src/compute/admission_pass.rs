@@ -80,6 +80,11 @@ pub async fn admit_queued(
     let tenants: Vec<fair_share::Tenant> = declared.iter().map(tenants::TenantRow::tenant).collect();
     let names: Vec<String> = declared.iter().map(|t| t.name.clone()).collect();
     let queue = jobs::queued(db, ADMISSION_WINDOW as i64, &names, TENANT_WINDOW as i64).await?;
+    if queue.is_empty() && tenants.is_empty() {
+        // Nothing to admit, nothing to reclaim for, no tenant's figures to keep.
+        forget_shares(db, memory).await?;
+        return Ok(Passed::default());
+    }
     let guaranteed = tenants.iter().any(|t| t.cpu.guaranteed > 0 || t.gpu.guaranteed > 0);
     let backfill: Vec<Holding> = match guaranteed {
         true => jobs::backfill_in_flight(db).await?,
@@ -161,12 +166,20 @@ pub async fn admit_queued(
     }
     if !tenants.is_empty() {
         keep_shares(db, memory, &tenants, &capacity.load, &decision.admitted, &queue, now).await?;
-    } else if !memory.shares.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
-        // The last tenant went: nothing to show.
-        tenants::write_shares(db, &[]).await?;
-        memory.shares.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    } else {
+        forget_shares(db, memory).await?;
     }
     Ok(passed)
+}
+
+/// Empties the kept shares once the last tenant went (nothing to show then).
+async fn forget_shares(db: &Db, memory: &Memory) -> Result<(), db::Error> {
+    if memory.shares.lock().unwrap_or_else(|p| p.into_inner()).is_empty() {
+        return Ok(());
+    }
+    tenants::write_shares(db, &[]).await?;
+    memory.shares.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    Ok(())
 }
 
 /// The reason an admission's event gives, where tenants are declared.

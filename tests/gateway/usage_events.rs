@@ -276,4 +276,8 @@ async fn the_local_runner_records_what_a_job_used(backend: Backend) {
     assert!((450..60_000).contains(&cpu), "{record:?}");
     assert!(record.memory_peak_bytes.expect("peak memory measured") >= 96 << 20, "{record:?}");
     assert!(cpu <= record.run_ms * 2 + 1000, "at most what the run time allows on two cores: {record:?}");
+    // The job's usage answer shows them too.
+    let usage = gateway.get(&format!("/api/v1/jobs/{id}/usage/"), "alice").await.json;
+    assert_eq!(usage["cpu_used_seconds"].as_f64(), Some(cpu as f64 / 1000.0), "{usage}");
+    assert_eq!(usage["memory_peak_bytes"].as_i64(), record.memory_peak_bytes, "{usage}");
 }
