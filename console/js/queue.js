@@ -120,7 +120,7 @@ function tenantsSection(tenants) {
       "p",
       { class: "muted intro" },
       "Your jobs count against these tenants. A tenant's guaranteed slots are its first; what its own jobs leave free is lent to others, ",
-      "in shares by weight, up to each one's borrowing cap. Backfill jobs run only on lent slots, and are stopped when a tenant takes its guarantee back.",
+      "in shares by weight, up to each one's borrowing cap. Backfill jobs run only on slots lent out or guaranteed to no one, and are stopped when a tenant takes its guarantee back.",
     ),
     h("div", { class: "tenant-list" }, tenants.map(tenantCard)),
     h(
@@ -182,7 +182,7 @@ export function waitingText(job, queue) {
       return (
         `Its tenant's borrowing cap: ${name} ` +
         (slots && slots.borrow_cap !== null && slots.borrow_cap !== undefined
-          ? `uses ${slotCount(slots.used, kind)} and may use at most ${slots.guaranteed + slots.borrow_cap} (${slots.guaranteed} guaranteed + ${slots.borrow_cap} borrowed)`
+          ? `uses ${slotCount(slots.used, kind)} and may use at most ${slots.guaranteed + slots.borrow_cap} (${slots.guaranteed} guaranteed + a borrowing cap of ${slots.borrow_cap})`
           : `uses its guaranteed ${kind} slots and all it may borrow`) +
         "; it waits until its jobs use fewer"
       );

@@ -135,7 +135,7 @@ def test_the_queue_shows_the_tenant_its_figures_and_why_its_job_waits(gateways, 
     page.goto(f"{gateway.base}/console/#/queue")
     expect(waiting).to_have_attribute("data-waiting-for", "borrowing_cap")
     expect(waiting).to_have_text(
-        f"Its tenant's borrowing cap: {TENANT} uses 1 CPU slot and may use at most 0 (0 guaranteed + 0 borrowed); "
+        f"Its tenant's borrowing cap: {TENANT} uses 1 CPU slot and may use at most 0 (0 guaranteed + a borrowing cap of 0); "
         "it waits until its jobs use fewer"
     )
     expect(figure(page, "guaranteed", "cpu")).to_have_text("0")
