@@ -6,7 +6,7 @@
 import * as api from "./api.js";
 import { h, fill, notice, when, route, statusBadge, functionName, pretty, poll, freshness, failure, answered, bounded, retryDelay, TERMINAL } from "./dom.js";
 import { follow } from "./stream.js";
-import { waitingText } from "./queue.js";
+import { waitingText, backfillBadge } from "./queue.js";
 
 const FALLBACK_POLL_MS = 3000;
 const RETRY_MS = 3000;
@@ -106,6 +106,12 @@ export async function jobView(root, { args, scope }) {
   // A queued job's place in the queue and what holds it back (`jobs/queue/`), while it waits.
   const queueTerm = h("dt", { hidden: true }, "Queue");
   const queueBox = h("dd", { id: "job-queue", hidden: true, "aria-live": "polite" });
+  // The tenant it counts against and whether it runs as backfill (docs/scheduling.md): the
+  // queue lists them for the caller's jobs that have not ended.
+  const tenantTerm = h("dt", { hidden: true }, "Tenant");
+  const tenantBox = h("dd", { id: "job-tenant", hidden: true });
+  const backfillTerm = h("dt", { hidden: true }, "Backfill");
+  const backfillBox = h("dd", { id: "job-backfill", hidden: true });
   const times = { created: job.created, started: null, finished: null };
   const showTiming = () => fill(timingBox, timing(times));
   const stopButton = h("button", { type: "button", class: "danger", id: "stop-button" }, "Stop");
@@ -164,6 +170,10 @@ export async function jobView(root, { args, scope }) {
         timingBox,
         queueTerm,
         queueBox,
+        tenantTerm,
+        tenantBox,
+        backfillTerm,
+        backfillBox,
         traceTerm,
         traceBox,
         job.function_size ? [h("dt", {}, "Size"), h("dd", {}, job.function_size)] : null,
@@ -182,6 +192,8 @@ export async function jobView(root, { args, scope }) {
   );
 
   let current = { status: job.status, sub_status: job.sub_status, reason: job.status_reason };
+  // Why it ended as the job's record last said (a terminal move's event may not repeat it).
+  let recordReason = job.status_reason;
   let resultShown = false;
   let stopping = false; // a stop was confirmed and the job has not ended since
   let stopMessage = null; // the gateway's answer to it, as sent
@@ -196,6 +208,20 @@ export async function jobView(root, { args, scope }) {
   };
   // While the job is queued, its place is read every few seconds; it goes when the job moves on.
   let stopQueueWatch = null;
+  let placeAsked = false; // its tenant and backfill mark were asked for (or shown)
+  const showPlaceFacts = (place) => {
+    placeAsked = true;
+    if (place.tenant) {
+      fill(tenantBox, place.tenant);
+      tenantTerm.hidden = false;
+      tenantBox.hidden = false;
+    }
+    if (place.backfill) {
+      fill(backfillBox, backfillBadge(), " It runs as backfill: only on slots no tenant needs now (lent out, or guaranteed to no one), and it is stopped if a tenant takes its guarantee back.");
+      backfillTerm.hidden = false;
+      backfillBox.hidden = false;
+    }
+  };
   const watchQueue = (queued) => {
     if (queued && !stopQueueWatch) {
       stopQueueWatch = poll(readPlace, QUEUE_POLL_MS, null, { now: true });
@@ -206,11 +232,25 @@ export async function jobView(root, { args, scope }) {
       queueTerm.hidden = true;
       queueBox.hidden = true;
     }
+    // Pending or running (the page opened after it left the queue): its tenant and backfill
+    // mark, read once.
+    if (!queued && !placeAsked && !TERMINAL.has(job.status) && !TERMINAL.has(current.status)) {
+      placeAsked = true;
+      api
+        .get("jobs/queue/")
+        .then((queue) => {
+          const place = scope.alive && (queue.jobs || []).find((item) => item.id === id);
+          if (place) showPlaceFacts(place);
+        })
+        .catch(() => {});
+    }
   };
   const readPlace = async () => {
     const queue = await api.get("jobs/queue/");
-    if (!scope.alive || !stopQueueWatch) return;
+    if (!scope.alive) return;
     const place = (queue.jobs || []).find((item) => item.id === id);
+    if (place) showPlaceFacts(place);
+    if (!stopQueueWatch) return;
     // Not the caller's job (a provider's admin reads it), or it has just left the queue.
     if (!place || place.status !== "QUEUED") {
       queueTerm.hidden = true;
@@ -294,6 +334,7 @@ export async function jobView(root, { args, scope }) {
     const fresh = await api.get(path, { with_result: "false" });
     health.ok();
     current = { status: fresh.status, sub_status: fresh.sub_status, reason: fresh.status_reason };
+    recordReason = fresh.status_reason;
     lastUpdate = fresh.updated;
     fill(updated, when(fresh.updated));
     if (scope.alive) showStatus();
@@ -410,7 +451,10 @@ export async function jobView(root, { args, scope }) {
           if (moved === "RUNNING" && !times.started) times.started = event.created;
           if (TERMINAL.has(moved)) times.finished = event.created;
           showTiming();
-          current = { status: moved, sub_status: TERMINAL.has(moved) ? null : current.sub_status, reason: data.reason ?? data.status_reason ?? current.reason };
+          // Only an end's reason is the job's: the reason of another move (an admission's, a
+          // retry's) is the move's, shown in the timeline.
+          const ended = TERMINAL.has(moved);
+          current = { status: moved, sub_status: ended ? null : current.sub_status, reason: ended ? (data.reason ?? data.status_reason ?? recordReason) : null };
           showStatus();
           // The answer carries the reason as the job keeps it.
           if (TERMINAL.has(moved)) refresh().catch(() => {});
@@ -518,6 +562,8 @@ function eventItem(event, from, to) {
   const type = event.event_type;
   if (type === "STATUS_CHANGE") {
     parts.push(h("strong", {}, from ? `${from} → ${to}` : String(to ?? "status")));
+    // Why it moved, where the move says (an admission within a tenant's guarantee, a retry, an end).
+    if (data.reason) parts.push(h("p", { class: "event-reason" }, data.reason));
   } else if (type === "SUB_STATUS_CHANGE") {
     parts.push(h("strong", {}, `Sub-status ${data.sub_status ?? "cleared"}`));
   } else if (type === "ERROR") {

@@ -85,10 +85,12 @@ class Api:
         data = {"title": title, "entrypoint": "main.py", "arguments_schema": json.dumps(SCHEMA), **fields}
         return self.post("programs/upload/", data=data, files={"artifact": ("function.tar", function_tar())})
 
-    def run(self, title: str = FUNCTION, provider: str | None = None, **arguments) -> str:
+    def run(self, title: str = FUNCTION, provider: str | None = None, *, config: dict | None = None, **arguments) -> str:
         body = {"title": title, "arguments": json.dumps(arguments)}
         if provider:
             body["provider"] = provider
+        if config is not None:
+            body["config"] = config
         return self.post("programs/run/", json=body)["id"]
 
     def wait(self, job_id: str, statuses=TERMINAL, seconds: float = 90) -> str:
@@ -312,9 +314,11 @@ def proxy():
 
 class OwnGateway:
     """A `gantry serve` of the test's own (the binary and job Python run.sh names), which the test
-    stops (SIGTERM, as an orchestrator does) and starts again on the same port and data."""
+    stops (SIGTERM, as an orchestrator does) and starts again on the same port and data; `flags`
+    go to `serve` (e.g. `--max-cpu-jobs 1`)."""
 
-    def __init__(self):
+    def __init__(self, *flags: str):
+        self.flags = list(flags)
         self.binary = os.environ["GANTRY_BIN"]
         self.python = os.environ["GANTRY_TEST_PYTHON"]
         self.dir = tempfile.mkdtemp(prefix="gantry-console-")
@@ -333,7 +337,7 @@ class OwnGateway:
         log = open(os.path.join(self.dir, "serve.log"), "ab")
         self.process = subprocess.Popen(
             [self.binary, "serve", "--listen", f"127.0.0.1:{self.port}", "--data-dir", os.path.join(self.dir, "gantry"),
-             "--python", self.python, "--shutdown-grace-seconds", str(self.grace)],
+             "--python", self.python, "--shutdown-grace-seconds", str(self.grace), *self.flags],
             stdout=log,
             stderr=subprocess.STDOUT,
         )
@@ -348,6 +352,17 @@ class OwnGateway:
                 pass
             time.sleep(0.1)
         raise AssertionError(f"gantry serve did not get ready: {self.log()}")
+
+    def admin(self, *arguments: str) -> str:
+        """`gantry admin` on this gateway's data (e.g. set-quota)."""
+        done = subprocess.run(
+            [self.binary, "admin", "--data-dir", os.path.join(self.dir, "gantry"), *arguments],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert done.returncode == 0, f"gantry admin {' '.join(arguments)}: {done.stdout}{done.stderr}"
+        return done.stdout
 
     def terminate(self):
         """SIGTERM, as an orchestrator sends it; `wait_stopped` waits for the end."""
