@@ -67,6 +67,14 @@ pub struct JobRecord {
     /// otherwise.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub status_reason: Option<String>,
+    /// The tenant the job counts against (docs/scheduling.md); absent when none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub tenant: Option<String>,
+    /// True when the job runs as backfill (it may be stopped for a tenant that reclaims its
+    /// guarantee); absent otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    #[schema(required = false)]
+    pub backfill: bool,
     #[schema(format = DateTime)]
     pub updated: String,
 }
@@ -88,6 +96,8 @@ impl JobRecord {
             status: job.status.clone(),
             sub_status: job.sub_status.clone(),
             status_reason: job.status_reason.clone(),
+            tenant: job.tenant.clone(),
+            backfill: job.backfill,
             updated: db::format_timestamp(job.updated),
         }
     }
@@ -104,6 +114,8 @@ impl JobRecord {
             status: job.status,
             sub_status: job.sub_status,
             status_reason: job.status_reason,
+            tenant: job.tenant,
+            backfill: job.backfill,
             updated: db::format_timestamp(job.updated),
         }
     }

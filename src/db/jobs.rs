@@ -27,7 +27,8 @@ macro_rules! job_columns {
          (SELECT pr.name FROM providers pr WHERE pr.id = j.provider_id) AS provider_name, j.provider_id, \
          j.author_id, COALESCE((SELECT u.username FROM users u WHERE u.id = j.author_id), '') AS author_name, \
          j.status, j.sub_status, j.gpu, j.function_size, j.runner, \
-         j.created, j.updated, j.last_activity, j.backend_ref, j.stop_requested, j.result, j.status_reason "
+         j.created, j.updated, j.last_activity, j.backend_ref, j.stop_requested, j.result, j.status_reason, \
+         j.tenant, j.backfill "
     };
 }
 
@@ -67,6 +68,9 @@ pub struct JobRow {
     pub result: Option<String>,
     /// Why it ended, when it ended other than by success (the terminal move's reason).
     pub status_reason: Option<String>,
+    /// The tenant it counts against (docs/scheduling.md), and whether it runs as backfill.
+    pub tenant: Option<String>,
+    pub backfill: bool,
 }
 
 impl JobRow {

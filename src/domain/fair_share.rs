@@ -1,7 +1,8 @@
 //! Fair shares between tenants (issue 48, item 2 and the decisions of item 3): which queued jobs
 //! start now and which backfill jobs are stopped to give a tenant back its guarantee. A pure
-//! function of the tenants' quotas, the queue, the running jobs and the users' recent usage.
-//! Not yet called by the runners: `admission::admit` is what they use today.
+//! function of the tenants' quotas, the queue, the load and the users' recent usage, called by
+//! every runner's admission pass (`compute::admission_pass`). With no tenant declared it is fair
+//! share between users: every job is of `NO_TENANT`, users by their recent usage.
 //!
 //! One pass, for CPU slots and GPU slots each:
 //! 1. Guarantees: a tenant below its guarantee (counting its jobs that are not backfill) is

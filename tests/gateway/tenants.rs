@@ -124,10 +124,12 @@ async fn a_tenant_takes_its_guarantee_back_from_backfill_on_the_local_runner(bac
 
     // After the grace: the backfill job is stopped, naming the tenant; the plain one runs on.
     let stopped = gateway.wait_for_job("bob", &backfill, 60, |job| job["status"] == "STOPPED").await;
+    assert_eq!((stopped["tenant"].as_str(), stopped["backfill"].as_bool()), (None, Some(true)), "{stopped}");
     let reason = stopped["status_reason"].as_str().unwrap_or_default();
     assert!(reason.starts_with("Preempted: tenant provider:acme reclaimed its guaranteed capacity"), "{stopped}");
     let done = gateway.wait_for_job("erin", &work, 60, |job| job["status"] == "SUCCEEDED").await;
     assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    assert_eq!((done["tenant"].as_str(), done.get("backfill")), (Some("provider:acme"), None), "{done}");
     assert_eq!(
         admission_reason(&gateway, "erin", &work).await.as_deref(),
         Some("admitted within the guarantee of tenant provider:acme")

@@ -155,16 +155,17 @@ fn waiting_for(
                 .and_then(|name| tenants.iter().find(|t| t.name == name))
                 .map(|t| if place.gpu { &t.gpu } else { &t.cpu });
             let slots = if place.gpu { &mut gpu_free } else { &mut cpu_free };
+            // In the order the pass decides: the user's cap, the tenant's guarantee, its cap, slots.
+            let below_guarantee = tenant.is_some_and(|t| !place.backfill && t.used - t.backfill < t.guaranteed);
+            let at_cap = tenant.is_some_and(|t| t.borrow_cap.is_some_and(|cap| t.used >= t.guaranteed + cap));
             Some(if under_limit == 0 {
                 WaitingFor::RunningLimit
-            } else if tenant.is_some_and(|t| t.borrow_cap.is_some_and(|cap| t.used >= t.guaranteed + cap)) {
+            } else if *slots == 0 && below_guarantee {
+                WaitingFor::TenantQuota
+            } else if at_cap && !below_guarantee {
                 WaitingFor::BorrowingCap
             } else if *slots == 0 {
-                match tenant {
-                    Some(t) if !place.backfill && t.used - t.backfill < t.guaranteed => WaitingFor::TenantQuota,
-                    _ if place.gpu => WaitingFor::GpuSlots,
-                    _ => WaitingFor::CpuSlots,
-                }
+                if place.gpu { WaitingFor::GpuSlots } else { WaitingFor::CpuSlots }
             } else {
                 under_limit -= 1;
                 *slots -= 1;
