@@ -103,11 +103,14 @@ pub async fn list(db: &Db) -> Result<Vec<TenantRow>, Error> {
     .map_err(query_error("list tenants"))
 }
 
-/// The active jobs' tenants decided again (a tenant was declared or removed).
+/// The active jobs' tenants decided again (a tenant was declared or removed); only the rows
+/// whose tenant changes are written (the others are read: on PostgreSQL every active job).
 const REASSIGN: &str = concat!(
     "UPDATE jobs SET tenant = ",
     tenant_of!("jobs.instance", "jobs.provider_id", "jobs.author_id"),
-    " WHERE status IN ('QUEUED', 'PENDING', 'RUNNING')"
+    " WHERE status IN ('QUEUED', 'PENDING', 'RUNNING') AND COALESCE(tenant, '') <> COALESCE(",
+    tenant_of!("jobs.instance", "jobs.provider_id", "jobs.author_id"),
+    ", '')"
 );
 
 /// Declares the tenant `kind:key` or changes its quotas; a new tenant takes the active jobs
