@@ -196,13 +196,20 @@ pub fn decide(pass: &Pass) -> Decision {
     }
     let mut free_gpus: Option<Vec<&str>> = pass.free_gpus.map(|free| free.iter().map(String::as_str).collect());
     let mut admitted_to: HashMap<&str, usize> = HashMap::new();
+    // The tenants by name (the first of a name, as a search in order finds it): looked up for
+    // every tenant at every admission, a search of the list was most of a pass over 100.
+    let mut by_name: HashMap<&str, &Tenant> = HashMap::new();
+    for tenant in pass.tenants {
+        by_name.entry(tenant.name.as_str()).or_insert(tenant);
+    }
     let mut preemptions = 0;
     for gpu in [false, true] {
         let slots = if gpu { pass.gpu_slots } else { pass.cpu_slots };
         let mut kind = Kind { gpu, free: 0, used: HashMap::new(), firm: HashMap::new() };
         for load in pass.running.iter().filter(|load| load.gpu == gpu) {
             *kind.used.entry(load.tenant.as_str()).or_default() += load.count;
-            if toward(pass.tenants, gpu, &load.tenant, load.backfill, load.gpu_model.as_deref()) {
+            let tenant = by_name.get(load.tenant.as_str()).copied();
+            if toward(tenant, gpu, load.backfill, load.gpu_model.as_deref()) {
                 *kind.firm.entry(load.tenant.as_str()).or_default() += load.count;
             }
         }
@@ -215,8 +222,14 @@ pub fn decide(pass: &Pass) -> Decision {
         for jobs in queues.values_mut() {
             jobs.sort_by(|a, b| (a.created, &a.id).cmp(&(b.created, &b.id)));
         }
-        let mut state =
-            State { pass, per_user: &mut per_user, admitted_to: &mut admitted_to, free_gpus: &mut free_gpus, kind };
+        let mut state = State {
+            pass,
+            tenants: &by_name,
+            per_user: &mut per_user,
+            admitted_to: &mut admitted_to,
+            free_gpus: &mut free_gpus,
+            kind,
+        };
         // 1. Guarantees, the tenant furthest below its own first.
         while state.kind.free > 0 {
             let mut below: Vec<(usize, &str)> = queues
@@ -302,6 +315,8 @@ pub fn decide(pass: &Pass) -> Decision {
 /// A pass over one kind of slot.
 struct State<'p, 'm> {
     pass: &'p Pass<'p>,
+    /// `pass.tenants` by name.
+    tenants: &'m HashMap<&'p str, &'p Tenant>,
     per_user: &'m mut HashMap<&'p str, usize>,
     admitted_to: &'m mut HashMap<&'p str, usize>,
     /// The models of the GPUs still free, where the runner lends them.
@@ -311,7 +326,7 @@ struct State<'p, 'm> {
 
 impl<'p> State<'p, '_> {
     fn tenant(&self, name: &str) -> Option<&'p Tenant> {
-        self.pass.tenants.iter().find(|tenant| tenant.name == name)
+        self.tenants.get(name).copied()
     }
 
     fn quota(&self, name: &str) -> Quota {
@@ -361,7 +376,7 @@ impl<'p> State<'p, '_> {
 
     /// Whether a queued job would count toward its tenant's guarantee.
     fn toward(&self, job: &Waiting) -> bool {
-        toward(self.pass.tenants, self.kind.gpu, &job.tenant, job.backfill, job.gpu_model.as_deref())
+        toward(self.tenant(&job.tenant), self.kind.gpu, job.backfill, job.gpu_model.as_deref())
     }
 
     /// Whether the GPUs a GPU job asks for are free, where the runner lends them.
@@ -419,11 +434,11 @@ impl<'p> State<'p, '_> {
 
 /// Whether a job counts toward its tenant's guarantee: it is not backfill and, for a GPU job of
 /// a tenant whose GPU guarantee names a model, it asks for that model.
-fn toward(tenants: &[Tenant], gpu: bool, tenant: &str, backfill: bool, model: Option<&str>) -> bool {
+fn toward(tenant: Option<&Tenant>, gpu: bool, backfill: bool, model: Option<&str>) -> bool {
     if backfill {
         return false;
     }
-    let wanted = match tenants.iter().find(|t| t.name == tenant) {
+    let wanted = match tenant {
         Some(Tenant { gpu_model: Some(wanted), .. }) if gpu => wanted,
         _ => return true,
     };
