@@ -39,6 +39,35 @@ macro_rules! on_db {
 }
 pub(crate) use on_db;
 
+/// How a write transaction begins. On SQLite it takes the write lock at `BEGIN IMMEDIATE` (waiting
+/// for it within the busy timeout): a deferred transaction that reads before it writes fails at its
+/// first write, whatever the timeout, when another connection committed after its read
+/// (`SQLITE_BUSY_SNAPSHOT`, "database is locked"). Every transaction that writes begins so.
+pub(crate) trait BeginWrite {
+    type Database: sqlx::Database;
+    fn begin_write(
+        &self,
+    ) -> impl std::future::Future<Output = Result<sqlx::Transaction<'static, Self::Database>, sqlx::Error>> + Send;
+}
+
+impl BeginWrite for SqlitePool {
+    type Database = sqlx::Sqlite;
+    fn begin_write(
+        &self,
+    ) -> impl std::future::Future<Output = Result<sqlx::Transaction<'static, sqlx::Sqlite>, sqlx::Error>> + Send {
+        self.begin_with("BEGIN IMMEDIATE")
+    }
+}
+
+impl BeginWrite for PgPool {
+    type Database = sqlx::Postgres;
+    fn begin_write(
+        &self,
+    ) -> impl std::future::Future<Output = Result<sqlx::Transaction<'static, sqlx::Postgres>, sqlx::Error>> + Send {
+        self.begin()
+    }
+}
+
 /// Runs `$body` (statements on the transaction `$tx`) in a transaction that also raises the auth
 /// stamp and, on PostgreSQL, notifies `watched::AUTH_CHANNEL` when it commits: every server then
 /// forgets the users and functions it keeps in memory (`watched`). For every write that changes
@@ -49,7 +78,7 @@ macro_rules! announced {
         let _writer = db.write_lock().await;
         let notify = matches!(db, $crate::db::Db::Postgres(_));
         $crate::db::on_db!(db, pool => async {
-            let mut $tx = pool.begin().await?;
+            let mut $tx = $crate::db::BeginWrite::begin_write(pool).await?;
             let answer = $body;
             sqlx::query("UPDATE auth_stamp SET n = n + 1 WHERE id = 1").execute(&mut *$tx).await?;
             if notify {

@@ -13,7 +13,7 @@ use std::collections::BTreeMap;
 use super::params::{Param, placeholders};
 use super::queue::block_of;
 use super::usage::UsageRecord;
-use super::{Db, Error, on_db, query_error};
+use super::{BeginWrite, Db, Error, on_db, query_error};
 use crate::domain::lifecycle::JobStatus;
 use crate::domain::usage::Figures;
 
@@ -361,7 +361,7 @@ pub async fn recount(db: &Db) -> Result<Recounted, Error> {
     let _writer = db.write_lock().await;
     let postgres = matches!(db, Db::Postgres(_));
     on_db!(db, pool => async {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_write().await?;
         if postgres {
             sqlx::query("LOCK TABLE jobs IN SHARE MODE").execute(&mut *tx).await?;
             // Room for the groupings in memory (10 M jobs group into ~1 M rows by day).

@@ -11,7 +11,7 @@ use super::outbox::Outbox;
 use super::params::bind_params;
 use super::queue::QUEUE_BLOCK_MICROS;
 use super::usage::{self, ENDED_COLUMNS, UsageRecord};
-use super::{Db, Error, new_id, now_micros, on_db, query_error};
+use super::{BeginWrite, Db, Error, new_id, now_micros, on_db, query_error};
 use crate::domain::event_data::UsageEvent;
 use crate::domain::lifecycle::{JobStatus, Move};
 use crate::domain::usage::Allocation;
@@ -367,7 +367,7 @@ async fn apply_moves_attached(
         format!("{} WHERE status = $2 AND id IN ({ids}) RETURNING {ENDED_COLUMNS}, event_seq, gpu", move_job!("$5"));
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_write().await?;
         let mut query = sqlx::query_as::<_, MovedRow>(&update)
             .bind(mv.to.as_str())
             .bind(mv.from.as_str())
@@ -519,7 +519,7 @@ async fn set_sub_status_attached(db: &Db, job_id: &str, value: &str, outbox: boo
     let now = now_micros();
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_write().await?;
         let changed: Option<i64> = sqlx::query_scalar(
             "UPDATE jobs SET sub_status = $2, updated = $3, last_activity = $3, event_seq = event_seq + 1 \
              WHERE id = $1 AND status IN ('QUEUED', 'PENDING', 'RUNNING') AND (sub_status IS NULL OR sub_status <> $2) \
@@ -563,7 +563,7 @@ async fn insert_error_event_attached(db: &Db, job_id: &str, data: &str, outbox: 
     let now = now_micros();
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_write().await?;
         let active: Option<i64> = sqlx::query_scalar(
             "UPDATE jobs SET last_activity = $2, event_seq = event_seq + 1 \
              WHERE id = $1 AND status IN ('QUEUED', 'PENDING', 'RUNNING') RETURNING event_seq")
@@ -601,7 +601,7 @@ pub async fn insert_finished_event(
         let now = now_micros();
         let _writer = db.write_lock().await;
         on_db!(db, pool => async {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             let numbered: Option<(i64, bool)> =
                 sqlx::query_as("UPDATE jobs SET event_seq = event_seq + 1 WHERE id = $1 RETURNING event_seq, outbox")
                     .bind(&job_id)

@@ -1,7 +1,7 @@
 //! Tenants and their quotas (`tenants`, migration 0027), the tenant each job counts against
 //! (`jobs.tenant`), and what the last admission pass saw of each (`tenant_shares`).
 
-use super::{Db, Error, now_micros, on_db, query_error};
+use super::{BeginWrite, Db, Error, now_micros, on_db, query_error};
 use crate::domain::fair_share::{Quota, Tenant};
 
 /// What a tenant is.
@@ -119,7 +119,7 @@ pub async fn set(db: &Db, kind: Kind, key: &str, quotas: Quotas) -> Result<bool,
     let name = kind.name(key);
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_write().await?;
         let existed: Option<String> = sqlx::query_scalar("SELECT name FROM tenants WHERE name = $1")
             .bind(&name)
             .fetch_optional(&mut *tx)
@@ -156,7 +156,7 @@ pub async fn set(db: &Db, kind: Kind, key: &str, quotas: Quotas) -> Result<bool,
 pub async fn remove(db: &Db, name: &str) -> Result<bool, Error> {
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_write().await?;
         let removed = sqlx::query("DELETE FROM tenants WHERE name = $1").bind(name).execute(&mut *tx).await?.rows_affected();
         if removed > 0 {
             sqlx::query(REASSIGN).execute(&mut *tx).await?;
@@ -193,7 +193,7 @@ pub async fn shares(db: &Db) -> Result<Vec<Share>, Error> {
 pub async fn write_shares(db: &Db, shares: &[Share]) -> Result<(), Error> {
     let _writer = db.write_lock().await;
     on_db!(db, pool => async {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_write().await?;
         sqlx::query("DELETE FROM tenant_shares").execute(&mut *tx).await?;
         for share in shares {
             sqlx::query("INSERT INTO tenant_shares (tenant, gpu, used, firm, waiting, updated) VALUES ($1, $2, $3, $4, $5, $6)")

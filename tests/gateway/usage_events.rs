@@ -22,6 +22,7 @@ both_backends!(
     usage_events_leave_once_each_in_order_through_an_outage,
     progress_events_are_due_by_period_and_never_follow_the_end,
     the_local_runner_records_what_a_job_used,
+    a_write_that_reads_first_holds_while_another_connection_writes,
 );
 
 /// A webhook receiver on loopback: answers 503 while `down` (as a broker that is out), else 200
@@ -245,6 +246,48 @@ async fn progress_events_are_due_by_period_and_never_follow_the_end(backend: Bac
         })
         .await;
     assert_eq!(off.state.publisher.moves_outbox(), Outbox::Jobs);
+}
+
+/// A transaction that reads before it writes (the progress statement reads the running jobs, then
+/// numbers their events) holds while another connection commits meanwhile: on SQLite a deferred
+/// transaction fails at once there ("database is locked", SQLITE_BUSY_SNAPSHOT) whatever the busy
+/// timeout, so write transactions take the write lock when they begin (CI caught this once).
+async fn a_write_that_reads_first_holds_while_another_connection_writes(backend: Backend) {
+    let receiver = Receiver::start().await;
+    let gateway = with_usage_events(backend, &receiver.url, "off").await;
+    gateway.upload_function("alice", &[("title", "mine"), ("entrypoint", "main.py")]).await;
+    let running = run_and_start(&gateway, "alice", json!({"title": "mine", "arguments": "{}"})).await;
+    let other = run_and_start(&gateway, "alice", json!({"title": "mine", "arguments": "{}"})).await;
+    let db = gateway.state.db.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    // Another writer that, like a single-statement write, does not take this process's lock.
+    let writer = tokio::spawn({
+        let (db, stop) = (db.clone(), stop.clone());
+        async move {
+            let mut writes = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let statement = "UPDATE jobs SET last_activity = last_activity + 1 WHERE id = $1";
+                match &db {
+                    gantry::db::Db::Sqlite(pool, _) => {
+                        sqlx::query(statement).bind(&other).execute(pool).await.map(drop)
+                    }
+                    gantry::db::Db::Postgres(pool) => sqlx::query(statement).bind(&other).execute(pool).await.map(drop),
+                }
+                .unwrap();
+                writes += 1;
+            }
+            writes
+        }
+    });
+    let hour = 3_600_000_000;
+    let now = gantry::db::now_micros();
+    for period in 1..=200 {
+        let recorded = gantry::db::jobs::record_progress(&db, hour, now + period * hour).await;
+        assert_eq!(recorded.unwrap(), 2, "period {period}");
+    }
+    stop.store(true, Ordering::SeqCst);
+    assert!(writer.await.unwrap() > 0);
+    let _ = running;
 }
 
 /// The local runner keeps what a job's processes used (its cgroup's counters where it has one,

@@ -1,6 +1,7 @@
 //! Creating a job: the `run` transaction, the active-job limit checked in it.
 
 use super::{OutboxNames, day_of};
+use crate::db::BeginWrite;
 use crate::db::counts::{self, Changes, Counted};
 use crate::db::group_commit::Batched;
 use crate::db::queue::block_of;
@@ -189,7 +190,7 @@ async fn insert_with_limit_postgres(
     let mut tx = if job.author_id.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-') {
         pool.begin_with(format!("BEGIN; SELECT id FROM users WHERE id = '{}' FOR UPDATE", job.author_id)).await?
     } else {
-        let mut tx = pool.begin().await?;
+        let mut tx = pool.begin_write().await?;
         sqlx::query("SELECT id FROM users WHERE id = $1 FOR UPDATE").bind(&job.author_id).execute(&mut *tx).await?;
         tx
     };

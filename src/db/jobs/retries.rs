@@ -2,7 +2,7 @@
 //! retry by a compare-and-set, with the `RETRY` job event in the same transaction.
 
 use super::OutboxNames;
-use crate::db::{Db, Error, now_micros, on_db, query_error};
+use crate::db::{BeginWrite, Db, Error, now_micros, on_db, query_error};
 
 /// Records that the job's attempt `made + 1` was ended by the cluster and the job starts again:
 /// raises `infrastructure_retries` from `made` and records a `RETRY` event with `data` (and in
@@ -14,7 +14,7 @@ pub async fn record_retry(db: &Db, job_id: &str, made: u32, data: &serde_json::V
         let now = now_micros();
         let _writer = db.write_lock().await;
         on_db!(db, pool => async {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             let numbered: Option<(i64, bool)> = sqlx::query_as(
                 "UPDATE jobs SET infrastructure_retries = infrastructure_retries + 1, event_seq = event_seq + 1, \
                  last_activity = $3 \

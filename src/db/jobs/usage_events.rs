@@ -3,7 +3,7 @@
 //! and peak memory) before its terminal move copies it into the job's record.
 
 use super::{MovedRow, UsageEvent, UsageRecord, usage};
-use crate::db::{Db, Error, on_db, query_error};
+use crate::db::{BeginWrite, Db, Error, on_db, query_error};
 
 /// Jobs given their "in progress" event per statement (the next pass takes the rest).
 const PROGRESS_BATCH: i64 = 500;
@@ -22,7 +22,7 @@ pub async fn record_progress(db: &Db, every: i64, now: i64) -> Result<usize, Err
         );
         let _writer = db.write_lock().await;
         on_db!(db, pool => async {
-            let mut tx = pool.begin().await?;
+            let mut tx = pool.begin_write().await?;
             let running: Vec<MovedRow> =
                 sqlx::query_as(&due).bind(now - every).bind(PROGRESS_BATCH).fetch_all(&mut *tx).await?;
             let mut recorded = 0;
