@@ -227,12 +227,13 @@ pub struct FunctionJobStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_uid: Option<String>,
     /// Attempts the cluster ended (evicted, preempted, node lost, pod deleted) and that were
-    /// started again on a new pod, oldest first; at most `--infrastructure-retries`.
+    /// started again on a new pod, at most `--infrastructure-retries`, and attempts of a backfill
+    /// job stopped for a tenant and queued again (`requeued`, at most five), oldest first.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub retries: Vec<Retry>,
 }
 
-/// One attempt of a job that the cluster ended and that was started again.
+/// One attempt of a job that the cluster ended (or a tenant reclaimed) and that was started again.
 #[derive(KubeSchema, Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
 pub struct Retry {
@@ -250,6 +251,11 @@ pub struct Retry {
     pub ended_at: Time,
     /// The next attempt's pod is not made before this time (the backoff).
     pub next_attempt_at: Time,
+    /// The attempt was a backfill job's, stopped for a tenant reclaiming its guarantee; the job
+    /// was queued again (its function allows retries after start) and its next pod is made once
+    /// it is admitted again. Not an infrastructure retry: it does not count toward their bound.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub requeued: bool,
 }
 
 /// The CustomResourceDefinition as YAML, as `gantry crd` prints it.

@@ -630,18 +630,30 @@ impl LocalRunner {
                 },
             }
         };
+        // Gone before the move: a job queued again (a reclaimed backfill job) may be launched
+        // again as soon as it is moved. A server killed between writing a container's
+        // environment and starting it left the file (the job's token in it): gone with the job.
+        let _ = tokio::fs::remove_file(self.env_file(job_id)).await;
+        if let Err(error) = tokio::fs::remove_dir_all(&work_dir).await {
+            tracing::debug!(error = &error as &dyn std::error::Error, "could not remove a job's work folder");
+        }
+        if matches!(trigger, Trigger::Preempted { requeue: true, .. }) {
+            // Its next run's exit record, logs and result are its own.
+            for key in keys::job_attempt(job_id) {
+                if let Err(error) = self.storage.delete(&key).await {
+                    tracing::warn!(
+                        error = &error as &dyn std::error::Error,
+                        "failed to clear a requeued job's last run"
+                    );
+                }
+            }
+        }
         let seen = now.map_or(JobStatus::Running, |job| job.status());
         if let Err(error) = move_job_from(&self.db, &self.publisher, job_id, seen, &trigger).await {
             tracing::error!(error = &error as &dyn std::error::Error, "failed to record the end of a job");
         }
         self.release_slot(job_id).await;
         self.timed_out.lock().expect("lock").remove(job_id);
-        // A server killed between writing a container's environment and starting it left the
-        // file (the job's token in it): gone with the job.
-        let _ = tokio::fs::remove_file(self.env_file(job_id)).await;
-        if let Err(error) = tokio::fs::remove_dir_all(&work_dir).await {
-            tracing::debug!(error = &error as &dyn std::error::Error, "could not remove a job's work folder");
-        }
     }
 
     /// Gives back what an ended (or never started) job held: its GPUs, and its slot, which the

@@ -12,6 +12,8 @@ use k8s_openapi::jiff::Timestamp;
 
 use super::retry::{self, CodeStarted, Stage, Verdict};
 use super::status::{Known, LOST_LOG, LogState, condition_is, log_source, pod_trigger, resource_status};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+
 use crate::crd::{FunctionJob, FunctionJobStatus, Retry, pod_name};
 use crate::domain::lifecycle::{JobStatus, Trigger, decide};
 
@@ -27,17 +29,14 @@ pub struct Row {
     pub retries: u32,
     /// Why the job ended, once it has (the job's `status_reason`).
     pub status_reason: Option<String>,
-    /// The tenant that reclaimed its slot, when its stop request is a reclaim of backfill.
-    pub preempted_by: Option<String>,
+    /// What ends the job (or queues it again) once its stop request is carried out: the user's
+    /// stop, or a tenant's reclaim of backfill (`lifecycle::stop_trigger`).
+    pub stop_trigger: Trigger,
 }
 
 impl Row {
-    /// What ends the job once its stop request is carried out.
     fn stop_trigger(&self) -> Trigger {
-        match &self.preempted_by {
-            Some(tenant) => Trigger::Preempted { tenant: tenant.clone() },
-            None => Trigger::StopRequested,
-        }
+        self.stop_trigger.clone()
     }
 }
 
@@ -315,6 +314,8 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
             steps.push(Step::DeleteEndedPod);
         }
         retry_wake = Some(Duration::from_secs(1));
+    } else if let (Stage::AwaitingNextPod { .. }, JobStatus::Queued) = (&stage, status) {
+        // Queued again after a reclaim of backfill: its next pod waits for its admission.
     } else if let Stage::AwaitingNextPod { at } = stage {
         if now >= at {
             steps.push(Step::ClearAttempt);
@@ -330,15 +331,18 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
                 fault.code_started |= ran_before;
                 fault
             });
-        let made = retries.len() as u32;
+        // Infrastructure retries made; the attempts include those queued again after a reclaim.
+        let made = retries.iter().filter(|r| !r.requeued).count() as u32;
+        let attempt = retries.len() as u32 + 1;
+        let ended_uid = pod.and_then(|p| p.metadata.uid.clone()).or(current_uid.clone());
         let verdict = fault.map(|fault| {
-            let pod_uid = pod.and_then(|p| p.metadata.uid.clone()).or(current_uid.clone());
             let verdict = retry::verdict(
                 &fault,
                 made,
+                attempt,
                 windows.infrastructure_retries,
                 job.spec.retry_after_start,
-                pod_uid,
+                ended_uid.clone(),
                 windows.retry_backoff,
                 now,
             );
@@ -351,7 +355,7 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
                 record.reason,
                 record.attempt + 1,
                 between(now, record.next_attempt_at.0).as_secs(),
-                record.attempt,
+                made + 1,
                 windows.infrastructure_retries
             );
             // Recorded in the database already when a crash came before the status write.
@@ -389,6 +393,19 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
             if let Some(trigger) = trigger
                 && let Some((step, to, words)) = move_by(status, trigger, message.clone())
             {
+                if to == JobStatus::Queued {
+                    // A reclaimed backfill job queued again: this attempt's pod is history, the
+                    // next one is made once it is admitted again (`Stage::AwaitingNextPod`).
+                    retries.push(Retry {
+                        attempt,
+                        reason: words.clone().unwrap_or_default(),
+                        code_started: true,
+                        pod_uid: ended_uid,
+                        ended_at: Time(now),
+                        next_attempt_at: Time(now),
+                        requeued: true,
+                    });
+                }
                 steps.push(step);
                 status = to;
                 message = words;

@@ -393,13 +393,13 @@ async fn observe<'a>(ctx: &Context, job: &'a FunctionJob, deleting: bool) -> Res
 async fn read_row(ctx: &Context, job_id: &str) -> Result<Option<Row>, Error> {
     let state = jobs::state(&ctx.db, job_id).await.map_err(database_error(job_id))?;
     Ok(state.map(|state| Row {
+        stop_trigger: state.stop_trigger(),
         status: state.status(),
         sub_status: state.sub_status,
         stop_requested: state.stop_requested,
         provider_function: state.provider_function,
         retries: u32::try_from(state.infrastructure_retries).unwrap_or(0),
         status_reason: state.status_reason,
-        preempted_by: state.preempted_by,
     }))
 }
 
@@ -441,6 +441,8 @@ async fn carry_out(
                     Some(moved) => {
                         record(ctx, job, note.warning, &note.reason, note.message).await;
                         if let Some(row) = observed.row.as_mut() {
+                            // A move back to QUEUED (a reclaimed backfill job) clears the stop request.
+                            row.stop_requested &= moved != JobStatus::Queued;
                             row.status = moved;
                             row.status_reason = decide(from, &trigger).and_then(|m| m.reason().map(str::to_string));
                         }
@@ -572,9 +574,7 @@ async fn record_retry(
 /// again.
 async fn clear_attempt(ctx: &Context, job_id: &str) -> Result<(), Error> {
     let archive_error = |source| Error::Archive { job_id: job_id.to_string(), source };
-    for key in
-        [keys::job_exit(job_id), keys::job_user_log(job_id), keys::job_provider_log(job_id), keys::job_result(job_id)]
-    {
+    for key in keys::job_attempt(job_id) {
         ctx.storage.delete(&key).await.map_err(archive_error)?;
     }
     Ok(())

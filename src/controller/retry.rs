@@ -142,21 +142,23 @@ pub enum Verdict {
     Final(String),
 }
 
-/// Retry or end, given the fault, the retries made so far (`made`), the bound, the function's
-/// opt-in, the pod that ended (its uid) and the clock.
+/// Retry or end, given the fault, the retries made so far (`made`), the number of the attempt
+/// that ended (`attempt`: `made + 1`, more when the job was queued again after a reclaim of
+/// backfill), the bound, the function's opt-in, the pod that ended (its uid) and the clock.
+#[allow(clippy::too_many_arguments)]
 pub fn verdict(
     fault: &Fault,
     made: u32,
+    attempt: u32,
     bound: u32,
     retry_after_start: bool,
     pod_uid: Option<String>,
     first_backoff: Duration,
     now: Timestamp,
 ) -> Verdict {
-    let attempt = made + 1;
     if fault.code_started && !retry_after_start {
-        return Verdict::Final(match made {
-            0 => fault.reason.clone(),
+        return Verdict::Final(match attempt {
+            1 => fault.reason.clone(),
             _ => format!("{} (attempt {attempt})", fault.reason),
         });
     }
@@ -164,7 +166,7 @@ pub fn verdict(
         let attempts = if attempt == 1 { "1 attempt".to_string() } else { format!("{attempt} attempts") };
         return Verdict::Final(format!("{} after {attempts}", fault.reason));
     }
-    let wait = backoff(first_backoff, attempt);
+    let wait = backoff(first_backoff, made + 1);
     let next = now.checked_add(k8s_openapi::jiff::SignedDuration::try_from(wait).unwrap_or_default()).unwrap_or(now);
     Verdict::Retry(Retry {
         attempt,
@@ -173,6 +175,7 @@ pub fn verdict(
         pod_uid,
         ended_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now),
         next_attempt_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(next),
+        requeued: false,
     })
 }
 
@@ -326,23 +329,25 @@ mod tests {
     fn retries_are_bounded_back_off_and_need_the_opt_in_after_the_code_started() {
         let second = Duration::from_secs(1);
         let before = Fault { reason: "evicted".into(), code_started: false };
-        let Verdict::Retry(first) = verdict(&before, 0, 2, false, Some("u1".into()), second, now()) else { panic!() };
+        let Verdict::Retry(first) = verdict(&before, 0, 1, 2, false, Some("u1".into()), second, now()) else {
+            panic!()
+        };
         assert_eq!((first.attempt, first.pod_uid.as_deref()), (1, Some("u1")));
         assert_eq!(first.next_attempt_at.0.duration_since(now()).as_secs(), 1);
-        let Verdict::Retry(again) = verdict(&before, 1, 2, false, None, second, now()) else { panic!() };
+        let Verdict::Retry(again) = verdict(&before, 1, 2, 2, false, None, second, now()) else { panic!() };
         assert_eq!((again.attempt, again.next_attempt_at.0.duration_since(now()).as_secs()), (2, 2));
         assert_eq!(
-            verdict(&before, 2, 2, false, None, second, now()),
+            verdict(&before, 2, 3, 2, false, None, second, now()),
             Verdict::Final("evicted after 3 attempts".into())
         );
         assert_eq!(
-            verdict(&before, 0, 0, false, None, second, now()),
+            verdict(&before, 0, 1, 0, false, None, second, now()),
             Verdict::Final("evicted after 1 attempt".into())
         );
         let after = Fault { reason: "evicted".into(), code_started: true };
-        assert_eq!(verdict(&after, 0, 2, false, None, second, now()), Verdict::Final("evicted".into()));
-        assert_eq!(verdict(&after, 1, 2, false, None, second, now()), Verdict::Final("evicted (attempt 2)".into()));
-        assert!(matches!(verdict(&after, 0, 2, true, None, second, now()), Verdict::Retry(r) if r.code_started));
+        assert_eq!(verdict(&after, 0, 1, 2, false, None, second, now()), Verdict::Final("evicted".into()));
+        assert_eq!(verdict(&after, 1, 2, 2, false, None, second, now()), Verdict::Final("evicted (attempt 2)".into()));
+        assert!(matches!(verdict(&after, 0, 1, 2, true, None, second, now()), Verdict::Retry(r) if r.code_started));
         let waits: Vec<u64> = (1..=11).map(|retry| backoff(Duration::from_secs(5), retry).as_secs()).collect();
         assert_eq!(waits, [5, 10, 20, 40, 80, 160, 300, 300, 300, 300, 300]);
     }
@@ -356,6 +361,7 @@ mod tests {
             pod_uid: Some(uid.into()),
             ended_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()),
             next_attempt_at: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(now()),
+            requeued: false,
         };
         let mut status =
             FunctionJobStatus { pod_uid: Some("old".into()), retries: vec![retry("old")], ..Default::default() };

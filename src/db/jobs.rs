@@ -252,16 +252,17 @@ pub struct JobState {
     pub status_reason: Option<String>,
     /// The tenant that reclaimed its slot, when its stop request is a reclaim of backfill.
     pub preempted_by: Option<String>,
+    /// Its function allows retries after start (then a reclaim queues it again).
+    pub retry_after_start: bool,
+    /// Times it was queued again after a reclaim.
+    pub requeues: i64,
 }
 
 impl JobState {
-    /// What ends it now that its stop request was carried out: the user's stop, or a tenant
-    /// reclaiming its guarantee.
+    /// What ends (or queues again) the job now that its stop request was carried out: the
+    /// user's stop, or a tenant reclaiming its guarantee (`lifecycle::stop_trigger`).
     pub fn stop_trigger(&self) -> crate::domain::lifecycle::Trigger {
-        match &self.preempted_by {
-            Some(tenant) => crate::domain::lifecycle::Trigger::Preempted { tenant: tenant.clone() },
-            None => crate::domain::lifecycle::Trigger::StopRequested,
-        }
+        crate::domain::lifecycle::stop_trigger(self.preempted_by.as_deref(), self.retry_after_start, self.requeues)
     }
     pub fn status(&self) -> JobStatus {
         status_of(&self.status)
@@ -271,7 +272,9 @@ impl JobState {
 pub async fn state(db: &Db, id: &str) -> Result<Option<JobState>, Error> {
     on_db!(db, pool => sqlx::query_as::<_, JobState>(
         "SELECT status, sub_status, stop_requested, provider_id IS NOT NULL AS provider_function, \
-         infrastructure_retries, status_reason, preempted_by FROM jobs WHERE id = $1")
+         infrastructure_retries, status_reason, preempted_by, requeues, \
+         COALESCE((SELECT p.retry_after_start FROM programs p WHERE p.id = jobs.program_id), FALSE) AS retry_after_start \
+         FROM jobs WHERE id = $1")
         .bind(id)
         .fetch_optional(pool)
         .await)
@@ -289,7 +292,10 @@ pub async fn find(db: &Db, id: &str) -> Result<Option<JobRow>, Error> {
 /// Moves jobs to `$1` (at `$3`, terminal when `$4`) with their next event number: terminal
 /// moves clear the sub-status and the stored environment and keep the move's reason (the
 /// parameter named by the macro's argument); the first move into RUNNING keeps its time (what
-/// the usage ledger meters the run from). The caller adds which jobs.
+/// the usage ledger meters the run from). A move back to QUEUED (a preempted backfill job queued
+/// again) clears its stop request and carries its run time so far (`carried_run_us`, migration
+/// 0028): its next move into RUNNING, or its ending while queued, starts the clock that much
+/// earlier. The caller adds which jobs.
 macro_rules! move_job {
     ($reason:literal) => {
         concat!(
@@ -299,7 +305,14 @@ macro_rules! move_job {
             " ELSE NULL END, \
              sub_status = CASE WHEN $4 THEN NULL ELSE sub_status END, \
              env_vars = CASE WHEN $4 THEN '{}' ELSE env_vars END, \
-             running_since = CASE WHEN $1 = 'RUNNING' THEN COALESCE(running_since, $3) ELSE running_since END"
+             running_since = CASE WHEN $1 = 'QUEUED' THEN NULL \
+               WHEN $1 = 'RUNNING' OR ($4 AND carried_run_us <> 0) THEN COALESCE(running_since, $3 - carried_run_us) \
+               ELSE running_since END, \
+             carried_run_us = CASE WHEN $1 = 'QUEUED' THEN carried_run_us + COALESCE($3 - running_since, 0) \
+               WHEN $1 = 'RUNNING' OR $4 THEN 0 ELSE carried_run_us END, \
+             requeues = requeues + CASE WHEN $1 = 'QUEUED' THEN 1 ELSE 0 END, \
+             stop_requested = CASE WHEN $1 = 'QUEUED' THEN FALSE ELSE stop_requested END, \
+             preempted_by = CASE WHEN $1 = 'QUEUED' THEN NULL ELSE preempted_by END"
         )
     };
 }
@@ -812,10 +825,11 @@ pub async fn record_allocation(db: &Db, job_id: &str, allocation: &Allocation) -
     Ok(())
 }
 
-/// Marks a stop request on an active job; false when the job is not active (or missing).
+/// Marks a stop request on an active job (a user's: it ends STOPPED by the user even when a tenant
+/// had reclaimed its slot, and is not queued again); false when the job is not active (or missing).
 pub async fn mark_stop_requested(db: &Db, job_id: &str) -> Result<bool, Error> {
     let marked = on_db!(db, pool => sqlx::query(
-        "UPDATE jobs SET stop_requested = TRUE WHERE id = $1 AND status IN ('QUEUED', 'PENDING', 'RUNNING')")
+        "UPDATE jobs SET stop_requested = TRUE, preempted_by = NULL WHERE id = $1 AND status IN ('QUEUED', 'PENDING', 'RUNNING')")
         .bind(job_id)
         .execute(pool)
         .await

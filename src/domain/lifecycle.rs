@@ -197,8 +197,10 @@ pub enum Trigger {
     Crashed { reason: String },
     /// A user asked to stop it and the backend accepted.
     StopRequested,
-    /// A backfill job stopped because `tenant` reclaims its guarantee.
-    Preempted { tenant: String },
+    /// A backfill job stopped because `tenant` reclaims its guarantee: queued again when
+    /// `requeue` (its function allows retries after start and it was queued again fewer than
+    /// `MAX_REQUEUES` times), else STOPPED.
+    Preempted { tenant: String, requeue: bool },
     /// It ran longer than `PROGRAM_TIMEOUT`, `limit_secs`.
     TimedOut { limit_secs: u64 },
     /// Its `FunctionJob` was deleted (by hand, or with its namespace) before it ended.
@@ -273,8 +275,11 @@ pub fn decide(current: JobStatus, trigger: &Trigger) -> Option<Move> {
         (Queued | Pending | Running, Trigger::StopRequested) => {
             (Stopped, Origin::Api, "STOP_JOB", Some(STOPPED_BY_USER.to_string()))
         }
-        (Pending | Running, Trigger::Preempted { tenant }) => {
+        (Pending | Running, Trigger::Preempted { tenant, requeue: false }) => {
             (Stopped, Origin::Scheduler, "SCHEDULE_JOBS", Some(preempted_reason(tenant)))
+        }
+        (Pending | Running, Trigger::Preempted { tenant, requeue: true }) => {
+            (Queued, Origin::Scheduler, "SCHEDULE_JOBS", Some(requeued_reason(tenant)))
         }
         (Pending | Running, Trigger::TimedOut { limit_secs }) => {
             (Stopped, Origin::Scheduler, "UPDATE_JOB_STATUS", Some(timeout_reason(*limit_secs)))
@@ -296,6 +301,29 @@ pub fn decide(current: JobStatus, trigger: &Trigger) -> Option<Move> {
 /// The reason of a backfill job stopped for a tenant reclaiming its guarantee.
 pub fn preempted_reason(tenant: &str) -> String {
     format!("Preempted: tenant {tenant} reclaimed its guaranteed capacity (this job ran as backfill).")
+}
+
+/// Times a preempted backfill job is queued again at most; the next preemption stops it.
+pub const MAX_REQUEUES: i64 = 5;
+
+/// The reason of a preempted backfill job queued again (its function allows retries after start).
+pub fn requeued_reason(tenant: &str) -> String {
+    format!(
+        "Preempted: tenant {tenant} reclaimed its guaranteed capacity (this job ran as backfill); \
+         queued again, as its function allows retries after start."
+    )
+}
+
+/// How a stop request carried out ends a job: a user's stop, or a reclaim of backfill by
+/// `preempted_by`, which queues the job again when its function allows retries after start
+/// (`retry_after_start`) and it was queued again `requeues` < `MAX_REQUEUES` times.
+pub fn stop_trigger(preempted_by: Option<&str>, retry_after_start: bool, requeues: i64) -> Trigger {
+    match preempted_by {
+        Some(tenant) => {
+            Trigger::Preempted { tenant: tenant.to_string(), requeue: retry_after_start && requeues < MAX_REQUEUES }
+        }
+        None => Trigger::StopRequested,
+    }
 }
 
 #[cfg(test)]
@@ -426,5 +454,19 @@ mod tests {
         assert_eq!(change(Queued, Trigger::StopRequested), 0);
         let holding: Vec<JobStatus> = JobStatus::ALL.into_iter().filter(|s| s.holds_slot()).collect();
         assert_eq!(holding, [Pending, Running]);
+    }
+
+    #[test]
+    fn a_preempted_backfill_job_is_queued_again_only_when_its_function_allows_retries_after_start() {
+        let stopped = decide(Running, &stop_trigger(Some("provider:acme"), false, 0)).unwrap();
+        assert_eq!((stopped.to, stopped.reason()), (Stopped, Some(preempted_reason("provider:acme").as_str())));
+        let requeued = decide(Pending, &stop_trigger(Some("provider:acme"), true, MAX_REQUEUES - 1)).unwrap();
+        assert_eq!((requeued.to, requeued.origin, requeued.context), (Queued, Origin::Scheduler, "SCHEDULE_JOBS"));
+        assert!(requeued.reason().unwrap().starts_with("Preempted: tenant provider:acme reclaimed"));
+        assert_eq!((requeued.slot_change(), requeued.queue_change()), (-1, 1));
+        // Bounded: once queued again `MAX_REQUEUES` times, the next reclaim stops it.
+        assert_eq!(decide(Running, &stop_trigger(Some("provider:acme"), true, MAX_REQUEUES)).unwrap().to, Stopped);
+        assert_eq!(stop_trigger(None, true, 0), Trigger::StopRequested);
+        assert_eq!(decide(Queued, &stop_trigger(Some("provider:acme"), true, 0)), None);
     }
 }

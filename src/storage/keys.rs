@@ -56,6 +56,13 @@ pub fn job_exit(job_id: &str) -> String {
     format!("jobs/{job_id}/exit.json")
 }
 
+/// What one attempt of a job leaves (its exit record, logs and result): cleared before its next
+/// attempt (a retry on a new pod, a reclaimed backfill job run again), so that attempt's are
+/// never confused with them.
+pub fn job_attempt(job_id: &str) -> [String; 4] {
+    [job_exit(job_id), job_user_log(job_id), job_provider_log(job_id), job_result(job_id)]
+}
+
 /// Folder (ending with `/`) holding every object of one job: the keys above and anything a
 /// later version adds for the job. Deleting a job deletes this folder.
 pub fn job_objects(job_id: &str) -> String {

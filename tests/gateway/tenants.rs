@@ -16,7 +16,10 @@ use crate::controller::Cluster;
 use crate::eventually::eventually;
 use crate::harness::{Backend, Gateway, tar_of};
 
-both_backends!(a_tenant_takes_its_guarantee_back_from_backfill_on_the_local_runner);
+both_backends!(
+    a_tenant_takes_its_guarantee_back_from_backfill_on_the_local_runner,
+    a_reclaimed_backfill_job_whose_function_allows_retries_is_queued_again_on_the_local_runner,
+);
 
 /// Sleeps `sleep` seconds (its arguments), then ends well.
 const SLEEPER: &str = "import json, os, time\nwith open(os.environ['ARGUMENTS_PATH']) as f:\n    time.sleep(json.load(f).get('sleep', 0))\n";
@@ -166,6 +169,64 @@ async fn a_tenant_takes_its_guarantee_back_from_backfill_on_the_local_runner(bac
     assert_eq!(page["tenants"], json!([]), "{page}");
 }
 
+/// The statuses a job moved through, oldest first, with each move's reason and time (microseconds).
+async fn moves(gateway: &Gateway, user: &str, id: &str) -> Vec<(String, Option<String>, i64)> {
+    let events = gateway.get(&format!("/api/v1/jobs/{id}/events/"), user).await.json;
+    let time = |e: &Value| {
+        let text = e["created"].as_str().unwrap_or_default();
+        chrono::DateTime::parse_from_rfc3339(text).map_or(0, |t| t.timestamp_micros())
+    };
+    let mut moves: Vec<_> = events
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|e| e["event_type"] == "STATUS_CHANGE")
+        .map(|e| {
+            let status = e["data"]["status"].as_str().unwrap_or_default().to_string();
+            (status, e["data"]["reason"].as_str().map(str::to_string), time(e))
+        })
+        .collect();
+    moves.sort_by_key(|(.., at)| *at);
+    moves
+}
+
+async fn a_reclaimed_backfill_job_whose_function_allows_retries_is_queued_again_on_the_local_runner(backend: Backend) {
+    let gateway = Gateway::start(backend)
+        .await
+        .with_runner(|config| {
+            config.limits.cpu_slots = 1;
+            config.fair_share = FairShare { grace: Duration::from_secs(1), max_preemptions: 5, ..FairShare::default() };
+        })
+        .await;
+    gateway.provider("acme", None, "erin").await;
+    upload(&gateway, "erin", &[("title", "work"), ("provider", "acme")]).await;
+    upload(&gateway, "bob", &[("title", "filler"), ("backfill", "true"), ("retry_after_start", "true")]).await;
+    let sleep = |seconds: u64| json!({"sleep": seconds}).to_string();
+    let backfill = run(&gateway, "bob", json!({"title": "filler", "arguments": sleep(4)})).await;
+    gateway.wait_for_job("bob", &backfill, 60, |job| job["status"] == "RUNNING").await;
+
+    gateway.admin(quota(Some(1), None, false)).await;
+    let work = run(&gateway, "erin", json!({"title": "work", "provider": "acme", "arguments": sleep(2)})).await;
+    // Reclaimed after the grace, queued again (not STOPPED), it runs again once acme's job ends.
+    gateway.wait_for_job("erin", &work, 60, |job| job["status"] == "SUCCEEDED").await;
+    let done = gateway.wait_for_job("bob", &backfill, 60, |job| job["status"] == "SUCCEEDED").await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    let moves = moves(&gateway, "bob", &backfill).await;
+    let statuses: Vec<&str> = moves.iter().map(|(status, ..)| status.as_str()).collect();
+    assert_eq!(statuses, ["QUEUED", "PENDING", "RUNNING", "QUEUED", "PENDING", "RUNNING", "SUCCEEDED"], "{moves:?}");
+    let requeued = moves[3].1.as_deref().unwrap_or_default();
+    assert!(requeued.starts_with("Preempted: tenant provider:acme reclaimed its guaranteed capacity"), "{requeued}");
+    assert!(requeued.contains("queued again"), "{requeued}");
+
+    // Its one usage record meters both runs, not the wait between them.
+    let record = gantry::db::usage::record(&gateway.state.db, &backfill).await.unwrap().expect("a record");
+    let runs = (moves[3].2 - moves[2].2) + (moves[6].2 - moves[5].2);
+    let waits = (moves[2].2 - moves[0].2) + (moves[5].2 - moves[3].2);
+    assert!((record.run_ms - runs / 1000).abs() <= 50, "run {} ms, the runs {} ms", record.run_ms, runs / 1000);
+    assert!((record.wait_ms - waits / 1000).abs() <= 50, "wait {} ms, the waits {} ms", record.wait_ms, waits / 1000);
+    assert!(record.run_ms >= 4000, "{record:?}");
+}
+
 /// The same reclaim on the Kubernetes doubles: the youngest backfill pod is deleted after the
 /// grace, its job STOPPED naming the tenant, the other backfill job runs on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -198,4 +259,45 @@ async fn a_tenant_takes_its_guarantee_back_from_backfill_pods() {
     assert_eq!(done["status"], "SUCCEEDED", "{done}");
     assert_eq!(status(gateway, "alice", &older).await["status"], "RUNNING", "one reclaimed slot, one job stopped");
     cluster.resource_until(&younger, |r| r["status"]["phase"] == "STOPPED").await;
+}
+
+/// On the Kubernetes doubles: a reclaimed backfill job whose function allows retries after start
+/// is queued again; its pod goes, and once admitted again a new pod runs it to its end. The
+/// FunctionJob's status keeps the reclaimed attempt (`requeued`), which is no infrastructure retry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reclaimed_backfill_pod_whose_function_allows_retries_runs_again_once_admitted() {
+    let gateway = Gateway::start(Backend::PostgresS3).await;
+    let cluster = Cluster::start_tuned(gateway, Duration::from_secs(600), Duration::from_secs(3600), |settings| {
+        settings.limits.cpu_slots = 1;
+        settings.fair_share = FairShare { grace: Duration::from_secs(1), max_preemptions: 1, ..FairShare::default() };
+    })
+    .await;
+    let gateway = &cluster.gateway;
+    gateway.provider("acme", None, "erin").await;
+    upload(gateway, "erin", &[("title", "work"), ("provider", "acme")]).await;
+    upload(gateway, "alice", &[("title", "filler"), ("retry_after_start", "true")]).await;
+    let sleep = |seconds: u64| json!({"sleep": seconds}).to_string();
+    let backfill =
+        run(gateway, "alice", json!({"title": "filler", "arguments": sleep(3), "config": {"backfill": true}})).await;
+    gateway.wait_for_job("alice", &backfill, 60, |job| job["status"] == "RUNNING").await;
+    let first_pod =
+        cluster.resource_until(&backfill, |r| r["status"]["podUid"].is_string()).await["status"]["podUid"].clone();
+
+    gateway.admin(quota(Some(1), None, false)).await;
+    let work = run(gateway, "erin", json!({"title": "work", "provider": "acme", "arguments": sleep(1)})).await;
+    gateway.wait_for_job("erin", &work, 60, |job| job["status"] == "SUCCEEDED").await;
+    let done = gateway.wait_for_job("alice", &backfill, 90, |job| job["status"] == "SUCCEEDED").await;
+    assert_eq!(done["status"], "SUCCEEDED", "{done}");
+    let moves = moves(gateway, "alice", &backfill).await;
+    let statuses: Vec<&str> = moves.iter().map(|(status, ..)| status.as_str()).collect();
+    assert_eq!(statuses, ["QUEUED", "PENDING", "RUNNING", "QUEUED", "PENDING", "RUNNING", "SUCCEEDED"], "{moves:?}");
+    assert!(moves[3].1.as_deref().unwrap_or_default().contains("queued again"), "{moves:?}");
+
+    let resource = cluster.resource_until(&backfill, |r| r["status"]["phase"] == "SUCCEEDED").await;
+    let retries = &resource["status"]["retries"];
+    assert_eq!(retries.as_array().map(Vec::len), Some(1), "{resource}");
+    assert_eq!((retries[0]["requeued"].as_bool(), &retries[0]["podUid"]), (Some(true), &first_pod), "{resource}");
+    assert_ne!(resource["status"]["podUid"], first_pod, "a new pod ran it: {resource}");
+    let state = gantry::db::jobs::state(&gateway.state.db, &backfill).await.unwrap().unwrap();
+    assert_eq!((state.infrastructure_retries, state.requeues), (0, 1));
 }

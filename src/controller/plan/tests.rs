@@ -102,7 +102,7 @@ fn row(status: JobStatus, stop_requested: bool) -> Option<Row> {
         provider_function: false,
         retries: 0,
         status_reason: None,
-        preempted_by: None,
+        stop_trigger: Trigger::StopRequested,
     })
 }
 
@@ -766,4 +766,56 @@ fn retries_of_an_unreadable_log_double_up_to_a_minute() {
     assert_eq!(archive_backoff(Duration::ZERO), Duration::from_secs(1));
     assert_eq!(archive_backoff(Duration::from_secs(8)), Duration::from_secs(8));
     assert_eq!(archive_backoff(Duration::from_secs(900)), Duration::from_secs(60));
+}
+
+/// A backfill job reclaimed by a tenant, whose function allows retries after start: queued
+/// again once its pod ended, the attempt kept as `requeued` (no infrastructure retry), its next
+/// pod made only once it is admitted again.
+#[test]
+fn a_reclaimed_backfill_job_is_queued_again_and_gets_a_new_pod_once_admitted() {
+    let planned = |found: &Case| {
+        let made = plan(&found.observed(), &WINDOWS);
+        let steps: Vec<String> = made.steps.iter().map(step_words).collect();
+        (steps, next_words(made.next), made.steps)
+    };
+    let written_status = |steps: &[Step]| {
+        steps.iter().rev().find_map(|step| match step {
+            Step::WriteStatus(status) => Some(serde_json::to_value(status.as_ref()).unwrap()),
+            _ => None,
+        })
+    };
+    let opted_in_with = |status: Value, stop: bool| opted_in(resource(status, stop, None));
+    let mut reclaimed = row(Running, true).unwrap();
+    reclaimed.stop_trigger = Trigger::Preempted { tenant: "provider:acme".into(), requeue: true };
+    let stopped_pod = with_uid(ended("Failed", None, 143, "Error"), "u1");
+    let running = opted_in_with(written("RUNNING", true, None, &[]), true);
+    let (steps, next, made) = planned(&case("its pod ended", running, Some(reclaimed), Some(stopped_pod)));
+    assert_eq!(steps, ["stop pod", "move RUNNING→QUEUED", "write QUEUED", "wake admission"]);
+    assert_eq!(next, "await change");
+    let queued_status = written_status(&made).unwrap();
+    let attempt = &queued_status["retries"][0];
+    assert_eq!(
+        (&attempt["attempt"], &attempt["requeued"], &attempt["podUid"]),
+        (&json!(1), &json!(true), &json!("u1"))
+    );
+    assert!(attempt["reason"].as_str().unwrap().contains("queued again"), "{attempt}");
+
+    // Queued, its pod gone: nothing is made before its admission.
+    let queued = opted_in_with(queued_status, false);
+    let (steps, next, _) = planned(&case("queued again", queued.clone(), row(Queued, false), None));
+    assert_eq!((steps, next), (vec!["wake admission".to_string()], "await change".to_string()));
+    // Admitted again: the last attempt's objects cleared, a new pod made.
+    let (steps, _, made) = planned(&case("admitted again", queued, row(Pending, false), None));
+    assert_eq!(steps, ["clear attempt", "create pod", "write PENDING"]);
+    // Evicted on its new pod: infrastructure retry 1 of the job's attempt 2 (the reclaim is none).
+    let mut second_status = written_status(&made).unwrap();
+    second_status["podUid"] = json!("u2");
+    let evicted = with_uid(ended("Failed", Some("Evicted"), 143, "Error"), "u2");
+    let (_, _, made) =
+        planned(&case("evicted", opted_in_with(second_status, false), row(Running, false), Some(evicted)));
+    let retry = made.iter().find_map(|step| match step {
+        Step::RecordRetry { made, retry, .. } => Some((*made, retry.attempt)),
+        _ => None,
+    });
+    assert_eq!(retry, Some((0, 2)), "{made:?}");
 }
