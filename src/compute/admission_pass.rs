@@ -28,8 +28,6 @@ pub const TENANT_WINDOW: usize = 200;
 /// The load a pass works against.
 #[derive(Debug, Clone, Default)]
 pub struct Capacity {
-    /// Pending and running jobs by user, tenant, kind and backfill.
-    pub load: Vec<Load>,
     /// The models of the GPUs no job holds, where the runner lends GPUs itself; `None` where
     /// something else places them (Kubernetes).
     pub free_gpus: Option<Vec<String>>,
@@ -90,12 +88,16 @@ pub async fn admit_queued(
         true => jobs::backfill_in_flight(db).await?,
         false => Vec::new(),
     };
+    // Read after the backfill jobs: one that ends between the two reads is then a holding no
+    // longer counted in the load (its reclaim a no-op), never load without its holding (a
+    // reclaim of another backfill job than the one already going: found by the doubles' test).
+    let load: Vec<Load> = jobs::in_flight_load(db).await?;
     let (fair, now) = (memory.fair, db::now_micros());
     let half_life_ms = fair.half_life.as_millis().max(1) as f64;
     let mut user_usage = recent_usage(db, memory, fair.half_life, now).await?;
     // A job holding a slot weighs as a half-life of a slot's use (ended jobs weigh by the ledger).
-    for load in &capacity.load {
-        *user_usage.entry(load.user.clone()).or_default() += load.count as f64 * half_life_ms;
+    for held in &load {
+        *user_usage.entry(held.user.clone()).or_default() += held.count as f64 * half_life_ms;
     }
     let waiting: Vec<Waiting> = queue
         .iter()
@@ -113,7 +115,7 @@ pub async fn admit_queued(
     let decision = fair_share::decide(&Pass {
         tenants: &tenants,
         queue: &waiting,
-        running: &capacity.load,
+        running: &load,
         backfill: &backfill,
         free_gpus: capacity.free_gpus.as_deref(),
         user_usage: &user_usage,
@@ -171,7 +173,7 @@ pub async fn admit_queued(
         }
     }
     if !tenants.is_empty() {
-        keep_shares(db, memory, &tenants, &capacity.load, &decision.admitted, &queue, now).await?;
+        keep_shares(db, memory, &tenants, &load, &decision.admitted, &queue, now).await?;
     } else {
         forget_shares(db, memory).await?;
     }

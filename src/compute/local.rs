@@ -176,8 +176,7 @@ impl LocalRunner {
                 }
             }
         }
-        let capacity =
-            Capacity { load: jobs::in_flight_load(&self.db).await?, free_gpus: Some(self.config.gpus.free_models()) };
+        let capacity = Capacity { free_gpus: Some(self.config.gpus.free_models()) };
         admit_queued(
             &self.db,
             &self.publisher,

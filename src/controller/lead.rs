@@ -16,14 +16,12 @@ use super::reconcile::{Context, Error, database_error, error_policy, reconcile};
 use super::{seen::PodsSeen, triggers};
 use crate::compute::{Capacity, Passed, admit_queued};
 use crate::crd::FunctionJob;
-use crate::db::jobs;
 use crate::ops::Metrics;
 
 /// One admission pass: queued jobs that fit the limits across the cluster move to PENDING, and
 /// each is handed to the controller's queue (`admitted`), whose reconcile starts its pod.
 pub async fn admit(ctx: &Context, admitted: &Admitted) -> Result<Passed, Error> {
-    let load = jobs::in_flight_load(&ctx.db).await.map_err(database_error(""))?;
-    let capacity = Capacity { load, free_gpus: None };
+    let capacity = Capacity { free_gpus: None };
     let reconcile = |id: &str| {
         // A job whose resource does not exist yet starts when the gateway's sweep creates it.
         let _ = admitted.unbounded_send(ObjectRef::new(id).within(&ctx.settings.namespace));

@@ -293,9 +293,10 @@ pub async fn find(db: &Db, id: &str) -> Result<Option<JobRow>, Error> {
 /// moves clear the sub-status and the stored environment and keep the move's reason (the
 /// parameter named by the macro's argument); the first move into RUNNING keeps its time (what
 /// the usage ledger meters the run from). A move back to QUEUED (a preempted backfill job queued
-/// again) clears its stop request and carries its run time so far (`carried_run_us`, migration
-/// 0028): its next move into RUNNING, or its ending while queued, starts the clock that much
-/// earlier. The caller adds which jobs.
+/// again) clears its stop request and keeps its run time so far (`carried_run_us`, migration
+/// 0028; `running_since` counts from the first run, moved up by the earlier runs): its next move
+/// into RUNNING, or its ending while queued, starts the clock that much earlier, so its current
+/// run started at `running_since + carried_run_us`. The caller adds which jobs.
 macro_rules! move_job {
     ($reason:literal) => {
         concat!(
@@ -308,8 +309,7 @@ macro_rules! move_job {
              running_since = CASE WHEN $1 = 'QUEUED' THEN NULL \
                WHEN $1 = 'RUNNING' OR ($4 AND carried_run_us <> 0) THEN COALESCE(running_since, $3 - carried_run_us) \
                ELSE running_since END, \
-             carried_run_us = CASE WHEN $1 = 'QUEUED' THEN carried_run_us + COALESCE($3 - running_since, 0) \
-               WHEN $1 = 'RUNNING' OR $4 THEN 0 ELSE carried_run_us END, \
+             carried_run_us = CASE WHEN $1 = 'QUEUED' THEN COALESCE($3 - running_since, carried_run_us) ELSE carried_run_us END, \
              requeues = requeues + CASE WHEN $1 = 'QUEUED' THEN 1 ELSE 0 END, \
              stop_requested = CASE WHEN $1 = 'QUEUED' THEN FALSE ELSE stop_requested END, \
              preempted_by = CASE WHEN $1 = 'QUEUED' THEN NULL ELSE preempted_by END"

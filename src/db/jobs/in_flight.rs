@@ -29,11 +29,11 @@ pub async fn in_flight_load(db: &Db) -> Result<Vec<Load>, Error> {
         .collect())
 }
 
-/// The backfill jobs holding slots (pending or running), with when they started (or were
-/// queued, before that): what a reclaim may stop.
+/// The backfill jobs holding slots (pending or running), with when their current run started
+/// (or they were queued, before that): what a reclaim may stop.
 pub async fn backfill_in_flight(db: &Db) -> Result<Vec<Holding>, Error> {
     let rows = on_db!(db, pool => sqlx::query_as::<_, (String, String, bool, i64)>(
-        "SELECT id, COALESCE(tenant, ''), gpu, COALESCE(running_since, created) FROM jobs \
+        "SELECT id, COALESCE(tenant, ''), gpu, COALESCE(running_since + carried_run_us, created) FROM jobs \
          WHERE backfill AND status IN ('PENDING', 'RUNNING')")
         .fetch_all(pool)
         .await)
