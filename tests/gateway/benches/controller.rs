@@ -20,7 +20,7 @@ use crate::harness::{Backend, Gateway};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "benchmark: run bench/controller.sh"]
 async fn bench_pods_created_per_second() {
-    use gantry::crd::{FunctionJob, FunctionJobSpec, FunctionRef, JobResources};
+    use gantry::crd::FunctionJob;
     // `queued[:history[:stale]]`: finished jobs already in the database, and how many of the
     // newest of them still have a FunctionJob and a Secret to collect.
     let runs: Vec<(usize, usize, usize)> = std::env::var("GANTRY_BENCH_JOBS")
@@ -55,49 +55,7 @@ async fn bench_pods_created_per_second() {
             async move {
                 let mut ids = Vec::new();
                 for _ in 0..count {
-                    let id = gantry::db::new_id();
-                    let job = gantry::db::jobs::NewJob {
-                        id: id.clone(),
-                        program_id: program_id.clone(),
-                        provider_id: None,
-                        author_id: author_id.clone(),
-                        arguments: "{}".into(),
-                        config: "{}".into(),
-                        env_vars: "{}".into(),
-                        runner: "kubernetes".into(),
-                        gpu: false,
-                        function_size: None,
-                        trial: false,
-                        business_model: "SUBSIDIZED".into(),
-                        traceparent: None,
-                        instance: None,
-                        backfill: false,
-                        gpu_model: None,
-                    };
-                    gantry::db::jobs::insert_with_limit(&db, &job, i64::MAX, false).await.unwrap().unwrap();
-                    let spec = FunctionJobSpec {
-                        job_id: id.clone(),
-                        function: FunctionRef { title: "fn".into(), provider: None, version: None },
-                        image: None,
-                        artifact: Some("artifacts/x.tar".into()),
-                        entrypoint: Some("main.py".into()),
-                        size: None,
-                        resources: JobResources::default(),
-                        gpus: 0,
-                        gpu_model: None,
-                        compute_profile: None,
-                        timeout_seconds: 3600,
-                        user: "alice".into(),
-                        function_env: Vec::new(),
-                        stop_requested: false,
-                        retry_after_start: false,
-                        secret_name: gantry::crd::secret_name(&id),
-                    };
-                    // As the gateway creates it: with the controller's finalizer.
-                    let mut resource = FunctionJob::new(&id, spec);
-                    resource.metadata.finalizers = Some(vec![gantry::crd::FINALIZER.to_string()]);
-                    resources.create(&Default::default(), &resource).await.unwrap();
-                    ids.push(id);
+                    ids.push(queue_job(&db, &resources, &program_id, (&author_id, "alice"), None, false).await);
                 }
                 ids
             }
@@ -154,14 +112,7 @@ async fn bench_pods_created_per_second() {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let latency = before.elapsed();
-        let memory = |field: &str| {
-            std::fs::read_to_string(format!("/proc/{pid}/status"))
-                .unwrap_or_default()
-                .lines()
-                .find(|line| line.starts_with(field))
-                .map(|line| line.split_whitespace().nth(1).unwrap_or("0").parse::<u64>().unwrap_or(0) / 1024)
-                .unwrap_or(0)
-        };
+        let memory = |field: &str| memory_mib(pid, field);
         let run = match (history, stale) {
             (0, _) => format!("queued={jobs_count}"),
             (_, 0) => format!("queued={jobs_count} history={history}"),
@@ -226,6 +177,236 @@ async fn bench_pods_created_per_second() {
         }
         let _ = controller.kill().await;
     }
+}
+
+/// Queues a job of `author` (its id and name) as the gateway does: its row (of `provider`'s
+/// function, its id and name, when given; backfill when asked), then its FunctionJob with the
+/// controller's finalizer. Answers its id.
+async fn queue_job(
+    db: &gantry::db::Db,
+    resources: &kube::Api<gantry::crd::FunctionJob>,
+    program_id: &str,
+    (author_id, user): (&str, &str),
+    provider: Option<(&str, &str)>,
+    backfill: bool,
+) -> String {
+    use gantry::crd::{FunctionJob, FunctionJobSpec, FunctionRef, JobResources};
+    let id = gantry::db::new_id();
+    let job = gantry::db::jobs::NewJob {
+        id: id.clone(),
+        program_id: program_id.into(),
+        provider_id: provider.map(|(id, _)| id.to_string()),
+        author_id: author_id.into(),
+        arguments: "{}".into(),
+        config: "{}".into(),
+        env_vars: "{}".into(),
+        runner: "kubernetes".into(),
+        gpu: false,
+        function_size: None,
+        trial: false,
+        business_model: "SUBSIDIZED".into(),
+        traceparent: None,
+        instance: None,
+        backfill,
+        gpu_model: None,
+    };
+    gantry::db::jobs::insert_with_limit(db, &job, i64::MAX, false).await.unwrap().unwrap();
+    let spec = FunctionJobSpec {
+        job_id: id.clone(),
+        function: FunctionRef {
+            title: "fn".into(),
+            provider: provider.map(|(_, name)| name.to_string()),
+            version: None,
+        },
+        image: None,
+        artifact: Some("artifacts/x.tar".into()),
+        entrypoint: Some("main.py".into()),
+        size: None,
+        resources: JobResources::default(),
+        gpus: 0,
+        gpu_model: None,
+        compute_profile: None,
+        timeout_seconds: 3600,
+        user: user.into(),
+        function_env: Vec::new(),
+        stop_requested: false,
+        retry_after_start: false,
+        secret_name: gantry::crd::secret_name(&id),
+    };
+    let mut resource = FunctionJob::new(&id, spec);
+    resource.metadata.finalizers = Some(vec![gantry::crd::FINALIZER.to_string()]);
+    resources.create(&Default::default(), &resource).await.unwrap();
+    id
+}
+
+/// A `/proc/<pid>/status` figure in MiB (`VmHWM`: peak resident memory, `VmRSS`: now).
+fn memory_mib(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find(|line| line.starts_with(field))
+        .map(|line| line.split_whitespace().nth(1).unwrap_or("0").parse::<u64>().unwrap_or(0) / 1024)
+        .unwrap_or(0)
+}
+
+/// Waits until the API server double has created `count` more pods (counted from its change
+/// feed); panics naming the controller's log when pods stop coming for two minutes.
+async fn pods_created(
+    api: &ApiServer,
+    changes: &mut tokio::sync::broadcast::Receiver<crate::doubles::kube_double::Change>,
+    count: usize,
+    log: &std::path::Path,
+) {
+    // Only when the feed is left behind: the pods there are, beyond those there were.
+    let before = api.list(Kind::POD, NAMESPACE).len();
+    let mut created = 0;
+    while created < count {
+        let change = tokio::time::timeout(Duration::from_secs(120), changes.recv()).await;
+        match change.unwrap_or_else(|_| panic!("pods stopped being created:\n{}", crate::e2e_kubernetes::tail(log))) {
+            Ok(change)
+                if change.plural == "pods" && change.event_type == crate::doubles::kube_double::EventType::Added =>
+            {
+                created += 1
+            }
+            Ok(_) => {}
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
+                created = api.list(Kind::POD, NAMESPACE).len().saturating_sub(before)
+            }
+            Err(closed) => panic!("the change feed ended: {closed}"),
+        }
+    }
+}
+
+/// Benchmark, not a test (`bench/controller.sh tenants`): admission between tenants on the
+/// controller (its own process) against the API server double and a real PostgreSQL. First
+/// 100,000 queued jobs (`GANTRY_BENCH_TENANT_JOBS`) from 1,000 users of 100 provider tenants
+/// (50 CPU slots guaranteed each, weights 1, 2, 3 in turn, one job in 200 backfill) with slots
+/// for all: pods per second and the controller's peak memory. Then a 536-deep queue of one
+/// tenant behind 600 slots all taken by another's jobs, which end at once: admissions per second
+/// from their end to the 536th pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "benchmark: run bench/controller.sh tenants"]
+async fn bench_admission_between_tenants() {
+    use gantry::db::tenants::{Kind as TenantKind, Quotas};
+    use gantry::domain::lifecycle::{JobStatus, Trigger, decide};
+    let jobs_count: usize =
+        std::env::var("GANTRY_BENCH_TENANT_JOBS").ok().and_then(|n| n.parse().ok()).unwrap_or(100_000);
+    let (users_count, tenants_count) = (1_000, 100);
+    let start = |slots: u64| async move {
+        let gateway = Gateway::start(Backend::PostgresS3).await;
+        gateway.upload_function("alice", &[("title", "fn"), ("entrypoint", "main.py")]).await;
+        let program_id =
+            gateway.get("/api/v1/programs/get_by_title/fn/", "alice").await.json["id"].as_str().unwrap().to_string();
+        let mut providers = Vec::new();
+        for t in 0..tenants_count {
+            let name = format!("p{t}");
+            gateway.provider(&name, None, "alice").await;
+            let quotas = Quotas {
+                cpu_guaranteed: 50,
+                cpu_borrow_cap: None,
+                gpu_guaranteed: 0,
+                gpu_borrow_cap: None,
+                gpu_model: None,
+                weight: 1 + (t as i64 % 3),
+            };
+            gantry::db::tenants::set(&gateway.state.db, TenantKind::Provider, &name, quotas).await.unwrap();
+            let gantry::db::Db::Postgres(pool) = &gateway.state.db else { panic!("the benchmark runs on PostgreSQL") };
+            let id: String = sqlx::query_scalar("SELECT id FROM providers WHERE name = $1")
+                .bind(&name)
+                .fetch_one(pool)
+                .await
+                .unwrap();
+            providers.push((id, name));
+        }
+        let mut users = Vec::new();
+        for u in 0..users_count {
+            let name = format!("u{u}");
+            users.push((gantry::db::users::ensure(&gateway.state.db, &name).await.unwrap().id, name));
+        }
+        let api = ApiServer::new();
+        api.install_crd(&gantry::crd::crd_yaml()).await;
+        let folder = tempfile::tempdir().unwrap();
+        let address = api.serve().await;
+        let kubeconfig = folder.path().join("kubeconfig");
+        std::fs::write(&kubeconfig, api.kubeconfig(address)).unwrap();
+        let (mut args, mut env) = crate::e2e_kubernetes::role_settings(&gateway, folder.path(), &kubeconfig);
+        args.insert(0, "controller".into());
+        args.extend(["--leader-election", "false", "--admin-listen", "127.0.0.1:0"].map(str::to_string));
+        env.push(("LIMITS_JOBS_PER_USER", "1000000000".into()));
+        for limit in ["LIMITS_MAX_CLUSTERS", "LIMITS_MAX_GPU_CLUSTERS"] {
+            env.push((limit, slots.to_string()));
+        }
+        (gateway, program_id, providers, users, api, folder, args, env)
+    };
+
+    // Throughput: every queued job admitted into its pod.
+    let (gateway, program_id, providers, users, api, folder, args, env) = start(1_000_000_000).await;
+    let resources: kube::Api<gantry::crd::FunctionJob> = kube::Api::namespaced(api.client(), NAMESPACE);
+    let queue_started = std::time::Instant::now();
+    for k in 0..jobs_count {
+        let (author_id, user) = &users[k % users_count];
+        let (provider_id, provider) = &providers[(k % users_count) % tenants_count];
+        let provider = Some((provider_id.as_str(), provider.as_str()));
+        queue_job(&gateway.state.db, &resources, &program_id, (author_id, user), provider, k % 200 == 0).await;
+    }
+    let queue_seconds = queue_started.elapsed().as_secs_f64();
+    let mut changes = api.subscribe();
+    let log = folder.path().join("controller.log");
+    let started = std::time::Instant::now();
+    let mut controller = crate::e2e_kubernetes::spawn_role(&args, &env, &log);
+    let pid = controller.id().expect("the controller runs");
+    pods_created(&api, &mut changes, jobs_count, &log).await;
+    let elapsed = started.elapsed().as_secs_f64();
+    let gantry::db::Db::Postgres(pool) = &gateway.state.db else { unreachable!() };
+    let (moves, tenants_seen): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(DISTINCT created) FROM job_events WHERE data LIKE '%PENDING%'), \
+                (SELECT COUNT(DISTINCT tenant) FROM jobs WHERE tenant IS NOT NULL)",
+    )
+    .fetch_one(pool)
+    .await
+    .unwrap();
+    println!(
+        "BENCH tenants queued={jobs_count} users={users_count} tenants={tenants_seen} pods_per_second={:.0} all_pods_seconds={elapsed:.2} \
+         admission_transactions={moves} controller_peak_mib={} controller_now_mib={} (queued in {queue_seconds:.0} s)",
+        jobs_count as f64 / elapsed,
+        memory_mib(pid, "VmHWM"),
+        memory_mib(pid, "VmRSS"),
+    );
+    let _ = controller.kill().await;
+    drop((gateway, api, folder));
+
+    // Drain: 536 jobs of tenant p0 wait behind 600 slots held by p1's jobs, which end at once.
+    let (held, deep) = (600, 536);
+    let (gateway, program_id, providers, users, api, folder, args, env) = start(held as u64).await;
+    let resources: kube::Api<gantry::crd::FunctionJob> = kube::Api::namespaced(api.client(), NAMESPACE);
+    let holder = Some((providers[1].0.as_str(), providers[1].1.as_str()));
+    let mut holding = Vec::new();
+    for k in 0..held {
+        let (author_id, user) = &users[k % users_count];
+        holding.push(queue_job(&gateway.state.db, &resources, &program_id, (author_id, user), holder, false).await);
+    }
+    let mut changes = api.subscribe();
+    let log = folder.path().join("controller.log");
+    let mut controller = crate::e2e_kubernetes::spawn_role(&args, &env, &log);
+    pods_created(&api, &mut changes, held, &log).await;
+    let waiting = Some((providers[0].0.as_str(), providers[0].1.as_str()));
+    for k in 0..deep {
+        let (author_id, user) = &users[k % users_count];
+        queue_job(&gateway.state.db, &resources, &program_id, (author_id, user), waiting, false).await;
+    }
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(api.list(Kind::POD, NAMESPACE).len(), held, "the slots are all taken");
+    let ended = decide(JobStatus::Pending, &Trigger::Exited { success: true }).unwrap();
+    let freed = std::time::Instant::now();
+    let moved = gantry::db::jobs::apply_moves(&gateway.state.db, &holding, &ended, false).await.unwrap();
+    assert_eq!(moved.len(), held);
+    pods_created(&api, &mut changes, deep, &log).await;
+    let drained = freed.elapsed().as_secs_f64();
+    println!(
+        "BENCH tenants drain deep={deep} slots_freed={held} admissions_per_second={:.0} all_admitted_seconds={drained:.2}",
+        deep as f64 / drained
+    );
+    let _ = controller.kill().await;
 }
 
 /// Puts `count` finished jobs of `author` in the database (with four events each, as a job's
