@@ -142,7 +142,7 @@ async fn run(gateway: &Gateway, token: &str, title: &str, arguments: &str) -> cr
 }
 
 /// A plain job of `author` for `program` with id `id`, as `run` writes it.
-fn queued_job(program: &str, author: &str, id: String) -> gantry::db::jobs::NewJob {
+pub(crate) fn queued_job(program: &str, author: &str, id: String) -> gantry::db::jobs::NewJob {
     gantry::db::jobs::NewJob {
         id,
         program_id: program.to_string(),

@@ -63,16 +63,7 @@ async fn bench_pods_created_per_second() {
         queue(jobs_count).await;
         // The controller is its own process (this build's `gantry controller`), against the
         // double served on loopback, so its memory is its own.
-        let folder = tempfile::tempdir().unwrap();
-        let address = api.serve().await;
-        let kubeconfig = folder.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, api.kubeconfig(address)).unwrap();
-        let (mut args, mut env) = crate::e2e_kubernetes::role_settings(&gateway, folder.path(), &kubeconfig);
-        args.insert(0, "controller".into());
-        args.extend(["--leader-election", "false", "--admin-listen", "127.0.0.1:0"].map(str::to_string));
-        for limit in ["LIMITS_JOBS_PER_USER", "LIMITS_MAX_CLUSTERS", "LIMITS_MAX_GPU_CLUSTERS"] {
-            env.push((limit, "1000000000".into()));
-        }
+        let (folder, args, env) = controller_role(&gateway, &api, UNBOUNDED).await;
         // Pods are counted as the API server creates them (polling lists would load the process).
         let mut changes = api.subscribe();
         let cpu_before = (cpu_seconds("self"), postgres_cpu_seconds());
@@ -96,9 +87,7 @@ async fn bench_pods_created_per_second() {
                     }
                 }
                 // Fell behind the feed: count what is there.
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                    created = api.list(Kind::POD, NAMESPACE).len()
-                }
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => created = api.count(Kind::POD, NAMESPACE),
                 Err(closed) => panic!("the change feed ended: {closed}"),
             }
         }
@@ -193,22 +182,10 @@ async fn queue_job(
     use gantry::crd::{FunctionJob, FunctionJobSpec, FunctionRef, JobResources};
     let id = gantry::db::new_id();
     let job = gantry::db::jobs::NewJob {
-        id: id.clone(),
-        program_id: program_id.into(),
         provider_id: provider.map(|(id, _)| id.to_string()),
-        author_id: author_id.into(),
-        arguments: "{}".into(),
-        config: "{}".into(),
-        env_vars: "{}".into(),
         runner: "kubernetes".into(),
-        gpu: false,
-        function_size: None,
-        trial: false,
-        business_model: "SUBSIDIZED".into(),
-        traceparent: None,
-        instance: None,
         backfill,
-        gpu_model: None,
+        ..crate::jobs::queued_job(program_id, author_id, id.clone())
     };
     gantry::db::jobs::insert_with_limit(db, &job, i64::MAX, false).await.unwrap().unwrap();
     let spec = FunctionJobSpec {
@@ -239,6 +216,31 @@ async fn queue_job(
     id
 }
 
+/// Slots and jobs per user that never bind.
+const UNBOUNDED: u64 = 1_000_000_000;
+
+/// The arguments and environment of `gantry controller` (its own process) against `api` served
+/// on loopback (a kubeconfig in the answered folder), without leader election, with `slots` CPU
+/// and GPU slots and no bound per user.
+async fn controller_role(
+    gateway: &Gateway,
+    api: &ApiServer,
+    slots: u64,
+) -> (tempfile::TempDir, Vec<String>, Vec<(&'static str, String)>) {
+    let folder = tempfile::tempdir().unwrap();
+    let address = api.serve().await;
+    let kubeconfig = folder.path().join("kubeconfig");
+    std::fs::write(&kubeconfig, api.kubeconfig(address)).unwrap();
+    let (mut args, mut env) = crate::e2e_kubernetes::role_settings(gateway, folder.path(), &kubeconfig);
+    args.insert(0, "controller".into());
+    args.extend(["--leader-election", "false", "--admin-listen", "127.0.0.1:0"].map(str::to_string));
+    env.push(("LIMITS_JOBS_PER_USER", UNBOUNDED.to_string()));
+    for limit in ["LIMITS_MAX_CLUSTERS", "LIMITS_MAX_GPU_CLUSTERS"] {
+        env.push((limit, slots.to_string()));
+    }
+    (folder, args, env)
+}
+
 /// A `/proc/<pid>/status` figure in MiB (`VmHWM`: peak resident memory, `VmRSS`: now).
 fn memory_mib(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
@@ -250,16 +252,18 @@ fn memory_mib(pid: u32, field: &str) -> u64 {
 }
 
 /// Waits until the API server double has created `count` more pods (counted from its change
-/// feed); panics naming the controller's log when pods stop coming for two minutes.
+/// feed); answers how often the feed was left behind and the changes it skipped then. panics naming the controller's log when pods stop coming for two minutes.
 async fn pods_created(
     api: &ApiServer,
     changes: &mut tokio::sync::broadcast::Receiver<crate::doubles::kube_double::Change>,
     count: usize,
     log: &std::path::Path,
-) {
-    // Only when the feed is left behind: the pods there are, beyond those there were.
-    let before = api.list(Kind::POD, NAMESPACE).len();
-    let mut created = 0;
+) -> (u64, u64) {
+    // Only when the feed is left behind: the pods there are, beyond those there were (counted,
+    // not listed: a list copies every pod under the double's lock, which slowed the controller
+    // it measures once 100,000 pods were there).
+    let before = api.count(Kind::POD, NAMESPACE);
+    let (mut created, mut lagged, mut skipped) = (0, 0, 0);
     while created < count {
         let change = tokio::time::timeout(Duration::from_secs(120), changes.recv()).await;
         match change.unwrap_or_else(|_| panic!("pods stopped being created:\n{}", crate::e2e_kubernetes::tail(log))) {
@@ -269,12 +273,15 @@ async fn pods_created(
                 created += 1
             }
             Ok(_) => {}
-            Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => {
-                created = api.list(Kind::POD, NAMESPACE).len().saturating_sub(before)
+            Err(tokio::sync::broadcast::error::RecvError::Lagged(lost)) => {
+                lagged += 1;
+                skipped += lost;
+                created = api.count(Kind::POD, NAMESPACE).saturating_sub(before)
             }
             Err(closed) => panic!("the change feed ended: {closed}"),
         }
     }
+    (lagged, skipped)
 }
 
 /// Benchmark, not a test (`bench/controller.sh tenants`): admission between tenants on the
@@ -325,22 +332,12 @@ async fn bench_admission_between_tenants() {
         }
         let api = ApiServer::new();
         api.install_crd(&gantry::crd::crd_yaml()).await;
-        let folder = tempfile::tempdir().unwrap();
-        let address = api.serve().await;
-        let kubeconfig = folder.path().join("kubeconfig");
-        std::fs::write(&kubeconfig, api.kubeconfig(address)).unwrap();
-        let (mut args, mut env) = crate::e2e_kubernetes::role_settings(&gateway, folder.path(), &kubeconfig);
-        args.insert(0, "controller".into());
-        args.extend(["--leader-election", "false", "--admin-listen", "127.0.0.1:0"].map(str::to_string));
-        env.push(("LIMITS_JOBS_PER_USER", "1000000000".into()));
-        for limit in ["LIMITS_MAX_CLUSTERS", "LIMITS_MAX_GPU_CLUSTERS"] {
-            env.push((limit, slots.to_string()));
-        }
+        let (folder, args, env) = controller_role(&gateway, &api, slots).await;
         (gateway, program_id, providers, users, api, folder, args, env)
     };
 
     // Throughput: every queued job admitted into its pod.
-    let (gateway, program_id, providers, users, api, folder, args, env) = start(1_000_000_000).await;
+    let (gateway, program_id, providers, users, api, folder, args, env) = start(UNBOUNDED).await;
     let resources: kube::Api<gantry::crd::FunctionJob> = kube::Api::namespaced(api.client(), NAMESPACE);
     let queue_started = std::time::Instant::now();
     for k in 0..jobs_count {
@@ -355,7 +352,7 @@ async fn bench_admission_between_tenants() {
     let started = std::time::Instant::now();
     let mut controller = crate::e2e_kubernetes::spawn_role(&args, &env, &log);
     let pid = controller.id().expect("the controller runs");
-    pods_created(&api, &mut changes, jobs_count, &log).await;
+    let (lagged, skipped) = pods_created(&api, &mut changes, jobs_count, &log).await;
     let elapsed = started.elapsed().as_secs_f64();
     let gantry::db::Db::Postgres(pool) = &gateway.state.db else { unreachable!() };
     let (moves, tenants_seen): (i64, i64) = sqlx::query_as(
@@ -367,7 +364,8 @@ async fn bench_admission_between_tenants() {
     .unwrap();
     println!(
         "BENCH tenants queued={jobs_count} users={users_count} tenants={tenants_seen} pods_per_second={:.0} all_pods_seconds={elapsed:.2} \
-         admission_transactions={moves} controller_peak_mib={} controller_now_mib={} (queued in {queue_seconds:.0} s)",
+         admission_transactions={moves} controller_peak_mib={} controller_now_mib={} (queued in {queue_seconds:.0} s; \
+         the bench's change feed left behind {lagged} times, {skipped} changes)",
         jobs_count as f64 / elapsed,
         memory_mib(pid, "VmHWM"),
         memory_mib(pid, "VmRSS"),

@@ -317,6 +317,13 @@ impl ApiServer {
         store.select(&resource, Some(namespace).filter(|ns| !ns.is_empty()), &Selector::default())
     }
 
+    /// How many objects of `kind` the namespace holds (`""`: all), without copying them.
+    pub fn count(&self, kind: Kind, namespace: &str) -> usize {
+        let store = self.lock();
+        let Some(resource) = store.resource(kind.group, kind.version, kind.plural) else { return 0 };
+        store.matching(&resource, Some(namespace).filter(|ns| !ns.is_empty()), &Selector::default()).count()
+    }
+
     /// Replaces the object's `.status` as a write to its `/status` would (MODIFIED event).
     /// Returns the updated object, or `None` when there is no such object.
     pub fn update_status(&self, kind: Kind, namespace: &str, name: &str, status: Value) -> Option<Value> {
