@@ -8,12 +8,11 @@
 use std::time::Duration;
 
 use k8s_openapi::api::core::v1::Pod;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 
 use super::retry::{self, CodeStarted, Stage, Verdict};
 use super::status::{Known, LOST_LOG, LogState, condition_is, log_source, pod_trigger, resource_status};
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-
 use crate::crd::{FunctionJob, FunctionJobStatus, Retry, pod_name};
 use crate::domain::lifecycle::{JobStatus, Trigger, decide};
 
@@ -32,12 +31,6 @@ pub struct Row {
     /// What ends the job (or queues it again) once its stop request is carried out: the user's
     /// stop, or a tenant's reclaim of backfill (`lifecycle::stop_trigger`).
     pub stop_trigger: Trigger,
-}
-
-impl Row {
-    fn stop_trigger(&self) -> Trigger {
-        self.stop_trigger.clone()
-    }
 }
 
 /// What object storage holds of a finished job's log.
@@ -291,7 +284,7 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
 
     if !pod_created && row.stop_requested && status.is_active() {
         // Stopped before its pod existed: nothing to stop but the job itself.
-        if let Some((step, to, words)) = move_by(status, row.stop_trigger(), message.clone()) {
+        if let Some((step, to, words)) = move_by(status, row.stop_trigger.clone(), message.clone()) {
             steps.push(step);
             status = to;
             message = words;
@@ -304,7 +297,7 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
         (&stage, row.stop_requested && status.is_active())
     {
         // Stopped between two attempts.
-        if let Some((step, to, words)) = move_by(status, row.stop_trigger(), message.clone()) {
+        if let Some((step, to, words)) = move_by(status, row.stop_trigger.clone(), message.clone()) {
             steps.push(step);
             status = to;
             message = words;
@@ -387,7 +380,7 @@ pub fn plan(observed: &Observed<'_>, windows: &Windows) -> Plan {
             let trigger =
                 pod_trigger(status, row.stop_requested, pod, now, windows.pending_deadline).map(|t| match t {
                     Trigger::TimedOut { .. } => Trigger::TimedOut { limit_secs: job.spec.timeout_seconds },
-                    Trigger::StopRequested => row.stop_trigger(),
+                    Trigger::StopRequested => row.stop_trigger.clone(),
                     other => other,
                 });
             if let Some(trigger) = trigger
