@@ -19,6 +19,7 @@ use crate::harness::{Backend, Gateway, tar_of};
 both_backends!(
     a_tenant_takes_its_guarantee_back_from_backfill_on_the_local_runner,
     a_reclaimed_backfill_job_whose_function_allows_retries_is_queued_again_on_the_local_runner,
+    a_users_stop_wins_over_a_reclaim,
 );
 
 /// Sleeps `sleep` seconds (its arguments), then ends well.
@@ -225,6 +226,24 @@ async fn a_reclaimed_backfill_job_whose_function_allows_retries_is_queued_again_
     assert!((record.run_ms - runs / 1000).abs() <= 50, "run {} ms, the runs {} ms", record.run_ms, runs / 1000);
     assert!((record.wait_ms - waits / 1000).abs() <= 50, "wait {} ms, the waits {} ms", record.wait_ms, waits / 1000);
     assert!(record.run_ms >= 4000, "{record:?}");
+}
+
+/// A user's stop of a backfill job a tenant reclaimed: it ends as the user's stop, never queued
+/// again, even when its function allows retries after start.
+async fn a_users_stop_wins_over_a_reclaim(backend: Backend) {
+    use gantry::domain::lifecycle::{JobStatus, Trigger, decide};
+    let gateway = Gateway::start(backend).await;
+    upload(&gateway, "bob", &[("title", "filler"), ("backfill", "true"), ("retry_after_start", "true")]).await;
+    let id = run(&gateway, "bob", json!({"title": "filler", "arguments": "{}"})).await;
+    let db = &gateway.state.db;
+    let admitted = decide(JobStatus::Queued, &Trigger::Admitted).unwrap();
+    assert!(gantry::db::jobs::apply_move(db, &id, &admitted, false).await.unwrap().is_some());
+    assert!(gantry::db::jobs::mark_preempted(db, &id, "provider:acme").await.unwrap());
+    let reclaimed = gantry::db::jobs::state(db, &id).await.unwrap().unwrap();
+    assert_eq!(reclaimed.stop_trigger(), Trigger::Preempted { tenant: "provider:acme".into(), requeue: true });
+    assert!(gantry::db::jobs::mark_stop_requested(db, &id).await.unwrap());
+    let stopped = gantry::db::jobs::state(db, &id).await.unwrap().unwrap();
+    assert_eq!(stopped.stop_trigger(), Trigger::StopRequested);
 }
 
 /// The same reclaim on the Kubernetes doubles: the youngest backfill pod is deleted after the
