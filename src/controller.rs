@@ -164,8 +164,9 @@ pub struct ControllerArgs {
     #[arg(long, env = "GANTRY_RECONCILE_TIMEOUT_SECONDS", default_value_t = 120)]
     pub reconcile_timeout_seconds: u64,
     /// Seconds between reconciles of every FunctionJob the controller holds, whatever woke it
-    /// or not: a wake lost (a resource missing from the controller's store while its watch
-    /// was relisting) costs at most this long.
+    /// or not, but those its resource and its job row both say are queued: a wake lost (a
+    /// resource missing from the controller's store while its watch was relisting) costs at
+    /// most this long.
     #[arg(long, env = "GANTRY_RESYNC_SECONDS", default_value_t = 120)]
     pub resync_seconds: u64,
     /// Largest size in bytes of each log archived from a pod.

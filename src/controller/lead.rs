@@ -3,9 +3,10 @@
 //! jobs to PENDING and hands them to it. With leader election, only while this replica holds the
 //! lease.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 
-use futures::{StreamExt, TryStreamExt};
+use futures::{Stream, StreamExt, TryStreamExt};
 use kube::runtime::controller::{self, Controller};
 use kube::runtime::reflector::{self, ObjectRef};
 use kube::runtime::watcher::{self, watcher};
@@ -16,6 +17,7 @@ use super::reconcile::{Context, Error, database_error, error_policy, reconcile};
 use super::{seen::PodsSeen, triggers};
 use crate::compute::{Capacity, Passed, admit_queued};
 use crate::crd::FunctionJob;
+use crate::db::jobs;
 use crate::ops::Metrics;
 
 /// One admission pass: queued jobs that fit the limits across the cluster move to PENDING, and
@@ -109,8 +111,13 @@ async fn lead(ctx: Arc<Context>) {
     // (a half-open connection) is given up and opened again within a minute, not kube's 295 s.
     let resources = watcher(ctx.jobs(), watcher::Config::default().timeout(WATCH_SECONDS))
         .default_backoff()
-        // Field ownership is most of a resource's size on a real API server, and never read.
-        .modify(|job: &mut FunctionJob| job.metadata.managed_fields = None)
+        // Field ownership is most of a resource's size on a real API server, and never read;
+        // nor are a resource's labels (its pod's come from its spec), which the store held
+        // for each of its resources.
+        .modify(|job: &mut FunctionJob| {
+            job.metadata.managed_fields = None;
+            job.metadata.labels = None;
+        })
         .reflect(writer)
         .applied_objects()
         .predicate_filter(predicates::generation, Default::default());
@@ -127,15 +134,46 @@ async fn lead(ctx: Arc<Context>) {
         // The pod a reconcile just made, as it made it, needs no second look.
         .try_filter(move |pod| std::future::ready(news.is_news(pod)));
     let pods = triggers::events_only(pods, "pods", Arc::clone(&ctx.metrics));
+    let resyncs = resync(Arc::clone(&ctx), reader.clone());
     Controller::for_stream(resources, reader)
         .owns_stream(pods)
         .reconcile_on(to_reconcile)
-        .reconcile_all_on(triggers::every(ctx.settings.resync_every))
+        .reconcile_on(resyncs)
         .with_config(controller::Config::default().concurrency(ctx.settings.concurrency))
         .shutdown_on_signal()
         .run(reconcile, error_policy, Arc::clone(&ctx))
         .for_each(|outcome| triggers::note_outcome(outcome.err(), &ctx.metrics))
         .await;
+}
+
+/// The resync: every `--resync-seconds`, a reconcile of each resource the store holds but those
+/// waiting in the queue on both sides (`triggers::to_resync`), so a wake that was lost costs one
+/// period at most without every queued job's reconcile standing in front of the admitted ones.
+fn resync(ctx: Arc<Context>, store: reflector::Store<FunctionJob>) -> impl Stream<Item = ObjectRef<FunctionJob>> {
+    triggers::every(ctx.settings.resync_every)
+        .then(move |()| {
+            let (ctx, store) = (Arc::clone(&ctx), store.clone());
+            async move {
+                let held = store.state();
+                let waiting: HashSet<&str> = held
+                    .iter()
+                    .filter(|job| triggers::waits_in_queue(job))
+                    .map(|job| job.spec.job_id.as_str())
+                    .collect();
+                let queued = match jobs::still_queued(&ctx.db, &waiting).await {
+                    Ok(queued) => Some(queued),
+                    Err(error) => {
+                        tracing::warn!(
+                            error = &error as &dyn std::error::Error,
+                            "the resync could not read which jobs are queued: it reconciles every resource held"
+                        );
+                        None
+                    }
+                };
+                triggers::to_resync(&held, queued.as_ref())
+            }
+        })
+        .flat_map(futures::stream::iter)
 }
 
 /// Seconds each watch is asked to last (`timeoutSeconds`); one silent for 5 s longer is dropped.

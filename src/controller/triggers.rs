@@ -7,12 +7,16 @@
 //! take the applier's split error path, where an error read by the wrong side waits for some
 //! other wake to be handed on.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{Stream, StreamExt};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{controller, watcher};
 
+use crate::crd::FunctionJob;
+use crate::domain::lifecycle::JobStatus;
 use crate::ops::{Metrics, WatchLabels};
 
 /// `stream` without its errors, each logged and counted under `watch`.
@@ -45,6 +49,27 @@ pub fn every(period: Duration) -> impl Stream<Item = ()> + Send {
         tokio::time::sleep(period).await;
         Some(((), ()))
     })
+}
+
+/// Whether a resource, by what it says itself, waits in the queue: queued, no stop asked for,
+/// not being deleted. Its reconcile reads its job's row and, that row queued too, does nothing:
+/// admission wakes each job it moves.
+pub fn waits_in_queue(job: &FunctionJob) -> bool {
+    job.metadata.deletion_timestamp.is_none()
+        && !job.spec.stop_requested
+        && job.status.as_ref().and_then(|status| status.phase) == Some(JobStatus::Queued)
+}
+
+/// What one resync reconciles of the resources held: every one but those waiting in the queue
+/// whose job rows are queued too (`queued`, job ids; `None` when they could not be read: then
+/// every one). A resource the row says left the queue (an admission whose wake was lost) is
+/// reconciled. Reconciling all of them put one reconcile per queued job, each a read of its row,
+/// in front of the admitted jobs' every period: tens of seconds at 100,000 queued jobs.
+pub fn to_resync(held: &[Arc<FunctionJob>], queued: Option<&HashSet<&str>>) -> Vec<ObjectRef<FunctionJob>> {
+    held.iter()
+        .filter(|job| !(waits_in_queue(job) && queued.is_some_and(|ids| ids.contains(job.spec.job_id.as_str()))))
+        .map(|job| ObjectRef::from_obj(job.as_ref()))
+        .collect()
 }
 
 /// Takes in what kube-runtime's `Controller` hands back of one reconcile it was asked for. A
@@ -95,6 +120,46 @@ mod tests {
         .await;
         note_outcome::<std::io::Error>(None, &metrics).await;
         assert_eq!(metrics.not_in_store.get(), 1);
+    }
+
+    /// A resource named `id` with the status phase `phase` (none: never reconciled yet).
+    fn held(id: &str, phase: Option<&str>, stop: bool, deleting: bool) -> Arc<FunctionJob> {
+        let mut metadata = serde_json::json!({"name": id, "namespace": "jobs", "generation": 1});
+        if deleting {
+            metadata["deletionTimestamp"] = serde_json::json!("2026-01-01T00:00:00Z");
+        }
+        let status = phase.map_or(serde_json::Value::Null, |phase| serde_json::json!({"phase": phase}));
+        Arc::new(
+            serde_json::from_value(serde_json::json!({
+                "apiVersion": "gantry.dev/v1alpha1", "kind": "FunctionJob", "metadata": metadata,
+                "spec": {"jobId": id, "function": {"title": "fn"}, "artifact": "a.tar", "entrypoint": "main.py",
+                         "timeoutSeconds": 60, "user": "alice", "secretName": format!("gantry-job-{id}"),
+                         "stopRequested": stop},
+                "status": status,
+            }))
+            .unwrap(),
+        )
+    }
+
+    #[test]
+    fn a_resync_leaves_alone_only_what_waits_in_the_queue_on_both_sides() {
+        let held = [
+            held("queued", Some("QUEUED"), false, false),
+            held("admitted-unwoken", Some("QUEUED"), false, false),
+            held("never-reconciled", None, false, false),
+            held("stop-asked", Some("QUEUED"), true, false),
+            held("deleting", Some("QUEUED"), false, true),
+            held("running", Some("RUNNING"), false, false),
+        ];
+        let names = |refs: Vec<ObjectRef<FunctionJob>>| refs.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        // The rows of all but "admitted-unwoken" are queued (it was admitted, its wake lost).
+        let queued: HashSet<&str> = ["queued", "never-reconciled", "stop-asked", "deleting", "running"].into();
+        assert_eq!(
+            names(to_resync(&held, Some(&queued))),
+            ["admitted-unwoken", "never-reconciled", "stop-asked", "deleting", "running"]
+        );
+        // The rows unread: every resource held.
+        assert_eq!(names(to_resync(&held, None)).len(), held.len());
     }
 
     #[tokio::test]

@@ -724,6 +724,24 @@ pub async fn active_ids(db: &Db, created_before: i64) -> Result<Vec<String>, Err
     .map_err(query_error("list active jobs"))
 }
 
+/// Which of `among` (job ids) are waiting in the queue with no stop requested, for the
+/// controller's resync, which leaves those FunctionJobs alone. The queued ids are streamed and
+/// only those of `among` kept: what this holds is bounded by `among`, however long the queue.
+pub async fn still_queued<'a>(db: &Db, among: &HashSet<&'a str>) -> Result<HashSet<&'a str>, Error> {
+    use futures::TryStreamExt as _;
+    const QUEUED: &str = "SELECT id FROM jobs WHERE status = 'QUEUED' AND NOT stop_requested";
+    let mut found = HashSet::new();
+    on_db!(db, pool => {
+        let mut ids = sqlx::query_scalar::<_, String>(QUEUED).fetch(pool);
+        while let Some(id) = ids.try_next().await.map_err(query_error("list queued jobs"))? {
+            if let Some(held) = among.get(id.as_str()) {
+                found.insert(*held);
+            }
+        }
+    });
+    Ok(found)
+}
+
 /// Which of `ids` name a job row, asked in batches (the drift sweep's question about its
 /// resources).
 pub async fn existing_ids(db: &Db, ids: &[String]) -> Result<HashSet<String>, Error> {

@@ -569,6 +569,35 @@ async fn a_request_never_answered_cuts_its_reconcile_which_is_retried() {
     assert_eq!(cluster.api.fault_hits().get("POST /pods 0"), Some(&1), "the pod's first create was never answered");
 }
 
+/// The resync catches a wake that was lost: a job whose row left the queue with no wake (here
+/// moved by hand, past an admission that admits nothing) gets its pod at the next resync,
+/// though its resource still says QUEUED. (The resync leaves alone only resources queued on both
+/// sides: `triggers::to_resync`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_resync_reconciles_a_job_that_left_the_queue_unwoken() {
+    use gantry::domain::lifecycle::{JobStatus, Trigger, decide};
+    let gateway = Gateway::start(Backend::PostgresS3).await;
+    let cluster = Cluster::start_tuned(gateway, Duration::from_secs(600), Duration::from_secs(3600), |settings| {
+        settings.limits.cpu_slots = 0;
+        settings.resync_every = Duration::from_secs(1);
+    })
+    .await;
+    cluster.upload("fn", MAIN).await;
+    let id = cluster.run("fn", r#"{"n": 1}"#).await;
+    cluster.resource_until(&id, |resource| resource["status"]["phase"] == "QUEUED").await;
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(cluster.api.get(Kind::POD, NAMESPACE, &pod_name(&id)).is_none(), "no slot: it waits in the queue");
+    let admitted = decide(JobStatus::Queued, &Trigger::Admitted).unwrap();
+    let moved = gantry::db::jobs::apply_moves(&cluster.gateway.state.db, std::slice::from_ref(&id), &admitted, false);
+    assert_eq!(moved.await.unwrap().len(), 1);
+    until("the pod made by a resync", Duration::from_secs(10), || async {
+        cluster.api.get(Kind::POD, NAMESPACE, &pod_name(&id)).is_some()
+    })
+    .await;
+    let job = cluster.finished(&id).await;
+    assert_eq!(job["status"], "SUCCEEDED", "{job}");
+}
+
 /// Who reported the Kubernetes Events about the FunctionJob of `id`.
 fn reporters(api: &ApiServer, id: &str) -> std::collections::BTreeSet<String> {
     api.list(Kind::EVENT, NAMESPACE)

@@ -240,8 +240,9 @@ fn every_way_a_job_can_be_found_has_its_plan() {
         case("no job row", resource(none.clone(), false, None), None, None).gives(&["delete resource"], "await change"),
         case("queued", resource(none.clone(), false, None), row(Queued, false), None)
             .gives(&["write QUEUED", "wake admission"], "await change"),
+        // The pending deadline (600 s) from the pod made now, and a second.
         case("admitted", resource(none.clone(), false, None), row(Pending, false), None)
-            .gives(&["create pod", "write PENDING"], "requeue 60 s"),
+            .gives(&["create pod", "write PENDING"], "requeue 601 s"),
         case("stopped while queued", resource(none.clone(), true, None), row(Queued, true), None)
             .gives(&["move QUEUED→STOPPED"], "look at archive"),
         case("stopped while queued, archive looked at", resource(none.clone(), true, None), row(Stopped, true), None)
@@ -261,7 +262,8 @@ fn every_way_a_job_can_be_found_has_its_plan() {
             row(Pending, false),
             Some(pod(json!({"phase": "Pending"}), false)),
         )
-        .gives(&["write PENDING"], "requeue 60 s"),
+        // Made 600 s ago: past the deadline, every change of the pod is judged when it comes.
+        .gives(&["write PENDING"], "await change"),
         case("pod started", resource(pending(), false, None), row(Pending, false), Some(running()))
             .gives(&["move PENDING→RUNNING", "write RUNNING"], "requeue 60 s"),
         case("pod running, nothing new", resource(running_status(), false, None), row(Running, false), Some(running()))
@@ -313,7 +315,8 @@ fn every_way_a_job_can_be_found_has_its_plan() {
             row(Pending, false),
             Some(unschedulable(60)),
         )
-        .gives(&["write PENDING"], "requeue 60 s"),
+        // Woken when the deadline is past.
+        .gives(&["write PENDING"], "requeue 541 s"),
         case(
             "unschedulable past the deadline",
             resource(pending(), false, None),
@@ -595,7 +598,7 @@ fn what_the_cluster_ended_is_retried_within_the_bound() {
             row(Pending, false),
             None,
         )
-        .gives(&["clear attempt", "create pod", "write PENDING"], "requeue 60 s"),
+        .gives(&["clear attempt", "create pod", "write PENDING"], "requeue 601 s"),
         case(
             "the next attempt's pod runs",
             resource(retried("PENDING", &[(1, "u1")], -1, "u1"), false, None),
