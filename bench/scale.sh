@@ -272,6 +272,16 @@ run_size() {
   "$GANTRY" admin --database-url "$url" --data-dir "$data" add-admin --provider "$provider" --user padmin >/dev/null
   PORT=$(free_port)
   start_server "$data" "$PORT" "$url"
+  # The months' usage sums (a server with migration 0029): the server's first usage pass makes
+  # those a recount did not (a database seeded by an earlier binary); the tests wait for it.
+  if [ "$(psql "$url" -qtAc "SELECT to_regclass('usage_months') IS NOT NULL")" = t ]; then
+    local last_month
+    last_month=$(( $(date -u -d "$(date -u +%Y-%m-01) -1 month" +%s) / 86400 ))
+    for _ in $(seq 1 900); do
+      [ "$(psql "$url" -qtAc "SELECT through >= $last_month FROM usage_months")" = t ] && break
+      sleep 1
+    done
+  fi
   mkdir -p "$data/fn"
   echo 'print("bench")' >"$data/fn/main.py"
   tar -C "$data/fn" -cf "$data/fn.tar" main.py
@@ -296,7 +306,7 @@ run_size() {
   local uday0=$(( $(date -u -d "$ufrom" +%s) / 86400 )) uday1=$(( $(date -u -d "$uto" +%s) / 86400 ))
   {
     echo "- $size: user1 holds $count jobs; the heaviest function $function (provider $provider) $(psql "$url" -qtAc "SELECT SUM(n) FROM job_counts WHERE program_id = '$function'") jobs of $(psql "$url" -qtAc "SELECT COUNT(DISTINCT author_id) FROM job_counts WHERE program_id = '$function'") users; provider $provider $(psql "$url" -qtAc "SELECT SUM(c.n) FROM job_counts c JOIN programs p ON p.id = c.program_id JOIN providers pr ON pr.id = p.provider_id WHERE pr.name = '$provider'") jobs; created_after $after; offset $offset"
-    echo "- $size: usage from $ufrom to $uto: user1 $(psql "$url" -qtAc "SELECT COALESCE(SUM(jobs), 0) || ' records in ' || COUNT(*) || ' rows of usage_by_day' FROM usage_by_day WHERE author_id = '$heavy' AND day >= $uday0 AND day < $uday1"); provider $provider $(psql "$url" -qtAc "SELECT COALESCE(SUM(jobs), 0) || ' records of ' || COUNT(DISTINCT author_id) || ' users in ' || COUNT(*) || ' rows' FROM usage_by_day WHERE provider_id = (SELECT id FROM providers WHERE name = '$provider') AND day >= $uday0 AND day < $uday1"); usage_by_day $(psql "$url" -qtAc "SELECT COUNT(*) FROM usage_by_day") rows in all"
+    echo "- $size: usage from $ufrom to $uto: user1 $(psql "$url" -qtAc "SELECT COALESCE(SUM(jobs), 0) || ' records in ' || COUNT(*) || ' rows of usage_by_day' FROM usage_by_day WHERE author_id = '$heavy' AND day >= $uday0 AND day < $uday1"); provider $provider $(psql "$url" -qtAc "SELECT COALESCE(SUM(jobs), 0) || ' records of ' || COUNT(DISTINCT author_id) || ' users in ' || COUNT(*) || ' rows' FROM usage_by_day WHERE provider_id = (SELECT id FROM providers WHERE name = '$provider') AND day >= $uday0 AND day < $uday1"); usage_by_day $(psql "$url" -qtAc "SELECT COUNT(*) FROM usage_by_day") rows in all; usage_by_month $(psql "$url" -qtAc "SELECT COUNT(*) FROM usage_by_month") rows (user1 $(psql "$url" -qtAc "SELECT COUNT(*) FROM usage_by_month WHERE author_id = '$heavy'"), $provider $(psql "$url" -qtAc "SELECT COUNT(*) FROM usage_by_month WHERE provider_id = (SELECT id FROM providers WHERE name = '$provider')")), months summed through day $(psql "$url" -qtAc "SELECT through FROM usage_months")"
   } >>"$OUT/seed.md"
   printf '%s\n' "$url $heavy $function $provider $after $offset $cursor $job $ufrom $uto" >"$OUT/$size.params"
   sleep 11 # the set-up's transactions reported before the first test counts its own
@@ -357,10 +367,21 @@ explain() {
   local branch="SELECT * FROM jobs j WHERE j.program_id = '$function'"
   local of_function="WITH f AS (SELECT $manages AS manages FROM programs p WHERE p.id = '$function') SELECT f.manages AS manages, page.* FROM f LEFT JOIN ($columns FROM (SELECT * FROM ($branch AND (SELECT manages FROM f) ORDER BY j.created DESC, j.id DESC LIMIT 1000) every_author UNION ALL SELECT * FROM ($branch AND j.author_id = '$padmin' AND NOT (SELECT manages FROM f) ORDER BY j.created DESC, j.id DESC LIMIT 1000) own) j) page ON TRUE ORDER BY page.created DESC, page.id DESC"
   # The usage totals (db/usage.rs `totals`) as they read a period before today: the running
-  # jobs' branch is off (its bound flag false; FALSE here, so the planner drops it).
+  # jobs' branch is off (its bound flag false; FALSE here, so the planner drops it); the period's
+  # whole months [umonth0, umonth1) from usage_by_month as far as they are summed, its other days
+  # from usage_by_day (grouped by day: the day rows only).
   local uday0=$(( $(date -u -d "$ufrom" +%s) / 86400 )) uday1=$(( $(date -u -d "$uto" +%s) / 86400 ))
-  usage_sql() { # KEPT_KEY NAME SCOPE
-    echo "SELECT t.kind, t.key, $2 AS name, t.jobs, t.wait_ms, t.run_ms, t.cpu_core_ms, t.gib_ms, t.gpu_ms, t.created, t.running_since, t.cpu_millis, t.memory_mib, t.gpus FROM (SELECT CAST(0 AS BIGINT) AS kind, $1 AS key, CAST(SUM(jobs) AS BIGINT) AS jobs, CAST(SUM(wait_ms) AS BIGINT) AS wait_ms, CAST(SUM(run_ms) AS BIGINT) AS run_ms, CAST(SUM(cpu_core_ms) AS BIGINT) AS cpu_core_ms, CAST(SUM(gib_ms) AS BIGINT) AS gib_ms, CAST(SUM(gpu_ms) AS BIGINT) AS gpu_ms, CAST(NULL AS BIGINT) AS created, CAST(NULL AS BIGINT) AS running_since, CAST(NULL AS BIGINT) AS cpu_millis, CAST(NULL AS BIGINT) AS memory_mib, CAST(NULL AS BIGINT) AS gpus FROM usage_by_day WHERE $3 AND day >= $uday0 AND day < $uday1 GROUP BY $1 UNION ALL SELECT 1, '', 0, 0, 0, 0, 0, 0, created, running_since, allocated_cpu_millis, allocated_memory_mib, allocated_gpus FROM jobs WHERE status IN ('QUEUED','PENDING','RUNNING') AND status = 'RUNNING' AND $3 AND FALSE) t ORDER BY t.key"
+  local umonth0 umonth1
+  umonth0=$(( $(date -u -d "$(date -u -d "$ufrom" +%Y-%m-01)" +%s) / 86400 ))
+  [ "$umonth0" = "$uday0" ] || umonth0=$(( $(date -u -d "$(date -u -d "$ufrom" +%Y-%m-01) +1 month" +%s) / 86400 ))
+  umonth1=$(( $(date -u -d "$(date -u -d "$uto" +%Y-%m-01)" +%s) / 86400 ))
+  [ "$umonth0" -lt "$umonth1" ] || { umonth0=$uday1; umonth1=$uday1; }
+  usage_sql() { # KEPT_KEY NAME SCOPE [BY_DAY]
+    local first=$umonth0 end=$umonth1 month_key=$1
+    [ -z "${4:-}" ] || { first=$uday1; end=$uday1; month_key="''"; }
+    local summed="(SELECT CASE WHEN through < $first THEN $first WHEN through > $end THEN $end ELSE through END FROM usage_months)"
+    local figures="jobs, wait_ms, run_ms, cpu_core_ms, gib_ms, gpu_ms"
+    echo "SELECT t.kind, t.key, $2 AS name, t.jobs, t.wait_ms, t.run_ms, t.cpu_core_ms, t.gib_ms, t.gpu_ms, t.created, t.running_since, t.cpu_millis, t.memory_mib, t.gpus FROM (SELECT CAST(0 AS BIGINT) AS kind, k.key, CAST(SUM(jobs) AS BIGINT) AS jobs, CAST(SUM(wait_ms) AS BIGINT) AS wait_ms, CAST(SUM(run_ms) AS BIGINT) AS run_ms, CAST(SUM(cpu_core_ms) AS BIGINT) AS cpu_core_ms, CAST(SUM(gib_ms) AS BIGINT) AS gib_ms, CAST(SUM(gpu_ms) AS BIGINT) AS gpu_ms, CAST(NULL AS BIGINT) AS created, CAST(NULL AS BIGINT) AS running_since, CAST(NULL AS BIGINT) AS cpu_millis, CAST(NULL AS BIGINT) AS memory_mib, CAST(NULL AS BIGINT) AS gpus FROM (SELECT $month_key AS key, $figures FROM usage_by_month WHERE $3 AND month >= $first AND month < $summed UNION ALL SELECT $1 AS key, $figures FROM usage_by_day WHERE $3 AND day >= $uday0 AND day < $first UNION ALL SELECT $1 AS key, $figures FROM usage_by_day WHERE $3 AND day >= $summed AND day < $uday1) k GROUP BY k.key UNION ALL SELECT 1, '', 0, 0, 0, 0, 0, 0, created, running_since, allocated_cpu_millis, allocated_memory_mib, allocated_gpus FROM jobs WHERE status IN ('QUEUED','PENDING','RUNNING') AND status = 'RUNNING' AND $3 AND FALSE) t ORDER BY t.key"
   }
   {
     echo "### $size"
@@ -376,7 +397,7 @@ explain() {
         k) sql=$(listing "$count_b" "(SELECT * FROM jobs j WHERE j.author_id = '$heavy' AND (j.created, j.id) < ($created, '$job') ORDER BY j.created DESC, j.id DESC LIMIT 11) j") ;;
         run) sql="SELECT COALESCE(SUM(n), 0) FROM job_counts WHERE author_id = '$heavy' AND status IN ('QUEUED', 'PENDING', 'RUNNING')" ;;
         u) sql=$(usage_sql program_id "(SELECT p.title FROM programs p WHERE p.id = t.key)" "author_id = '$heavy'") ;;
-        u2) sql=$(usage_sql "CAST(day AS TEXT)" NULL "author_id = '$heavy'") ;;
+        u2) sql=$(usage_sql "CAST(day AS TEXT)" NULL "author_id = '$heavy'" by_day) ;;
         up) sql=$(usage_sql author_id "(SELECT u.username FROM users u WHERE u.id = t.key)" "provider_id = $by_name") ;;
       esac
       echo

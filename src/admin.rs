@@ -362,7 +362,11 @@ pub async fn admin_with(db: &Db, storage: Option<&Storage>, command: AdminComman
                 "{requeued} undeliverable events queued again (a running publisher sends them within its poll period)"
             )
         }
-        AdminCommand::Recount => db::counts::recount(db).await?.to_string(),
+        AdminCommand::Recount => {
+            let recounted = db::counts::recount(db).await?;
+            let months = db::usage::sum_months(db, db::usage::months_summed_before(db::now_micros())).await?;
+            format!("{recounted}; usage totals of {months} ended months summed again")
+        }
         AdminCommand::SetBudget { user, group, provider, function, cpu_hours, gpu_hours, remove } => {
             use crate::db::budgets::{self, Kind};
             let (kind, subject_id, name) = match (user, group, provider.zip(function)) {

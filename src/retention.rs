@@ -82,15 +82,25 @@ pub fn usage_kept_from(keep: Duration, now: i64) -> i64 {
 }
 
 /// Deletes usage records past `keep` now and then every `every`, for as long as the process
-/// runs; failures are logged and the next pass tries again.
+/// runs, and sums the months that ended since into their totals (`db::usage::sum_months`);
+/// failures are logged and the next pass tries again.
 pub async fn prune_usage_periodically(db: Db, keep: Duration, every: Duration) {
     loop {
-        match db::usage::prune(&db, usage_kept_from(keep, db::now_micros())).await {
+        let now = db::now_micros();
+        match db::usage::prune(&db, usage_kept_from(keep, now)).await {
             Ok(0) => tracing::debug!("usage retention: nothing to delete"),
             Ok(records) => tracing::info!(records, "usage retention: old usage records deleted"),
             Err(error) => tracing::warn!(
                 error = &error as &dyn std::error::Error,
                 "deleting old usage records failed; the next pass tries again"
+            ),
+        }
+        match db::usage::sum_months(&db, db::usage::months_summed_before(now)).await {
+            Ok(0) => {}
+            Ok(months) => tracing::info!(months, "usage totals: ended months summed"),
+            Err(error) => tracing::warn!(
+                error = &error as &dyn std::error::Error,
+                "summing the usage of ended months failed; the next pass tries again"
             ),
         }
         tokio::time::sleep(every).await;

@@ -296,7 +296,7 @@ pub(crate) fn postgres_usage_ctes(records: &str, day: &str) -> String {
 /// The statements of a recount, in order: each kept table emptied, then filled from `jobs`.
 /// Their numbers are those of the migrations that added the tables (days of 86,400,000,000
 /// microseconds, hours of `queue::QUEUE_BLOCK_MICROS`).
-const RECOUNT: [&str; 12] = [
+const RECOUNT: [&str; 14] = [
     "DELETE FROM job_counts",
     "INSERT INTO job_counts (author_id, program_id, status, n) \
      SELECT author_id, COALESCE(program_id, ''), status, COUNT(*) FROM jobs GROUP BY author_id, COALESCE(program_id, ''), status",
@@ -319,6 +319,10 @@ const RECOUNT: [&str; 12] = [
      SELECT author_id, ended / 86400000000, program_id, COALESCE(function_size, ''), MIN(COALESCE(provider_id, '')), \
        COUNT(*), SUM(wait_ms), SUM(run_ms), SUM(cpu_core_ms), SUM(gib_ms), SUM(gpu_ms) FROM job_usage \
      GROUP BY author_id, ended / 86400000000, program_id, COALESCE(function_size, '')",
+    // The months' sums are made again from those day rows (`usage::sum_months`, which a
+    // recount's caller runs after it).
+    "DELETE FROM usage_by_month",
+    "UPDATE usage_months SET through = 0",
 ];
 
 /// The kept tables' sums: jobs by user, function and status; by day; by provider; the slots in

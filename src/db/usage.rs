@@ -3,9 +3,9 @@
 //! (`counts::Changes::used`). This module builds the records' statement and reads them back.
 
 use super::params::{Param, placeholders};
-use super::{Db, Error, on_db, query_error};
+use super::{BeginWrite, Db, Error, on_db, query_error};
 use crate::domain::event_data::{LICENCE_METRIC, UsageData, UsageEvent, business_model_of, metric_type};
-use crate::domain::usage::{DAY_MICROS, Ending, Figures, day_of};
+use crate::domain::usage::{DAY_MICROS, Ending, Figures, day_of, month_of, whole_months};
 
 /// A job's usage record.
 #[derive(Debug, Clone, PartialEq, Eq, sqlx::FromRow)]
@@ -335,7 +335,70 @@ pub async fn prune(db: &Db, before_day: i64) -> Result<u64, Error> {
     let _writer = db.write_lock().await;
     on_db!(db, pool => sqlx::query("DELETE FROM usage_by_day WHERE day < $1").bind(before_day).execute(pool).await.map(|_| ()))
         .map_err(query_error("delete old usage totals"))?;
+    // Months wholly before that day; a month it cuts keeps its sum.
+    on_db!(db, pool => sqlx::query("DELETE FROM usage_by_month WHERE month < $1")
+        .bind(month_of(before_day).0)
+        .execute(pool)
+        .await
+        .map(|_| ()))
+    .map_err(query_error("delete old usage totals of months"))?;
     Ok(deleted)
+}
+
+/// The day before which ended months are summed at `now` (microseconds): a day after their
+/// end, so that a terminal move on a server whose clock is behind still adds to a month not
+/// summed yet.
+pub fn months_summed_before(now: i64) -> i64 {
+    day_of(now) - 1
+}
+
+/// Sums into `usage_by_month`, from its days' kept rows, each whole month not summed yet that
+/// ended before day `before_day`, oldest first, one month a transaction; answers the months
+/// summed. A month's rows go in one insert ordered by provider and user, so that a provider's
+/// rows of a month lie together on disk, and are never updated. The first time, months start
+/// at the oldest day kept. Replicas may run it together: each month's transaction first locks
+/// the one row saying how far the months are summed, so a month is summed once.
+pub async fn sum_months(db: &Db, before_day: i64) -> Result<u32, Error> {
+    const SUM: &str = "INSERT INTO usage_by_month (author_id, month, program_id, function_size, provider_id, \
+           jobs, wait_ms, run_ms, cpu_core_ms, gib_ms, gpu_ms) \
+         SELECT author_id, $1, program_id, function_size, MIN(provider_id), CAST(SUM(jobs) AS BIGINT), \
+           CAST(SUM(wait_ms) AS BIGINT), CAST(SUM(run_ms) AS BIGINT), CAST(SUM(cpu_core_ms) AS BIGINT), \
+           CAST(SUM(gib_ms) AS BIGINT), CAST(SUM(gpu_ms) AS BIGINT) \
+         FROM usage_by_day WHERE day >= $1 AND day < $2 GROUP BY author_id, program_id, function_size \
+         ORDER BY MIN(provider_id), author_id, program_id, function_size \
+         ON CONFLICT (author_id, month, program_id, function_size) DO NOTHING";
+    let mut summed = 0;
+    loop {
+        let _writer = db.write_lock().await;
+        let done = on_db!(db, pool => async {
+            let mut tx = pool.begin_write().await?;
+            let through: i64 = sqlx::query_scalar("UPDATE usage_months SET through = through RETURNING through")
+                .fetch_one(&mut *tx)
+                .await?;
+            let start = match through {
+                0 => {
+                    let oldest: Option<i64> =
+                        sqlx::query_scalar("SELECT MIN(day) FROM usage_by_day").fetch_one(&mut *tx).await?;
+                    month_of(oldest.unwrap_or(before_day)).0
+                }
+                through => through,
+            };
+            let next = month_of(start).1;
+            if next > before_day {
+                tx.commit().await?;
+                return Ok::<_, sqlx::Error>(false);
+            }
+            sqlx::query(SUM).bind(start).bind(next).execute(&mut *tx).await?;
+            sqlx::query("UPDATE usage_months SET through = $1").bind(next).execute(&mut *tx).await?;
+            tx.commit().await?;
+            Ok(true)
+        }.await)
+        .map_err(query_error("sum a month's usage"))?;
+        if !done {
+            return Ok(summed);
+        }
+        summed += 1;
+    }
 }
 
 /// Every usage record whose job ended in `[from, to)` (microseconds), oldest first: what the
@@ -495,6 +558,11 @@ impl GroupBy {
             ),
         }
     }
+
+    /// Whether the groups are days: then every figure comes from the day rows.
+    fn by_day(self) -> bool {
+        matches!(self, GroupBy::Day | GroupBy::DayFunction)
+    }
 }
 
 /// One group's totals.
@@ -534,8 +602,9 @@ struct TotalRow {
 /// The totals of `scope` over the days `[from_day, to_day)` (days since the epoch, UTC) by
 /// `group_by`, ordered by key: the kept sums of the jobs that ended on those days, and, when the
 /// period holds `now`'s day, the jobs running now counted up to `now`. One statement (one
-/// snapshot): the kept rows of the scope's days (an index on the scope and the day) and the
-/// scope's running jobs.
+/// snapshot): the sums of the period's whole months already summed (`usage_by_month`, not for
+/// groups of days), the kept rows of its other days (each an index on the scope and the month
+/// or day) and the scope's running jobs.
 pub async fn totals(
     db: &Db,
     scope: Scope<'_>,
@@ -545,6 +614,8 @@ pub async fn totals(
     now: i64,
 ) -> Result<Vec<Total>, Error> {
     let (kept_key, job_key, name) = group_by.columns();
+    // Days are not in the months' rows, whose part is empty then.
+    let month_key = if group_by.by_day() { "''" } else { kept_key };
     const MEMBERS: &str = "author_id IN (SELECT m.user_id FROM group_members m WHERE m.group_id = $1)";
     let (kept_scope, job_scope) = match scope {
         Scope::User(_) => ("author_id = $1", "author_id = $1"),
@@ -558,16 +629,29 @@ pub async fn totals(
         Scope::Everyone => "",
     };
     let today = day_of(now);
+    // The whole months `[$6, $7)` come from `usage_by_month` up to where months are summed
+    // (`summed`, a month's first day between the two), the period's days before `$6` and from
+    // `summed` on from `usage_by_day`: each part one range of an index.
+    let (first, end) = if group_by.by_day() { (to_day, to_day) } else { whole_months(from_day, to_day) };
+    let summed = "(SELECT CASE WHEN through < $6 THEN $6 WHEN through > $7 THEN $7 ELSE through END FROM usage_months)";
+    const FIGURES: &str = "jobs, wait_ms, run_ms, cpu_core_ms, gib_ms, gpu_ms";
     let sql = format!(
         "SELECT t.kind, t.key, {name} AS name, t.jobs, t.wait_ms, t.run_ms, t.cpu_core_ms, t.gib_ms, t.gpu_ms, \
            t.created, t.running_since, t.cpu_millis, t.memory_mib, t.gpus FROM ( \
-           SELECT CAST(0 AS BIGINT) AS kind, {kept_key} AS key, CAST(SUM(jobs) AS BIGINT) AS jobs, \
+           SELECT CAST(0 AS BIGINT) AS kind, k.key, CAST(SUM(jobs) AS BIGINT) AS jobs, \
              CAST(SUM(wait_ms) AS BIGINT) AS wait_ms, CAST(SUM(run_ms) AS BIGINT) AS run_ms, \
              CAST(SUM(cpu_core_ms) AS BIGINT) AS cpu_core_ms, CAST(SUM(gib_ms) AS BIGINT) AS gib_ms, \
              CAST(SUM(gpu_ms) AS BIGINT) AS gpu_ms, CAST(NULL AS BIGINT) AS created, \
              CAST(NULL AS BIGINT) AS running_since, CAST(NULL AS BIGINT) AS cpu_millis, \
-             CAST(NULL AS BIGINT) AS memory_mib, CAST(NULL AS BIGINT) AS gpus \
-           FROM usage_by_day WHERE {kept_scope} AND day >= $2 AND day < $3 GROUP BY {kept_key} \
+             CAST(NULL AS BIGINT) AS memory_mib, CAST(NULL AS BIGINT) AS gpus FROM ( \
+             SELECT {month_key} AS key, {FIGURES} FROM usage_by_month \
+               WHERE {kept_scope} AND month >= $6 AND month < {summed} \
+             UNION ALL \
+             SELECT {kept_key} AS key, {FIGURES} FROM usage_by_day WHERE {kept_scope} AND day >= $2 AND day < $6 \
+             UNION ALL \
+             SELECT {kept_key} AS key, {FIGURES} FROM usage_by_day \
+               WHERE {kept_scope} AND day >= {summed} AND day < $3 \
+           ) k GROUP BY k.key \
            UNION ALL \
            SELECT 1, {job_key}, 0, 0, 0, 0, 0, 0, created, running_since, allocated_cpu_millis, \
              allocated_memory_mib, allocated_gpus \
@@ -581,6 +665,8 @@ pub async fn totals(
         .bind(to_day)
         .bind(today.to_string())
         .bind(in_period)
+        .bind(first)
+        .bind(end)
         .fetch_all(pool)
         .await)
     .map_err(query_error("read usage totals"))?;

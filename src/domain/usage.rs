@@ -42,6 +42,16 @@ pub fn month_of(day: i64) -> (i64, i64) {
     (number(first), number(next))
 }
 
+/// The whole months inside the days `[from, to)`, as `[first, end)` (first days of months);
+/// `(to, to)` when no month is whole in it. A period's totals read those months' sums
+/// (`usage_by_month`) and its other days' (`usage_by_day`).
+pub fn whole_months(from: i64, to: i64) -> (i64, i64) {
+    let (start, next) = month_of(from);
+    let first = if start == from { from } else { next };
+    let end = month_of(to).0;
+    if first < end { (first, end) } else { (to, to) }
+}
+
 /// What a runner gave a job when it started it.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Allocation {
@@ -157,6 +167,20 @@ mod tests {
     use super::*;
 
     const SECOND: i64 = 1_000_000;
+
+    #[test]
+    fn a_period_holds_the_whole_months_between_its_ends() {
+        let day = |text: &str| day_number(text).unwrap();
+        // A year up to yesterday: eleven whole months between two parts of months.
+        assert_eq!(whole_months(day("2025-11-29"), day("2026-11-28")), (day("2025-12-01"), day("2026-11-01")));
+        // Ends on months' first days: those months are whole.
+        assert_eq!(whole_months(day("2026-01-01"), day("2026-03-01")), (day("2026-01-01"), day("2026-03-01")));
+        assert_eq!(whole_months(day("2026-01-01"), day("2026-02-01")), (day("2026-01-01"), day("2026-02-01")));
+        // No whole month: the period's end, twice.
+        assert_eq!(whole_months(day("2026-01-01"), day("2026-01-31")), (day("2026-01-31"), day("2026-01-31")));
+        assert_eq!(whole_months(day("2026-01-15"), day("2026-02-14")), (day("2026-02-14"), day("2026-02-14")));
+        assert_eq!(whole_months(day("2026-01-15"), day("2026-01-15")), (day("2026-01-15"), day("2026-01-15")));
+    }
 
     #[test]
     fn days_are_counted_from_the_epoch_and_months_bound_a_period() {

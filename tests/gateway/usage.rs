@@ -21,6 +21,7 @@ both_backends!(
     every_ending_writes_one_record_with_its_figures,
     totals_are_read_by_those_they_belong_to,
     budgets_hold_back_new_runs_never_running_jobs_and_reset_with_the_month,
+    ended_months_are_summed_once_and_read_as_their_days_were,
 );
 
 /// The times (microseconds) of a job's first move into RUNNING and of its terminal move, as its
@@ -353,6 +354,94 @@ async fn sql(gateway: &Gateway, statement: &str) {
         gantry::db::Db::Sqlite(pool, _) => sqlx::query(statement).execute(pool).await.map(|_| ()),
     }
     .unwrap();
+}
+
+async fn scalar(gateway: &Gateway, query: &str) -> i64 {
+    match &gateway.state.db {
+        gantry::db::Db::Postgres(pool) => sqlx::query_scalar(query).fetch_one(pool).await,
+        gantry::db::Db::Sqlite(pool, _) => sqlx::query_scalar(query).fetch_one(pool).await,
+    }
+    .unwrap()
+}
+
+/// Whole months are summed once after they end (`usage_by_month`), and a period's totals read
+/// them for its whole months and the day rows for the rest, answering what the day rows alone
+/// did; grouped by day, the day rows only. Retention drops months wholly past its cut; a
+/// recount makes the months again from the day rows. Jobs are moved into past months by moving
+/// their day rows, as the month's turn is simulated elsewhere.
+async fn ended_months_are_summed_once_and_read_as_their_days_were(backend: Backend) {
+    use gantry::domain::usage::{date_of, day_of, month_of};
+    let gateway = Gateway::start(backend).await;
+    gateway.provider("acme", None, "erin").await;
+    gateway.upload_function("erin", &[("title", "acme/solver"), ("entrypoint", "main.py")]).await;
+    gateway.upload_function("alice", &[("title", "mine"), ("entrypoint", "main.py")]).await;
+    let db = &gateway.state.db;
+    let today = day_of(gantry::db::now_micros());
+    // Three months back (m2) and the month before last (m1): both ended over a day ago.
+    let m1 = month_of(month_of(month_of(today).0 - 1).0 - 1).0;
+    let m2 = month_of(m1 - 1).0;
+    let done = Some(Trigger::Exited { success: true });
+    let to_day = |day: i64| format!("UPDATE usage_by_day SET day = {day} WHERE day = {today}");
+    run_and_move(&gateway, "alice", "mine", done.clone()).await;
+    sql(&gateway, &to_day(m2 + 3)).await;
+    run_and_move(&gateway, "alice", "mine", done.clone()).await;
+    run_and_move(&gateway, "erin", "acme/solver", done.clone()).await;
+    sql(&gateway, &to_day(m1 + 10)).await;
+    run_and_move(&gateway, "alice", "mine", done.clone()).await;
+    // From the second day of m2's month (a part of a month) to today.
+    let period = format!("from={}&to={}", date_of(m2 + 1), date_of(today + 1));
+    let read = |user: &'static str, query: String| {
+        let gateway = &gateway;
+        async move {
+            let reply = gateway.get(&format!("/api/v1/usage/?{query}"), user).await;
+            assert_eq!(reply.status, 200, "{query}: {}", reply.json);
+            reply.json
+        }
+    };
+    let answers = || async {
+        vec![
+            read("alice", format!("{period}&group_by=function")).await,
+            read("alice", format!("{period}&group_by=size")).await,
+            read("erin", format!("{period}&group_by=user&provider=acme")).await,
+            read("alice", format!("{period}&group_by=day")).await,
+        ]
+    };
+    let by_days = answers().await;
+    assert_eq!(by_days[0]["total"]["jobs"], 3, "{}", by_days[0]);
+    assert_eq!(by_days[2]["total"]["jobs"], 1, "{}", by_days[2]);
+    assert_eq!(scalar(&gateway, "SELECT COUNT(*) FROM usage_by_month").await, 0);
+
+    let before = gantry::db::usage::months_summed_before(gantry::db::now_micros());
+    let summed = gantry::db::usage::sum_months(db, before).await.unwrap();
+    // m2's month, m1's, and the last one unless today is its first day after.
+    assert!(summed >= 2, "{summed} months summed");
+    assert_eq!(gantry::db::usage::sum_months(db, before).await.unwrap(), 0, "each month is summed once");
+    let through = scalar(&gateway, "SELECT through FROM usage_months").await;
+    assert!(through > m1 && through <= month_of(today).0, "{through}");
+    assert_eq!(answers().await, by_days, "the months' sums answer what their days did");
+
+    // The whole month m1 is read from its sum: without its day rows, only grouping by day changes.
+    sql(&gateway, &format!("DELETE FROM usage_by_day WHERE day >= {m1} AND day < {}", month_of(m1).1)).await;
+    let from_months = answers().await;
+    assert_eq!(from_months[..3], by_days[..3], "a whole month is read from its sum");
+    assert_eq!(from_months[3]["total"]["jobs"], 2, "by day, from the day rows: {}", from_months[3]);
+    // m2's month is cut by the period: its day rows are read, not its sum.
+    sql(&gateway, &format!("DELETE FROM usage_by_day WHERE day = {}", m2 + 3)).await;
+    assert_eq!(read("alice", format!("{period}&group_by=function")).await["total"]["jobs"], 2);
+
+    // Retention: months wholly before its cut go, the one it cuts stays.
+    gantry::db::usage::prune(db, m1 + 5).await.unwrap();
+    let months = format!("SELECT COUNT(*) FROM usage_by_month WHERE month = {m2}");
+    assert_eq!(scalar(&gateway, &months).await, 0);
+    assert!(scalar(&gateway, &format!("SELECT COUNT(*) FROM usage_by_month WHERE month = {m1}")).await > 0);
+
+    // A recount: the day rows from the records (all ended today), the months made again.
+    let recounted = gantry::db::counts::recount(db).await.unwrap();
+    assert_eq!(recounted.after.5, 4, "{recounted}");
+    assert_eq!(scalar(&gateway, "SELECT through FROM usage_months").await, 0);
+    assert_eq!(scalar(&gateway, "SELECT COUNT(*) FROM usage_by_month").await, 0);
+    let again = read("alice", format!("{period}&group_by=function")).await;
+    assert_eq!(again["total"]["jobs"], 3, "nothing counted twice: {again}");
 }
 
 async fn budgets_hold_back_new_runs_never_running_jobs_and_reset_with_the_month(backend: Backend) {
