@@ -159,7 +159,7 @@ async fn a_recount_repairs_the_kept_counts(backend: Backend) {
     let unchanged = admin(db, AdminCommand::Recount).await.unwrap();
     assert_eq!(
         unchanged,
-        "recounted 3 jobs: by user and function 3 -> 3, by day 3 -> 3, by provider 0 -> 0, slots in use 0 -> 0, queued 3 -> 3, usage records 0 -> 0"
+        "recounted 3 jobs: by user and function 3 -> 3, by day 3 -> 3, by provider 0 -> 0, slots in use 0 -> 0, queued 3 -> 3, usage records 0 -> 0; usage totals of 0 ended months summed again"
     );
     // Counts lost (say, jobs loaded by COPY): the places and the listing's count come back.
     for table in ["job_counts", "job_counts_by_day", "job_queue_counts"] {
@@ -172,7 +172,7 @@ async fn a_recount_repairs_the_kept_counts(backend: Backend) {
     let repaired = admin(db, AdminCommand::Recount).await.unwrap();
     assert_eq!(
         repaired,
-        "recounted 3 jobs: by user and function 0 -> 3, by day 0 -> 3, by provider 0 -> 0, slots in use 0 -> 0, queued 0 -> 3, usage records 0 -> 0"
+        "recounted 3 jobs: by user and function 0 -> 3, by day 0 -> 3, by provider 0 -> 0, slots in use 0 -> 0, queued 0 -> 3, usage records 0 -> 0; usage totals of 0 ended months summed again"
     );
     let listing = gateway.get("/api/v1/jobs/", "alice").await.json;
     assert_eq!(listing["count"], 3, "{listing}");
