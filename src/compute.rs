@@ -185,7 +185,7 @@ pub async fn move_job(
     let Some(moved) = jobs::apply_move(db, job_id, &mv, publisher.moves_outbox()).instrument(span).await? else {
         return Ok(None);
     };
-    job_times::observe(db, job_id, mv.to, moved.created).await;
+    job_times::observe(mv.to, &moved);
     publish_move(publisher, job_id, &mv);
     Ok(Some(mv.to))
 }
@@ -266,16 +266,22 @@ pub enum StopOutcome {
     AlreadyFinished(String),
 }
 
-/// A stop for a job no process of ours runs: marks the request, and stops a queued job at once.
+/// A stop for a job no process of ours runs: a queued job stops at once (its move from QUEUED, a
+/// compare-and-set, is the whole stop: one transaction); any other job in flight is marked, and
+/// whatever runs it stops it. The move is tried first: a queued job's stop was two transactions
+/// when the mark came first, and a running job's takes two either way (the mark and the move
+/// that does not apply). A job admitted between the two is marked.
 pub async fn stop_without_process(
     db: &Db,
     publisher: &Arc<dyn Publisher>,
     job_id: &str,
 ) -> Result<StopOutcome, db::Error> {
+    if move_job(db, publisher, job_id, JobStatus::Queued, &Trigger::StopRequested).await?.is_some() {
+        return Ok(StopOutcome::Requested);
+    }
     if !jobs::mark_stop_requested(db, job_id).await? {
         let status = jobs::find(db, job_id).await?.map(|j| j.status).unwrap_or_default();
         return Ok(StopOutcome::AlreadyFinished(status));
     }
-    move_job(db, publisher, job_id, JobStatus::Queued, &Trigger::StopRequested).await?;
     Ok(StopOutcome::Requested)
 }

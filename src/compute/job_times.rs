@@ -9,7 +9,7 @@ use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 
-use crate::db::{self, Db, jobs};
+use crate::db::{self, jobs::Moved};
 use crate::domain::lifecycle::JobStatus;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -35,21 +35,19 @@ pub static JOB_TIMES: LazyLock<JobTimes> = LazyLock::new(|| JobTimes {
     run_time: Family::new_with_constructor(job_histogram as fn() -> Histogram),
 });
 
-/// Observes a move into `to` just written (of a job created at `created`, which the move
-/// returned): the queue wait when the job starts running, the run time when it ends (a job that
-/// never ran has none). Only the end reads: when the job started running is in its events, not
-/// its row.
-pub async fn observe(db: &Db, job_id: &str, to: JobStatus, created: i64) {
+/// Observes a move just written (`moved`, as the move returned it): the queue wait when the job
+/// starts running, the run time when it ends (a job that never ran has none). Nothing is read:
+/// the move returns when the job was created and since when it has run.
+pub fn observe(to: JobStatus, moved: &Moved) {
     let seconds = |since: i64| (db::now_micros() - since).max(0) as f64 / 1e6;
     if to == JobStatus::Running {
-        JOB_TIMES.queue_wait.observe(seconds(created));
+        JOB_TIMES.queue_wait.observe(seconds(moved.created));
         return;
     }
     if !to.is_terminal() {
         return;
     }
-    let Ok(Some((_, running_since))) = jobs::times(db, job_id).await else { return };
-    if let Some(started) = running_since {
+    if let Some(started) = moved.running_since {
         JOB_TIMES.run_time.get_or_create(&FinalStatusLabels { status: to.as_str() }).observe(seconds(started));
     }
 }

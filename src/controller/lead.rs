@@ -3,7 +3,6 @@
 //! jobs to PENDING and hands them to it. With leader election, only while this replica holds the
 //! lease.
 
-use std::collections::HashSet;
 use std::sync::Arc;
 
 use futures::{Stream, StreamExt, TryStreamExt};
@@ -16,7 +15,7 @@ use super::leader::Elector;
 use super::reconcile::{Context, Error, database_error, error_policy, reconcile};
 use super::{seen::PodsSeen, triggers};
 use crate::compute::{Capacity, Passed, admit_queued};
-use crate::crd::FunctionJob;
+use crate::crd::FunctionJobMeta;
 use crate::db::jobs;
 use crate::ops::Metrics;
 
@@ -49,7 +48,7 @@ pub async fn admit(ctx: &Context, admitted: &Admitted) -> Result<Passed, Error> 
 }
 
 /// Where admission passes hand admitted jobs to the controller.
-pub type Admitted = futures::channel::mpsc::UnboundedSender<ObjectRef<FunctionJob>>;
+pub type Admitted = futures::channel::mpsc::UnboundedSender<ObjectRef<FunctionJobMeta>>;
 
 /// Runs the controller until a shutdown signal: with leader election, only while this replica
 /// holds the lease (a lost lease stops everything it was doing, and it stands again).
@@ -109,14 +108,18 @@ async fn lead(ctx: Arc<Context>) {
     let (reader, writer) = reflector::store();
     // Watches are asked to end after WATCH_SECONDS, so a watch that goes silent without ending
     // (a half-open connection) is given up and opened again within a minute, not kube's 295 s.
-    let resources = watcher(ctx.jobs(), watcher::Config::default().timeout(WATCH_SECONDS))
+    // The store holds each resource's metadata only (a metadata watch); a reconcile reads the
+    // whole resource.
+    let metadata: kube::Api<FunctionJobMeta> = kube::Api::namespaced(ctx.client.clone(), &ctx.settings.namespace);
+    let resources = watcher(metadata, watcher::Config::default().timeout(WATCH_SECONDS))
         .default_backoff()
-        // Field ownership is most of a resource's size on a real API server, and never read;
-        // nor are a resource's labels (its pod's come from its spec), which the store held
-        // for each of its resources.
-        .modify(|job: &mut FunctionJob| {
+        // Field ownership is most of a resource's metadata on a real API server, and never read;
+        // nor are its labels and annotations here (the reconcile reads them from the resource).
+        .modify(|job: &mut FunctionJobMeta| {
+            job.types = None;
             job.metadata.managed_fields = None;
             job.metadata.labels = None;
+            job.metadata.annotations = None;
         })
         .reflect(writer)
         .applied_objects()
@@ -147,19 +150,18 @@ async fn lead(ctx: Arc<Context>) {
 }
 
 /// The resync: every `--resync-seconds`, a reconcile of each resource the store holds but those
-/// waiting in the queue on both sides (`triggers::to_resync`), so a wake that was lost costs one
+/// whose rows wait in the queue (`triggers::to_resync`), so a wake that was lost costs one
 /// period at most without every queued job's reconcile standing in front of the admitted ones.
-fn resync(ctx: Arc<Context>, store: reflector::Store<FunctionJob>) -> impl Stream<Item = ObjectRef<FunctionJob>> {
+fn resync(
+    ctx: Arc<Context>,
+    store: reflector::Store<FunctionJobMeta>,
+) -> impl Stream<Item = ObjectRef<FunctionJobMeta>> {
     triggers::every(ctx.settings.resync_every)
         .then(move |()| {
             let (ctx, store) = (Arc::clone(&ctx), store.clone());
             async move {
                 let held = store.state();
-                let waiting: HashSet<&str> = held
-                    .iter()
-                    .filter(|job| triggers::waits_in_queue(job))
-                    .map(|job| job.spec.job_id.as_str())
-                    .collect();
+                let waiting = triggers::not_deleting(&held);
                 let queued = match jobs::still_queued(&ctx.db, &waiting).await {
                     Ok(queued) => Some(queued),
                     Err(error) => {

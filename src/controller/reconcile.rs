@@ -27,7 +27,8 @@ use super::seen::PodsSeen;
 use super::status::{LogState, NO_LOG};
 use crate::compute::move_job;
 use crate::crd::{
-    ANNOTATION_TRACEPARENT, FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobStatus, pod_name, secret_name,
+    ANNOTATION_TRACEPARENT, FIELD_MANAGER, FINALIZER, FunctionJob, FunctionJobMeta, FunctionJobStatus, pod_name,
+    secret_name,
 };
 use crate::db::{self, Db, jobs};
 use crate::domain::admission::Limits;
@@ -239,7 +240,17 @@ pub(super) fn database_error(job_id: &str) -> impl FnOnce(db::Error) -> Error + 
 }
 
 /// Drives one `FunctionJob` towards its spec, in a span of its trace (its annotation); idempotent.
-pub async fn reconcile(job: Arc<FunctionJob>, ctx: Arc<Context>) -> Result<Action, Error> {
+/// The store holds the resource's metadata only: the whole resource is read first, as it is now
+/// (a resource gone since has nothing left to do).
+pub async fn reconcile(held: Arc<FunctionJobMeta>, ctx: Arc<Context>) -> Result<Action, Error> {
+    let name = held.name_any();
+    let after = ctx.settings.reconcile_timeout;
+    let read = match tokio::time::timeout(after, ctx.jobs().get_opt(&name)).await {
+        Ok(read) => read.map_err(kube_error("read the resource", &name))?,
+        Err(_) => return Err(Error::TimedOut { job_id: name, after }),
+    };
+    let Some(job) = read else { return Ok(Action::await_change()) };
+    let job = Arc::new(job);
     let parent = job.annotations().get(ANNOTATION_TRACEPARENT).cloned();
     let span = crate::telemetry::context::job_span("gantry.reconcile", &job.spec.job_id, parent.as_deref());
     let outcome = reconcile_job(job, ctx).instrument(span.clone()).await;
@@ -281,7 +292,7 @@ async fn reconcile_job(job: Arc<FunctionJob>, ctx: Arc<Context>) -> Result<Actio
 /// Failures are counted by kind and retried with a backoff per resource (1 s, doubling, at most
 /// 5 minutes; a success starts it over); the resource is reconciled again anyway on every
 /// change. A log still to archive before the resource may go retries on its own backoff.
-pub fn error_policy(job: Arc<FunctionJob>, error: &Error, ctx: Arc<Context>) -> Action {
+pub fn error_policy(job: Arc<FunctionJobMeta>, error: &Error, ctx: Arc<Context>) -> Action {
     use kube::runtime::finalizer::Error as FinalizerError;
     ctx.metrics.reconcile_failures.get_or_create(&ErrorLabels { kind: error.kind() }).inc();
     if let Error::Finalizer { source, .. } = error

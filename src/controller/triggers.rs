@@ -15,8 +15,7 @@ use futures::{Stream, StreamExt};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{controller, watcher};
 
-use crate::crd::FunctionJob;
-use crate::domain::lifecycle::JobStatus;
+use crate::crd::FunctionJobMeta;
 use crate::ops::{Metrics, WatchLabels};
 
 /// `stream` without its errors, each logged and counted under `watch`.
@@ -51,24 +50,30 @@ pub fn every(period: Duration) -> impl Stream<Item = ()> + Send {
     })
 }
 
-/// Whether a resource, by what it says itself, waits in the queue: queued, no stop asked for,
-/// not being deleted. Its reconcile reads its job's row and, that row queued too, does nothing:
-/// admission wakes each job it moves.
-pub fn waits_in_queue(job: &FunctionJob) -> bool {
-    job.metadata.deletion_timestamp.is_none()
-        && !job.spec.stop_requested
-        && job.status.as_ref().and_then(|status| status.phase) == Some(JobStatus::Queued)
+/// What one resync reconciles of the resources held: every one but those not being deleted
+/// whose job rows wait in the queue (`queued`: names, which are job ids, of rows queued with no
+/// stop asked for; `None` when they could not be read: then every one). Such a job has nothing
+/// to do until admission moves it, and admission wakes each job it moves; one whose row left the
+/// queue without its wake (lost) is reconciled. Reconciling all of them put one reconcile per
+/// queued job, each a read of its resource and its row, in front of the admitted jobs' every
+/// period: tens of seconds at 100,000 queued jobs.
+pub fn to_resync(held: &[Arc<FunctionJobMeta>], queued: Option<&HashSet<&str>>) -> Vec<ObjectRef<FunctionJobMeta>> {
+    held.iter()
+        .filter(|job| {
+            let waits = job.metadata.deletion_timestamp.is_none()
+                && queued.is_some_and(|ids| job.metadata.name.as_deref().is_some_and(|name| ids.contains(name)));
+            !waits
+        })
+        .map(|job| ObjectRef::from_obj(job.as_ref()))
+        .collect()
 }
 
-/// What one resync reconciles of the resources held: every one but those waiting in the queue
-/// whose job rows are queued too (`queued`, job ids; `None` when they could not be read: then
-/// every one). A resource the row says left the queue (an admission whose wake was lost) is
-/// reconciled. Reconciling all of them put one reconcile per queued job, each a read of its row,
-/// in front of the admitted jobs' every period: tens of seconds at 100,000 queued jobs.
-pub fn to_resync(held: &[Arc<FunctionJob>], queued: Option<&HashSet<&str>>) -> Vec<ObjectRef<FunctionJob>> {
+/// The names of the resources held that are not being deleted: those the resync asks the
+/// database about.
+pub fn not_deleting(held: &[Arc<FunctionJobMeta>]) -> HashSet<&str> {
     held.iter()
-        .filter(|job| !(waits_in_queue(job) && queued.is_some_and(|ids| ids.contains(job.spec.job_id.as_str()))))
-        .map(|job| ObjectRef::from_obj(job.as_ref()))
+        .filter(|job| job.metadata.deletion_timestamp.is_none())
+        .filter_map(|job| job.metadata.name.as_deref())
         .collect()
 }
 
@@ -111,7 +116,7 @@ mod tests {
     #[tokio::test]
     async fn a_reconcile_asked_for_a_resource_not_held_is_counted() {
         let metrics = Metrics::controller();
-        let object = kube::runtime::reflector::ObjectRef::<crate::crd::FunctionJob>::new("j").within("jobs").erase();
+        let object = kube::runtime::reflector::ObjectRef::<FunctionJobMeta>::new("j").within("jobs").erase();
         note_outcome::<std::io::Error>(Some(controller::Error::ObjectNotFound(Box::new(object))), &metrics).await;
         note_outcome::<std::io::Error>(
             Some(controller::Error::QueueError(watcher::Error::NoResourceVersion)),
@@ -122,42 +127,35 @@ mod tests {
         assert_eq!(metrics.not_in_store.get(), 1);
     }
 
-    /// A resource named `id` with the status phase `phase` (none: never reconciled yet).
-    fn held(id: &str, phase: Option<&str>, stop: bool, deleting: bool) -> Arc<FunctionJob> {
+    /// The metadata held of a resource named `id`.
+    fn held(id: &str, deleting: bool) -> Arc<FunctionJobMeta> {
         let mut metadata = serde_json::json!({"name": id, "namespace": "jobs", "generation": 1});
         if deleting {
             metadata["deletionTimestamp"] = serde_json::json!("2026-01-01T00:00:00Z");
         }
-        let status = phase.map_or(serde_json::Value::Null, |phase| serde_json::json!({"phase": phase}));
         Arc::new(
             serde_json::from_value(serde_json::json!({
-                "apiVersion": "gantry.dev/v1alpha1", "kind": "FunctionJob", "metadata": metadata,
-                "spec": {"jobId": id, "function": {"title": "fn"}, "artifact": "a.tar", "entrypoint": "main.py",
-                         "timeoutSeconds": 60, "user": "alice", "secretName": format!("gantry-job-{id}"),
-                         "stopRequested": stop},
-                "status": status,
+                "apiVersion": "meta.k8s.io/v1", "kind": "PartialObjectMetadata", "metadata": metadata,
             }))
             .unwrap(),
         )
     }
 
     #[test]
-    fn a_resync_leaves_alone_only_what_waits_in_the_queue_on_both_sides() {
+    fn a_resync_leaves_alone_only_what_waits_in_the_queue() {
         let held = [
-            held("queued", Some("QUEUED"), false, false),
-            held("admitted-unwoken", Some("QUEUED"), false, false),
-            held("never-reconciled", None, false, false),
-            held("stop-asked", Some("QUEUED"), true, false),
-            held("deleting", Some("QUEUED"), false, true),
-            held("running", Some("RUNNING"), false, false),
+            held("queued", false),
+            held("admitted-unwoken", false),
+            held("deleting", true),
+            held("stop-asked", false),
+            held("running", false),
         ];
-        let names = |refs: Vec<ObjectRef<FunctionJob>>| refs.into_iter().map(|r| r.name).collect::<Vec<_>>();
-        // The rows of all but "admitted-unwoken" are queued (it was admitted, its wake lost).
-        let queued: HashSet<&str> = ["queued", "never-reconciled", "stop-asked", "deleting", "running"].into();
-        assert_eq!(
-            names(to_resync(&held, Some(&queued))),
-            ["admitted-unwoken", "never-reconciled", "stop-asked", "deleting", "running"]
-        );
+        assert_eq!(not_deleting(&held), ["queued", "admitted-unwoken", "stop-asked", "running"].into());
+        let names = |refs: Vec<ObjectRef<FunctionJobMeta>>| refs.into_iter().map(|r| r.name).collect::<Vec<_>>();
+        // Rows queued with no stop asked: "queued" only ("admitted-unwoken" was admitted and its
+        // wake lost; "deleting" is asked about never, and reconciled whatever its row says).
+        let queued: HashSet<&str> = ["queued", "deleting"].into();
+        assert_eq!(names(to_resync(&held, Some(&queued))), ["admitted-unwoken", "deleting", "stop-asked", "running"]);
         // The rows unread: every resource held.
         assert_eq!(names(to_resync(&held, None)).len(), held.len());
     }

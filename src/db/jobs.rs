@@ -331,6 +331,9 @@ struct MovedRow {
 pub struct Moved {
     /// When the job was created (its row's, returned by the move: no read after it).
     pub created: i64,
+    /// Since when the job has run, after the move (µs; a retried or requeued job's earlier
+    /// attempts' run time carried in, as its usage record counts it): none if it never ran.
+    pub running_since: Option<i64>,
 }
 
 /// Applies a move decided by the state machine, if the job is still in `mv.from`. Returns
@@ -340,7 +343,7 @@ pub struct Moved {
 pub async fn apply_move(db: &Db, job_id: &str, mv: &Move, outbox: impl Into<Outbox>) -> Result<Option<Moved>, Error> {
     let (db, job_ids, mv, outbox) = (db.clone(), vec![job_id.to_string()], mv.clone(), outbox.into());
     let moved = super::detached(async move { apply_moves_attached(&db, &job_ids, &mv, outbox).await }).await?;
-    Ok(moved.first().map(|(_, created)| Moved { created: *created }))
+    Ok(moved.into_iter().next().map(|(_, moved)| moved))
 }
 
 /// Applies the same move to several jobs in one transaction (an admission pass): each job
@@ -357,13 +360,13 @@ pub async fn apply_moves(
     Ok(moved.into_iter().map(|(id, _)| id).collect())
 }
 
-/// The moves of `apply_moves`: each job moved with its creation time, in the given order.
+/// The moves of `apply_moves`: each job moved with what the move returned, in the given order.
 async fn apply_moves_attached(
     db: &Db,
     job_ids: &[String],
     mv: &Move,
     outbox: Outbox,
-) -> Result<Vec<(String, i64)>, Error> {
+) -> Result<Vec<(String, Moved)>, Error> {
     if job_ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -402,10 +405,15 @@ async fn apply_moves_attached(
                 provider_id: job.provider_id.as_deref(),
             };
             changes.moved(&counted, mv.from, mv.to);
-            seqs.insert(job.id.clone(), (*event_seq, job.created));
+            seqs.insert(job.id.clone(), (*event_seq, job.created, job.running_since));
         }
-        let moved: Vec<(String, i64)> =
-            job_ids.iter().filter_map(|id| seqs.get(id).map(|(_, created)| (id.clone(), *created))).collect();
+        let moved: Vec<(String, Moved)> = job_ids
+            .iter()
+            .filter_map(|id| {
+                let (_, created, running_since) = seqs.get(id)?;
+                Some((id.clone(), Moved { created: *created, running_since: *running_since }))
+            })
+            .collect();
         if !moved.is_empty() {
             let rows = (0..moved.len())
                 .map(|i| format!("(${}, ${}, ${}, $1, 'STATUS_CHANGE', $2, $3, $4)", 5 + 3 * i, 6 + 3 * i, 7 + 3 * i))
@@ -471,7 +479,11 @@ async fn apply_moves_attached(
 /// (`counts::postgres_ctes`, their rows locked as every other writer locks them) and, for a
 /// terminal move, its usage record and its day's totals (`counts::postgres_usage_ctes`, the
 /// record made in SQL as `usage::Ended::record` makes it) in one statement, one round trip.
-async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Result<Vec<(String, i64)>, sqlx::Error> {
+async fn apply_move_postgres(
+    pool: &sqlx::PgPool,
+    job_id: &str,
+    mv: &Move,
+) -> Result<Vec<(String, Moved)>, sqlx::Error> {
     static STATEMENT: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         format!(
             "WITH moved AS ({} WHERE status = $2 AND id = $5 \
@@ -479,7 +491,7 @@ async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Re
              event AS ( \
                INSERT INTO job_events (id, job_id, seq, created, event_type, origin, context, data) \
                SELECT $6, id, event_seq, $3, 'STATUS_CHANGE', $7, $8, $9 FROM moved){}{} \
-             SELECT created FROM moved",
+             SELECT created, running_since FROM moved",
             move_job!("$11"),
             counts::postgres_ctes(
                 "moved",
@@ -491,7 +503,7 @@ async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Re
             counts::postgres_usage_ctes(usage::POSTGRES_RECORDS, "$10")
         )
     });
-    let moved: Option<i64> = sqlx::query_scalar(STATEMENT.as_str())
+    let moved: Option<(i64, Option<i64>)> = sqlx::query_as(STATEMENT.as_str())
         .bind(mv.to.as_str())
         .bind(mv.from.as_str())
         .bind(now_micros())
@@ -509,7 +521,9 @@ async fn apply_move_postgres(pool: &sqlx::PgPool, job_id: &str, mv: &Move) -> Re
         .bind(QUEUE_BLOCK_MICROS)
         .fetch_optional(pool)
         .await?;
-    Ok(moved.map(|created| vec![(job_id.to_string(), created)]).unwrap_or_default())
+    Ok(moved
+        .map(|(created, running_since)| vec![(job_id.to_string(), Moved { created, running_since })])
+        .unwrap_or_default())
 }
 
 /// Outcome of a sub-status update.
@@ -863,19 +877,6 @@ pub async fn stored_logs(db: &Db, job_id: &str) -> Result<Option<String>, Error>
         .fetch_optional(pool)
         .await)
     .map_err(query_error("read job logs"))
-}
-
-/// When a job was created and when it first moved into RUNNING (microseconds), when the job
-/// exists: what the job-time histograms observe.
-pub async fn times(db: &Db, job_id: &str) -> Result<Option<(i64, Option<i64>)>, Error> {
-    on_db!(db, pool => sqlx::query_as::<_, (i64, Option<i64>)>(
-        "SELECT j.created, (SELECT MIN(e.created) FROM job_events e WHERE e.job_id = j.id \
-           AND e.event_type = 'STATUS_CHANGE' AND e.data LIKE '%\"status\":\"RUNNING\"%') \
-         FROM jobs j WHERE j.id = $1")
-        .bind(job_id)
-        .fetch_optional(pool)
-        .await)
-    .map_err(query_error("load job times"))
 }
 
 // The listings' filters and query, below the macros they use.

@@ -571,8 +571,8 @@ async fn a_request_never_answered_cuts_its_reconcile_which_is_retried() {
 
 /// The resync catches a wake that was lost: a job whose row left the queue with no wake (here
 /// moved by hand, past an admission that admits nothing) gets its pod at the next resync,
-/// though its resource still says QUEUED. (The resync leaves alone only resources queued on both
-/// sides: `triggers::to_resync`.)
+/// though its resource still says QUEUED. (The resync leaves alone only resources whose rows wait
+/// in the queue: `triggers::to_resync`.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_resync_reconciles_a_job_that_left_the_queue_unwoken() {
     use gantry::domain::lifecycle::{JobStatus, Trigger, decide};

@@ -44,11 +44,16 @@ pub(crate) fn pod_runner_args(url: &str, python: &str) -> Vec<String> {
     .to_vec()
 }
 
+/// Starts a role (`gantry <args>`) with `env` and, for profiling a benchmark's role alone,
+/// `GANTRY_BENCH_ROLE_ENV`'s `KEY=value` pairs (space-separated; e.g. heaptrack's preload).
 pub fn spawn_role(args: &[String], env: &[(&str, String)], log: &Path) -> tokio::process::Child {
     let output = std::fs::File::create(log).unwrap();
+    let profiling = std::env::var("GANTRY_BENCH_ROLE_ENV").unwrap_or_default();
+    let profiling = profiling.split_whitespace().filter_map(|pair| pair.split_once('='));
     tokio::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
         .args(args)
         .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .envs(profiling)
         .env("RUST_LOG", "info")
         .stdout(output.try_clone().unwrap())
         .stderr(output)
