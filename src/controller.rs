@@ -11,6 +11,7 @@ pub mod reconcile;
 pub mod retry;
 pub mod seen;
 pub mod status;
+pub mod timers;
 pub mod triggers;
 
 use std::collections::BTreeMap;

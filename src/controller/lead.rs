@@ -34,6 +34,7 @@ pub async fn admit(ctx: &Context, admitted: &Admitted) -> Result<Passed, Error> 
         ctx.settings.limits,
         &ctx.admission,
         |job| {
+            ctx.handed.handed(&job.id);
             reconcile(&job.id);
             ctx.metrics.admitted.inc();
         },
@@ -98,6 +99,11 @@ async fn lead(ctx: Arc<Context>) {
                     () = admission.admission_wanted.notified() => {}
                 }
             }
+            // Admission waits while its last admissions wait for their reconciles (`Handed`).
+            if admission.handed.full() {
+                full = false;
+                continue;
+            }
             full = admission_pass(Arc::clone(&admission), admitted.clone()).await.more;
         }
     });
@@ -116,10 +122,18 @@ async fn lead(ctx: Arc<Context>) {
         // Field ownership is most of a resource's metadata on a real API server, and never read;
         // nor are its labels and annotations here (the reconcile reads them from the resource).
         .modify(|job: &mut FunctionJobMeta| {
+            let metadata = &mut job.metadata;
             job.types = None;
-            job.metadata.managed_fields = None;
-            job.metadata.labels = None;
-            job.metadata.annotations = None;
+            metadata.managed_fields = None;
+            metadata.labels = None;
+            metadata.annotations = None;
+            // Nor its finalizers, owners or version (the watch keeps its own); its name,
+            // namespace, uid (a resource made again under the same name is new), generation
+            // (what starts a reconcile) and deletion are what is read here.
+            metadata.finalizers = None;
+            metadata.owner_references = None;
+            metadata.resource_version = None;
+            metadata.generate_name = None;
         })
         .reflect(writer)
         .applied_objects()
@@ -138,10 +152,13 @@ async fn lead(ctx: Arc<Context>) {
         .try_filter(move |pod| std::future::ready(news.is_news(pod)));
     let pods = triggers::events_only(pods, "pods", Arc::clone(&ctx.metrics));
     let resyncs = resync(Arc::clone(&ctx), reader.clone());
+    let namespace = ctx.settings.namespace.clone();
+    let wake_ups = Arc::clone(&ctx.timers).due().map(move |name| ObjectRef::new(&name).within(&namespace));
     Controller::for_stream(resources, reader)
         .owns_stream(pods)
         .reconcile_on(to_reconcile)
         .reconcile_on(resyncs)
+        .reconcile_on(wake_ups)
         .with_config(controller::Config::default().concurrency(ctx.settings.concurrency))
         .shutdown_on_signal()
         .run(reconcile, error_policy, Arc::clone(&ctx))

@@ -107,6 +107,10 @@ pub struct Context {
     pub(super) admission_wanted: tokio::sync::Notify,
     /// What admission passes keep between them.
     pub(super) admission: crate::compute::Memory,
+    /// The wake-ups the reconciles' plans asked for.
+    pub(super) timers: Arc<super::timers::Timers>,
+    /// Admitted jobs whose reconcile has not run yet.
+    pub(super) handed: super::triggers::Handed,
 }
 
 impl Context {
@@ -128,6 +132,8 @@ impl Context {
             pods_seen: Default::default(),
             admission_wanted: Default::default(),
             admission: crate::compute::Memory::new(settings.fair_share),
+            timers: Default::default(),
+            handed: Default::default(),
             settings,
         }
     }
@@ -244,12 +250,16 @@ pub(super) fn database_error(job_id: &str) -> impl FnOnce(db::Error) -> Error + 
 /// (a resource gone since has nothing left to do).
 pub async fn reconcile(held: Arc<FunctionJobMeta>, ctx: Arc<Context>) -> Result<Action, Error> {
     let name = held.name_any();
+    ctx.handed.reconciled(&name);
     let after = ctx.settings.reconcile_timeout;
     let read = match tokio::time::timeout(after, ctx.jobs().get_opt(&name)).await {
         Ok(read) => read.map_err(kube_error("read the resource", &name))?,
         Err(_) => return Err(Error::TimedOut { job_id: name, after }),
     };
-    let Some(job) = read else { return Ok(Action::await_change()) };
+    let Some(job) = read else {
+        ctx.timers.forget(&name);
+        return Ok(Action::await_change());
+    };
     let job = Arc::new(job);
     let parent = job.annotations().get(ANNOTATION_TRACEPARENT).cloned();
     let span = crate::telemetry::context::job_span("gantry.reconcile", &job.spec.job_id, parent.as_deref());
@@ -534,9 +544,17 @@ async fn carry_out(
             Step::WakeAdmission => ctx.admission_wanted.notify_one(),
         }
     }
+    // The plan's wake-up replaces any asked for before (`timers`), and none is kept when it
+    // waits for a change.
     match plan.next {
-        Next::Requeue(after) => Ok(Some(Action::requeue(after))),
-        Next::AwaitChange => Ok(Some(Action::await_change())),
+        Next::Requeue(after) => {
+            ctx.timers.wake_in(&job.name_any(), after);
+            Ok(Some(Action::await_change()))
+        }
+        Next::AwaitChange => {
+            ctx.timers.forget(&job.name_any());
+            Ok(Some(Action::await_change()))
+        }
         Next::LookAtArchive => {
             observed.archive = look_at_archive(ctx, job_id).await?;
             Ok(None)

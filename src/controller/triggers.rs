@@ -77,6 +77,46 @@ pub fn not_deleting(held: &[Arc<FunctionJobMeta>]) -> HashSet<&str> {
         .collect()
 }
 
+/// Admitted jobs handed to the controller's queue whose reconcile has not run yet, by name, each
+/// forgotten once it runs or [`HANDED_FOR`] after it was handed (its wake dropped: the store
+/// lacked the resource). The admission pass waits while [`HANDED_AT_MOST`] of them wait: admitting
+/// faster than pods are made only fills kube-runtime's queue, some 800 bytes a job (tens of MB
+/// at 100,000 jobs admitted within a minute and a half, `bench/controller.sh tenants`), and the
+/// jobs it moves to PENDING early wait there all the same.
+#[derive(Debug, Default)]
+pub struct Handed {
+    waiting: std::sync::Mutex<std::collections::HashMap<Box<str>, std::time::Instant>>,
+}
+
+/// How long a handed job counts as waiting at most.
+pub const HANDED_FOR: Duration = Duration::from_secs(30);
+/// How many handed jobs may wait before admission waits too (two windows of a pass).
+pub const HANDED_AT_MOST: usize = 2_000;
+
+impl Handed {
+    pub fn handed(&self, name: &str) {
+        self.lock().insert(name.into(), std::time::Instant::now());
+    }
+
+    pub fn reconciled(&self, name: &str) {
+        self.lock().remove(name);
+    }
+
+    /// Whether admission should wait: too many handed jobs wait for their reconcile.
+    pub fn full(&self) -> bool {
+        let mut waiting = self.lock();
+        if waiting.len() < HANDED_AT_MOST {
+            return false;
+        }
+        waiting.retain(|_, handed| handed.elapsed() < HANDED_FOR);
+        waiting.len() >= HANDED_AT_MOST
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, std::collections::HashMap<Box<str>, std::time::Instant>> {
+        self.waiting.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 /// Takes in what kube-runtime's `Controller` hands back of one reconcile it was asked for. A
 /// request for a resource its store did not hold (admission's wake before the watch brings a
 /// new FunctionJob, a pod's event after its FunctionJob went) is dropped by kube-runtime: it is
@@ -158,6 +198,25 @@ mod tests {
         assert_eq!(names(to_resync(&held, Some(&queued))), ["admitted-unwoken", "deleting", "stop-asked", "running"]);
         // The rows unread: every resource held.
         assert_eq!(names(to_resync(&held, None)).len(), held.len());
+    }
+
+    #[test]
+    fn admission_waits_while_too_many_handed_jobs_wait_for_their_reconcile() {
+        let handed = Handed::default();
+        for n in 0..HANDED_AT_MOST - 1 {
+            handed.handed(&format!("job-{n}"));
+        }
+        assert!(!handed.full());
+        handed.handed("one-more");
+        assert!(handed.full());
+        handed.reconciled("job-0");
+        assert!(!handed.full(), "a reconcile that ran frees its place");
+        handed.handed("job-0");
+        // One handed long ago (its wake dropped) no longer counts.
+        handed.lock().insert("dropped".into(), std::time::Instant::now() - HANDED_FOR);
+        handed.reconciled("job-1");
+        assert!(!handed.full());
+        assert!(!handed.lock().contains_key("dropped"), "forgotten once it counted no more");
     }
 
     #[tokio::test]

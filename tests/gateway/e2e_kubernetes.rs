@@ -44,11 +44,15 @@ pub(crate) fn pod_runner_args(url: &str, python: &str) -> Vec<String> {
     .to_vec()
 }
 
-/// Starts a role (`gantry <args>`) with `env` and, for profiling a benchmark's role alone,
-/// `GANTRY_BENCH_ROLE_ENV`'s `KEY=value` pairs (space-separated; e.g. heaptrack's preload).
+/// Starts a role (`gantry <args>`) with `env` and, for profiling a benchmark's roles alone,
+/// `GANTRY_BENCH_ROLE_ENV`'s `KEY=value` pairs (space-separated; `{n}` in a value is the
+/// number of the role started, from 1; e.g. `LD_PRELOAD=/usr/lib/heaptrack/libheaptrack_preload.so
+/// DUMP_HEAPTRACK_OUTPUT=/tmp/role{n}.raw`, then `heaptrack_interpret < /tmp/role1.raw`).
 pub fn spawn_role(args: &[String], env: &[(&str, String)], log: &Path) -> tokio::process::Child {
+    static STARTED: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let output = std::fs::File::create(log).unwrap();
-    let profiling = std::env::var("GANTRY_BENCH_ROLE_ENV").unwrap_or_default();
+    let n = (STARTED.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1).to_string();
+    let profiling = std::env::var("GANTRY_BENCH_ROLE_ENV").unwrap_or_default().replace("{n}", &n);
     let profiling = profiling.split_whitespace().filter_map(|pair| pair.split_once('='));
     tokio::process::Command::new(env!("CARGO_BIN_EXE_gantry"))
         .args(args)
