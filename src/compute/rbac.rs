@@ -38,15 +38,15 @@ pub const GATEWAY: &[Rule] = &[
     rule("", "pods/log", &["get"]),
 ];
 
-/// `gantry controller`: watches FunctionJobs (reading them from its cache, never one by one)
-/// and their pods, manages its finalizer (`patch`; pods' owner references do not block their
+/// `gantry controller`: watches FunctionJobs (their metadata, keeping no more; each reconcile
+/// reads its resource with a `get`) and their pods, manages its finalizer (`patch`; pods' owner references do not block their
 /// owner's deletion, so `functionjobs/finalizers` is not needed),
 /// deletes resources without a job row and finished ones after their keep window, writes their
 /// status, creates, reads, stops and deletes pods, deletes a finished job's Secret (its token),
 /// reads pod logs for archiving, records Events, holds the leader
 /// Lease, and checks at start that the CRD is installed.
 pub const CONTROLLER: &[Rule] = &[
-    rule(crate::crd::GROUP, "functionjobs", &["delete", "list", "patch", "watch"]),
+    rule(crate::crd::GROUP, "functionjobs", &["delete", "get", "list", "patch", "watch"]),
     rule(crate::crd::GROUP, "functionjobs/status", &["patch"]),
     rule("", "pods", &["create", "delete", "get", "list", "watch"]),
     rule("", "pods/log", &["get"]),
