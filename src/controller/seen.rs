@@ -62,7 +62,13 @@ impl SeenPod {
                 ..Default::default()
             },
             spec: None,
-            status: self.status.as_deref().map(|json| serde_json::from_str(json).expect("kept as it was written")),
+            // Read back what `of` wrote; should that ever fail, the pod is looked at as having no
+            // status (its next event brings one) rather than a reconcile panicking.
+            status: self.status.as_deref().and_then(|json| {
+                serde_json::from_str(json)
+                    .inspect_err(|error| tracing::warn!(pod = name, %error, "a kept pod status did not read back"))
+                    .ok()
+            }),
         }
     }
 }
